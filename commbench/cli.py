@@ -1,0 +1,61 @@
+"""The `commbench` command: one small module per subcommand, on plain argparse.
+
+`commbench` (or `python -m commbench`) with run flags and no subcommand is
+`commbench run`, so the Horovod/Bluefog benchmark command lines work unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+from commbench import __version__
+from commbench.errors import UsageError
+
+# subcommand -> (module, one-line help). Modules import heavy packages lazily.
+SUBCOMMANDS = {
+    "run": ("commbench.run", "run one benchmark job (the default; start it under a launcher)"),
+    "list": ("commbench.listing", "list strategies, topologies and models, and which run here"),
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (no usage block), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="commbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"commbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(command)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "run")
+    args = build_parser().parse_args(argv)
+    try:
+        code = importlib.import_module(SUBCOMMANDS[args.command][0]).main(args)
+    except UsageError as e:
+        fail(str(e), UsageError.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as e:  # one line per failing rank, never a traceback wall
+        from commbench.failure import describe_and_abort
+
+        describe_and_abort(e)
+    sys.exit(code or 0)
+
+
+def fail(message: str, code: int) -> None:
+    print(f"commbench: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)

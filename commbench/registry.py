@@ -1,0 +1,98 @@
+"""Find `--dist-optimizer` plugins by name.
+
+Built-ins and third-party plugins are found the same way: the entry-point group
+`commbench.optimizers` (see pyproject.toml). A `package.module:Class` dotted path
+loads a plugin that is not installed, for quick experiments.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Dict, List, Optional, Type
+
+from commbench.errors import UsageError
+
+GROUP = "commbench.optimizers"
+
+
+@dataclass(frozen=True)
+class PluginEntry:
+    name: str
+    target: str  # "package.module:Class"
+    source: str  # distribution that declares it, or "path"
+
+    def load(self) -> Type:
+        module_name, _, attr = self.target.partition(":")
+        try:
+            obj = importlib.import_module(module_name)
+            for part in attr.split(".") if attr else ():
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as e:
+            raise UsageError(f"plugin {self.name!r} ({self.target}) cannot be loaded: {e}")
+        return obj
+
+
+def _entry_points():
+    eps = metadata.entry_points()
+    if hasattr(eps, "select"):  # Python >= 3.10
+        return list(eps.select(group=GROUP))
+    return list(eps.get(GROUP, ()))  # Python 3.9
+
+
+def discover() -> Dict[str, PluginEntry]:
+    """Every installed plugin by name; two different plugins of one name are an error."""
+    found: Dict[str, PluginEntry] = {}
+    for ep in _entry_points():
+        dist = getattr(ep, "dist", None)
+        entry = PluginEntry(ep.name, ep.value, dist.metadata["Name"] if dist else "?")
+        seen = found.get(ep.name)
+        if seen and seen.target != entry.target:
+            raise UsageError(f"two plugins are named {ep.name!r}: {seen.target} "
+                             f"({seen.source}) and {entry.target} ({entry.source})")
+        found.setdefault(ep.name, entry)
+    return dict(sorted(found.items()))
+
+
+def resolve(name: str) -> Type:
+    """The plugin class for a --dist-optimizer value (a name or module:Class)."""
+    if ":" in name:
+        cls = PluginEntry(name, name, "path").load()
+    else:
+        plugins = discover()
+        if name not in plugins:
+            raise UsageError(f"argument --dist-optimizer: unknown strategy {name!r}; "
+                             f"available: {', '.join(plugins) or '(none installed)'}")
+        cls = plugins[name].load()
+    _check_shape(name, cls)
+    return cls
+
+
+def _check_shape(name: str, cls) -> None:
+    from commbench.optimizers.base import Strategy
+
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        raise UsageError(f"plugin {name!r} is not a commbench.optimizers.base.Strategy")
+
+
+def usable_reason(cls) -> Optional[str]:
+    try:
+        return cls.unusable_reason()
+    except Exception as e:  # a broken plugin must not break `commbench list`
+        return f"its availability check failed: {e}"
+
+
+def describe_all() -> List[dict]:
+    """Rows for `commbench list`: name, summary, source, usable, why not."""
+    rows = []
+    for entry in discover().values():
+        try:
+            cls = entry.load()
+            _check_shape(entry.name, cls)
+            why, summary = usable_reason(cls), cls.summary
+        except UsageError as e:
+            why, summary = str(e), ""
+        rows.append({"name": entry.name, "summary": summary, "source": entry.source,
+                     "usable": why is None, "why_not": why})
+    return rows

@@ -1,0 +1,144 @@
+"""Result files: one JSON document per run, written atomically, never overwritten,
+and read back by `report`, `plot` and `compare` without ever crashing on a stranger.
+
+Schema (version 1), a `run` result:
+
+    format            "commbench-result" (how readers recognise our files)
+    schema_version    1
+    kind              "run" (a training benchmark)
+    commbench_version, created (UTC ISO-8601), status ("ok")
+    config            every RunConfig field
+    strategy          {"name", "decentralized", ...plugin facts such as topology}
+    environment       versions, hosts, devices, launcher, sizes, git commit
+    samples           raw per-rank data: iteration_seconds [rank][iter],
+                      batch_seconds [rank][iter][batch], reference_seconds
+                      [rank][iter] or null, loss [rank][iter],
+                      consensus_distance [iter] or null, parameter_digests [rank]
+    summary           commbench.metrics.summarize() of the samples, plus
+                      parameters_identical, final_loss, final_consensus_distance
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Tuple, Union
+
+from commbench.errors import UsageError
+
+FORMAT = "commbench-result"
+SCHEMA_VERSION = 1
+MAX_RESULT_BYTES = 256 * 2**20  # anything larger is not a result of ours
+
+
+@dataclass(frozen=True)
+class Result:
+    path: Path
+    doc: Dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return self.doc.get("kind", "run")
+
+
+def new_document(kind: str) -> Dict[str, Any]:
+    from commbench import __version__
+
+    return {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "commbench_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "status": "ok",
+    }
+
+
+def ensure_writable(directory: Union[str, Path]) -> Path:
+    """Fail at start-up, not after the benchmark, when results cannot be written."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
+            pass
+    except OSError as e:
+        raise UsageError(f"argument --results-dir: cannot write to {str(directory)!r}: "
+                         f"{e.strerror or e}")
+    return directory
+
+
+def result_name(doc: Dict[str, Any], stem: str) -> str:
+    stamp = doc["created"].replace("-", "").replace(":", "")[:15]
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", stem)
+    return f"{stamp}-{safe}-{uuid.uuid4().hex[:8]}.json"
+
+
+def write_result(directory: Union[str, Path], doc: Dict[str, Any], stem: str) -> Path:
+    """Write doc under a new, unique name; atomically (temp file, then link)."""
+    directory = Path(directory)
+    data = json.dumps(doc, indent=1, allow_nan=False).encode()
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".partial-", suffix=".json")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        while True:
+            final = directory / result_name(doc, stem)
+            try:
+                os.link(tmp, final)  # fails rather than overwrite an existing file
+                return final
+            except FileExistsError:
+                continue
+    finally:
+        os.unlink(tmp)
+
+
+def _result_files(paths: Iterable[Union[str, Path]]) -> Iterable[Path]:
+    for path in map(Path, paths):
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
+        else:
+            yield path
+
+
+def load_results(paths: Iterable[Union[str, Path]]) -> Tuple[List[Result], List[str]]:
+    """Every commbench result under paths, and one warning per file that is skipped."""
+    results, warnings = [], []
+    for path in _result_files(paths):
+        try:
+            results.append(Result(path, read_result(path)))
+        except ValueError as e:
+            warnings.append(f"skipping {path}: {e}")
+    return results, warnings
+
+
+def read_result(path: Path) -> Dict[str, Any]:
+    """Parse one file as data only; ValueError says why it is not a usable result."""
+    try:
+        if path.stat().st_size > MAX_RESULT_BYTES:
+            raise ValueError("too large to be a commbench result")
+        with open(path, "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+    except OSError as e:
+        raise ValueError(f"cannot read it ({e.strerror or e})")
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ValueError("not valid JSON (empty, truncated or corrupt)")
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError("not a commbench result")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ValueError(f"schema version {version!r} is newer than this commbench "
+                         f"understands ({SCHEMA_VERSION}); upgrade commbench")
+    if doc.get("status") != "ok":
+        raise ValueError(f"the run did not complete (status {doc.get('status')!r})")
+    for key in ("config", "summary"):
+        if not isinstance(doc.get(key), dict):
+            raise ValueError(f"missing its {key!r} section")
+    return doc

@@ -1,0 +1,250 @@
+"""`commbench run` (the default subcommand): one benchmark job on every rank.
+
+Flags -> RunConfig -> who am I -> process group -> plugin wraps model and
+optimizer -> compute-only reference -> warm-up and timed iterations -> samples of
+every rank gathered to rank 0 -> summary -> one result file written by rank 0.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any, Dict, List
+
+from commbench import environment, metrics, registry, results
+from commbench.config import RunConfig, add_run_arguments, config_from_args
+from commbench.errors import UsageError
+from commbench.launch.environment import detect_launch
+from commbench.loop import Timings, device_sync, measure, warm_up
+from commbench.models import build_model, model_names, synthetic_batch
+
+
+def add_arguments(parser) -> None:
+    add_run_arguments(parser)
+
+
+def main(args) -> int:
+    run(config_from_args(args))
+    return 0
+
+
+def run(config: RunConfig) -> Dict[str, Any]:
+    # Everything that can be wrong with the request is checked on every rank before
+    # any communication, so that all ranks fail alike instead of waiting on each other.
+    launch = detect_launch()
+    strategy_cls = registry.resolve(config.dist_optimizer)
+    why_not = registry.usable_reason(strategy_cls)
+    if why_not:
+        raise UsageError(f"argument --dist-optimizer: {strategy_cls.name} cannot run here: "
+                         f"{why_not}")
+    strategy_cls.check(config, launch)
+    if config.model not in model_names():
+        build_model(config.model, config.num_classes)  # raises the UsageError
+    results.ensure_writable(config.results_dir)
+
+    import torch
+
+    from commbench.launch.distributed import init_distributed
+
+    ctx = init_distributed(launch, config.no_cuda, config.timeout, config.machine_size)
+    say = Printer(ctx.rank == 0)
+    _check_same_config(ctx, config)
+    strategy = strategy_cls(ctx, config)
+
+    torch.manual_seed(config.seed + (ctx.rank if config.independent_init else 0))
+    model = build_model(config.model, config.num_classes).to(ctx.device)
+    images, labels = synthetic_batch(config.batch_size, config.image_size, config.num_classes,
+                                     ctx.device, seed=config.seed + 7919 * (ctx.rank + 1))
+    sync = device_sync(ctx.device)
+    _print_header(say, config, ctx, strategy_cls)
+
+    reference = None
+    if config.reference_iters and strategy_cls.name != "none":
+        say("Measuring the compute-only reference...")
+        reference = _compute_only(model, config, images, labels, sync)
+
+    step = strategy.wrap(model, _optimizer(model, config))
+    progress = IterationReport(ctx, config, model, strategy_cls.decentralized, say)
+    say("Running warmup...")
+    warm_up(lambda: step(images, labels), sync, config.num_warmup_batches)
+    say("Running benchmark...")
+    timings = measure(lambda: step(images, labels), sync, config.num_iters,
+                      config.num_batches_per_iter, after_iteration=progress)
+
+    samples = _gather_samples(ctx, timings, reference, model, progress.consensus)
+    if ctx.rank != 0:
+        return {}
+    doc = _result_document(config, ctx, strategy, samples)
+    path = results.write_result(config.results_dir, doc, _result_stem(config, ctx, strategy))
+    _print_summary(say, doc["summary"], ctx)
+    say(f"Result: {path}")
+    return doc
+
+
+class Printer:
+    """Only rank 0 prints, flushed, so output from many ranks never interleaves."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            print(text, flush=True)
+
+
+def _check_same_config(ctx, config: RunConfig) -> None:
+    """Ranks started with different flags or commbench versions would measure nonsense."""
+    import torch.distributed as dist
+
+    from commbench import __version__
+
+    mine = json.dumps([__version__, config.to_dict()], sort_keys=True)
+    digest = hashlib.sha256(mine.encode()).hexdigest()
+    everyone: List[Any] = [None] * ctx.world_size
+    dist.all_gather_object(everyone, (digest, mine))
+    odd = [r for r, (d, _) in enumerate(everyone) if d != everyone[0][0]]
+    if odd:
+        theirs = json.loads(everyone[odd[0]][1])
+        ours = json.loads(everyone[0][1])
+        keys = [k for k in ours[1] if ours[1][k] != theirs[1].get(k)]
+        what = (f"flags differ ({', '.join('--' + k.replace('_', '-') for k in keys)})"
+                if keys else f"commbench versions differ ({ours[0]} vs {theirs[0]})")
+        raise UsageError(f"ranks were started with different configurations: rank "
+                         f"{odd[0]} and rank 0 {what}")
+
+
+def _optimizer(model, config: RunConfig):
+    import torch
+
+    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+
+
+def _compute_only(model, config: RunConfig, images, labels, sync) -> Timings:
+    """Time training with no communication on a copy of the model, so that the
+    strategy's run starts from the same state it would have started from anyway."""
+    from commbench.optimizers.base import local_step
+
+    twin = copy.deepcopy(model)
+    step = local_step(twin, _optimizer(twin, config))
+    warm_up(lambda: step(images, labels), sync, config.num_warmup_batches)
+    timings = measure(lambda: step(images, labels), sync, config.reference_iters,
+                      config.num_batches_per_iter)
+    del twin, step
+    return timings
+
+
+class IterationReport:
+    """After each timed iteration (outside the timed region): the mean throughput
+    and loss over all workers, and for decentralized strategies the consensus
+    distance; rank 0 prints them."""
+
+    def __init__(self, ctx, config: RunConfig, model, decentralized: bool, say: Printer):
+        self.ctx, self.model, self.say = ctx, model, say
+        self.images = config.batch_size * config.num_batches_per_iter
+        self.decentralized = decentralized
+        self.consensus: List[float] = []
+
+    def __call__(self, i: int, timings: Timings) -> None:
+        import torch
+        import torch.distributed as dist
+
+        sums = torch.tensor([self.images / timings.iteration_seconds[-1], timings.loss[-1]],
+                            dtype=torch.float64, device=self.ctx.device)
+        dist.all_reduce(sums)
+        rate, loss = (sums / self.ctx.world_size).tolist()
+        line = f"Iter #{i}: {rate:.1f} img/sec per {self.ctx.device_kind}, loss {loss:.4f}"
+        if self.decentralized:
+            self.consensus.append(consensus_distance(self.model, self.ctx.world_size))
+            line += f", consensus distance {self.consensus[-1]:.3g}"
+        self.say(line)
+
+
+def consensus_distance(model, world_size: int) -> float:
+    """Mean over workers of ||x_r - mean x||^2 / ||mean x||^2 (see commbench.metrics)."""
+    import torch
+    import torch.distributed as dist
+
+    x = _flat_parameters(model).double()
+    mean = x.clone()
+    dist.all_reduce(mean)
+    mean /= world_size
+    gap = torch.stack([(x - mean).pow(2).sum(), mean.pow(2).sum()])
+    dist.all_reduce(gap)  # the second entry is world_size * ||mean||^2
+    return float(gap[0] / gap[1]) if gap[1] > 0 else 0.0
+
+
+def _flat_parameters(model):
+    import torch
+
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[str, Any]:
+    import torch.distributed as dist
+
+    flat = _flat_parameters(model).cpu().numpy()
+    mine = {
+        "iteration_seconds": timings.iteration_seconds,
+        "batch_seconds": timings.batch_seconds,
+        "loss": timings.loss,
+        "reference_seconds": reference.iteration_seconds if reference else None,
+        "parameter_digest": hashlib.sha256(flat.tobytes()).hexdigest()[:16],
+    }
+    everyone: List[Any] = [None] * ctx.world_size
+    dist.all_gather_object(everyone, mine)
+    samples = {key: [rank[key] for rank in everyone] for key in mine}
+    samples["parameter_digests"] = samples.pop("parameter_digest")
+    if reference is None:
+        samples["reference_seconds"] = None
+    samples["consensus_distance"] = consensus or None
+    return samples
+
+
+def _result_document(config: RunConfig, ctx, strategy, samples) -> Dict[str, Any]:
+    summary = metrics.summarize(config.batch_size, config.num_batches_per_iter,
+                                samples["iteration_seconds"], samples["batch_seconds"],
+                                samples["reference_seconds"])
+    summary["parameters_identical"] = len(set(samples["parameter_digests"])) == 1
+    summary["final_loss"] = sum(r[-1] for r in samples["loss"]) / ctx.world_size
+    summary["final_consensus_distance"] = (samples["consensus_distance"] or [None])[-1]
+    doc = results.new_document("run")
+    doc.update(config=config.to_dict(),
+               strategy={"name": type(strategy).name,
+                         "decentralized": type(strategy).decentralized, **strategy.facts()},
+               environment=environment.collect(ctx), samples=samples, summary=summary)
+    return doc
+
+
+def _result_stem(config: RunConfig, ctx, strategy) -> str:
+    parts = [config.model, type(strategy).name]
+    topology = strategy.facts().get("topology")
+    if topology:
+        parts.append(topology)
+    return "-".join(parts + [f"n{ctx.world_size}"])
+
+
+def _print_header(say: Printer, config: RunConfig, ctx, strategy_cls) -> None:
+    kind = ctx.device_kind
+    say(f"Model: {config.model} ({config.image_size}x{config.image_size} synthetic images)")
+    say(f"Batch size: {config.batch_size} per {kind}")
+    say(f"Number of {kind}s: {ctx.world_size} (launcher: {ctx.launch.launcher}, "
+        f"{ctx.num_machines} machine(s))")
+    say(f"Strategy: {strategy_cls.name} - {strategy_cls.summary}")
+    say(f"Backend: {ctx.backend} on {ctx.device}")
+
+
+def _print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
+    kind, n = ctx.device_kind, ctx.world_size
+    per, total = summary["img_sec_per_worker"], summary["total_img_sec"]
+    say(f"Img/sec per {kind}: {per['mean']:.1f} +-{per['spread']:.1f}")
+    say(f"Total img/sec on {n} {kind}(s): {total['mean']:.1f} +-{total['spread']:.1f}")
+    if total["ci95"] is not None:
+        say(f"  (+- is 1.96 std of the {total['n']} iterations; 95% confidence interval of "
+            f"the mean: {total['mean'] - total['ci95']:.1f} .. {total['mean'] + total['ci95']:.1f})")
+    lat = summary["latency_seconds_per_batch"]
+    say("Latency per batch: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in lat.items()))
+    if "efficiency_in_job" in summary:
+        say(f"Compute-only: {summary['compute_only_img_sec_per_worker']:.1f} img/sec per "
+            f"{kind}; in-job scaling efficiency {100 * summary['efficiency_in_job']:.1f}%; "
+            f"communication overhead {100 * summary['communication_overhead']:.1f}%")

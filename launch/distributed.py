@@ -1,0 +1,199 @@
+"""Set up torch.distributed for whichever launcher started us.
+
+Rendezvous, in order: the launcher's MASTER_ADDR/MASTER_PORT (torchrun, or a user
+who sets them); under an MPI launcher, rank 0's address and a free port shared over
+MPI (mpi4py); under Slurm, the job's first host and a port derived from the job
+id (as Lightning does); under horovodrun's gloo controller, Horovod's own
+broadcast. Backend: NCCL on `cuda:local_rank`, gloo on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import List, Optional, Tuple
+
+from commbench.errors import UsageError
+from commbench.launch.environment import LaunchInfo
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Everything a plugin and the loop need to know about the job."""
+
+    launch: LaunchInfo  # with local rank/size and node index filled in
+    device: "object"  # torch.device
+    backend: str
+    hostnames: Tuple[str, ...]  # one per rank
+    machine_size: int  # ranks per machine (real, or simulated); 0 if machines differ in size
+    simulated_machines: bool
+
+    @property
+    def rank(self) -> int:
+        return self.launch.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.launch.world_size
+
+    @property
+    def num_machines(self) -> int:
+        if self.machine_size:
+            return self.world_size // self.machine_size
+        return len(set(self.hostnames))  # machines of unequal sizes
+
+    @property
+    def machine(self) -> int:
+        return self.rank // self.machine_size
+
+    @property
+    def device_kind(self) -> str:
+        """What a worker is called in output: GPU on CUDA, worker otherwise."""
+        return "GPU" if getattr(self.device, "type", "cpu") == "cuda" else "worker"
+
+
+def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
+                     machine_size: Optional[int] = None) -> DistContext:
+    import torch
+    import torch.distributed as dist
+
+    use_cuda = torch.cuda.is_available() and not no_cuda
+    backend = "nccl" if use_cuda else "gloo"
+    if use_cuda and info.local_rank is not None:
+        torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
+    options = dict(backend=backend, rank=info.rank, world_size=info.world_size,
+                   timeout=timedelta(seconds=timeout))
+    if info.world_size == 1:
+        dist.init_process_group(store=dist.HashStore(), **options)
+    else:
+        addr, port = _rendezvous_address(info)
+        dist.init_process_group(init_method=f"tcp://{_bracket(addr)}:{port}", **options)
+
+    hostnames = [None] * info.world_size
+    dist.all_gather_object(hostnames, socket.gethostname())
+    info = _fill_node_layout(info, hostnames)
+    if use_cuda:
+        torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+        _share_cores(info)
+
+    simulated = machine_size is not None
+    if simulated and info.world_size % machine_size:
+        raise UsageError(f"--machine-size {machine_size} does not divide the "
+                         f"{info.world_size} ranks into equal machines")
+    return DistContext(info, device, backend, tuple(hostnames),
+                       machine_size if simulated else _real_machine_size(info, hostnames),
+                       simulated)
+
+
+def _rendezvous_address(info: LaunchInfo) -> Tuple[str, int]:
+    env = os.environ
+    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        return env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    if info.mpi or "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env:
+        return _rendezvous_over_mpi()
+    if info.launcher == "slurm":
+        return _slurm_first_host(), 10000 + int(env.get("SLURM_JOB_ID", "0")) % 20000
+    if info.launcher == "horovodrun":
+        return _rendezvous_over_horovod()
+    raise UsageError(f"{info.launcher} started {info.world_size} ranks but gave no "
+                     "rendezvous address: set MASTER_ADDR and MASTER_PORT")
+
+
+def _rendezvous_over_mpi() -> Tuple[str, int]:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise UsageError("started by an MPI launcher but mpi4py is not installed: "
+                         "pip install 'commbench[mpi]', or set MASTER_ADDR and MASTER_PORT")
+    comm = MPI.COMM_WORLD
+    hosts = comm.allgather(socket.gethostname())
+    address = None
+    if comm.rank == 0:
+        address = (_address_towards(hosts), _free_port())
+    return comm.bcast(address, root=0)
+
+
+def _rendezvous_over_horovod() -> Tuple[str, int]:
+    try:
+        import horovod.torch as hvd
+    except ImportError:
+        raise UsageError("started by horovodrun's gloo controller but horovod is not "
+                         "importable: set MASTER_ADDR and MASTER_PORT")
+    hvd.init()
+    hosts = hvd.allgather_object(socket.gethostname())
+    address = (_address_towards(hosts), _free_port()) if hvd.rank() == 0 else None
+    return hvd.broadcast_object(address, root_rank=0)
+
+
+def _address_towards(hosts: List[str]) -> str:
+    """Rank 0's address as the other ranks can reach it."""
+    me = hosts[0]
+    others = [h for h in hosts if h != me]
+    if not others:
+        return "127.0.0.1"
+    # The local address of the route to a peer is one that peers can reach,
+    # unlike gethostbyname(hostname), which is often 127.0.1.1.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((socket.gethostbyname(others[0]), 9))
+        return probe.getsockname()[0]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _slurm_first_host() -> str:
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST", "")
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], check=True,
+                             capture_output=True, text=True, timeout=30).stdout
+        return out.split()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        raise UsageError("cannot find the Slurm job's first host with `scontrol show "
+                         "hostnames`: set MASTER_ADDR and MASTER_PORT")
+
+
+def _bracket(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr else addr
+
+
+def _fill_node_layout(info: LaunchInfo, hostnames: List[str]) -> LaunchInfo:
+    """Local rank/size and node index from the hostnames where the launcher is silent."""
+    nodes = list(dict.fromkeys(hostnames))  # in order of first appearance
+    mine = hostnames[info.rank]
+    return replace(
+        info,
+        local_rank=info.local_rank if info.local_rank is not None
+        else hostnames[:info.rank].count(mine),
+        local_size=info.local_size if info.local_size is not None else hostnames.count(mine),
+        node_rank=info.node_rank if info.node_rank is not None else nodes.index(mine),
+    )
+
+
+def _real_machine_size(info: LaunchInfo, hostnames: List[str]) -> int:
+    """Ranks per machine; 0 when machines hold different numbers of ranks."""
+    counts = {hostnames.count(h) for h in hostnames}
+    contiguous = all(hostnames[r] == hostnames[r - r % info.local_size]
+                     for r in range(info.world_size)) if len(counts) == 1 else False
+    return counts.pop() if len(counts) == 1 and contiguous else 0
+
+
+def _share_cores(info: LaunchInfo) -> None:
+    """Give each co-located CPU worker its share of the cores.
+
+    torch uses every core by default, so N workers on one machine would each run
+    N-fold oversubscribed. torchrun sets OMP_NUM_THREADS=1 for the same reason;
+    an explicit OMP_NUM_THREADS wins.
+    """
+    import torch
+
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, info.local_size)))

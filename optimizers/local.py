@@ -1,0 +1,13 @@
+"""`none`: no communication. The compute-only reference against which scaling
+efficiency is measured inside one job."""
+
+from commbench.optimizers.base import Strategy, TrainStep, local_step
+
+
+class Local(Strategy):
+    name = "none"
+    summary = "no communication: every worker trains alone (compute-only reference)"
+    decentralized = True  # workers' models drift apart; the consensus distance shows how far
+
+    def wrap(self, model, optimizer) -> TrainStep:
+        return local_step(model, optimizer)

@@ -1,0 +1,1 @@
+"""Charts rendered from commbench result files."""
