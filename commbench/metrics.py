@@ -14,6 +14,9 @@ workers compete for the machine exactly as in the run).
 Scaling efficiency across jobs: E(N) = Total(N) / (N · Total(1)).
 Communication overhead: 1 − compute-only time per batch / step time per batch.
 Consensus distance: mean over workers of ‖x_r − x̄‖² / ‖x̄‖².
+Repeated runs of one configuration: the mean of the runs' means, with the 95%
+confidence interval over those run means (runs differ more than iterations do).
+A/B comparison: Welch's t-test on the two arms' per-iteration totals S_i.
 """
 
 from __future__ import annotations
@@ -56,6 +59,28 @@ def throughputs(images_per_iteration: int, iteration_seconds) -> np.ndarray:
     return images_per_iteration / np.asarray(iteration_seconds, dtype=float)
 
 
+def total_throughput(images_per_iteration: int, iteration_seconds) -> np.ndarray:
+    """S_i = Σ_r r_i: the whole job's img/sec in each iteration, from [ranks, iterations]."""
+    return throughputs(images_per_iteration, iteration_seconds).sum(axis=0)
+
+
+def welch_p_value(a: Sequence[float], b: Sequence[float]) -> Optional[float]:
+    """Two-sided p-value of Welch's t-test (unequal variances) that samples a and b
+    have the same mean; None when either has fewer than 2 samples.
+
+    Welch rather than Mann-Whitney: benchmarks often have only a few iterations, and
+    Mann-Whitney cannot reach p < 0.05 with 3 samples a side however large the change.
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.size < 2 or b.size < 2:
+        return None
+    if a.std() == 0 and b.std() == 0:  # the t statistic is undefined; the answer is not
+        return 1.0 if a.mean() == b.mean() else 0.0
+    from scipy import stats
+
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
 def scaling_efficiency(total: float, workers: int, single_worker_total: float) -> float:
     """E(N) = Total(N) / (N · Total(1))."""
     return total / (workers * single_worker_total)
@@ -69,9 +94,8 @@ def summarize(batch_size: int, batches_per_iter: int, iteration_seconds, batch_s
     reference_seconds: [ranks, iterations] of the compute-only reference, or None.
     """
     images = batch_size * batches_per_iter
-    rates = throughputs(images, iteration_seconds)
-    workers = rates.shape[0]
-    total = rates.sum(axis=0)
+    workers = np.shape(iteration_seconds)[0]
+    total = total_throughput(images, iteration_seconds)
     summary: Dict[str, object] = {
         "workers": workers,
         "total_img_sec": describe(total),

@@ -99,7 +99,9 @@ def _check_same_config(ctx, config: RunConfig) -> None:
 
     from commbench import __version__
 
-    mine = json.dumps([__version__, config.to_dict()], sort_keys=True)
+    # Only rank 0 writes results, so where the others would have written them is moot.
+    flags = {k: v for k, v in config.to_dict().items() if k != "results_dir"}
+    mine = json.dumps([__version__, flags], sort_keys=True)
     digest = hashlib.sha256(mine.encode()).hexdigest()
     everyone: List[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, (digest, mine))

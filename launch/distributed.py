@@ -66,7 +66,9 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
         torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
     options = dict(backend=backend, rank=info.rank, world_size=info.world_size,
                    timeout=timedelta(seconds=timeout))
-    if info.world_size == 1:
+    if dist.is_initialized():
+        pass  # embedded in a program that set up torch.distributed itself (e.g. benchmarks/)
+    elif info.world_size == 1:
         dist.init_process_group(store=dist.HashStore(), **options)
     else:
         addr, port = _rendezvous_address(info)

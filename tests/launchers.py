@@ -1,0 +1,76 @@
+"""Start commands through real launchers (mpiexec, torchrun) with a hard timeout.
+
+On timeout the whole process group is killed, so no rank outlives its test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+PYTHON = sys.executable
+BIN = Path(PYTHON).parent
+
+
+def launcher_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    env = dict(os.environ)
+    # Open MPI refuses to run as root without these (CI runs as root).
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PYTHONUNBUFFERED="1")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)  # a test must see only its own launcher's variables
+    env.update(extra or {})
+    return env
+
+
+def run(cmd: List[str], timeout: float, env: Optional[Dict[str, str]] = None,
+        cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=launcher_env(env), cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def mpiexec_path() -> str:
+    path = shutil.which("mpiexec", path=str(BIN)) or shutil.which("mpiexec")
+    if path is None:
+        pytest.fail("mpiexec not found: install the mpi extra (pip install -e '.[mpi,test]')")
+    return path
+
+
+def mpiexec(n: int, args: List[str], timeout: float = 180, **kw) -> subprocess.CompletedProcess:
+    """`mpiexec -n N python ARGS...` (oversubscribed: CI has 2 cores)."""
+    cmd = [mpiexec_path(), "-n", str(n), "--oversubscribe", "--bind-to", "none", PYTHON, *args]
+    return run(cmd, timeout, **kw)
+
+
+def torchrun(n: int, args: List[str], timeout: float = 180, **kw) -> subprocess.CompletedProcess:
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *args]
+    return run(cmd, timeout, **kw)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# A run that takes seconds, not minutes, on 2 CPU cores.
+TINY_RUN = ["--model", "resnet18", "--image-size", "32", "--batch-size", "8",
+            "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "3",
+            "--reference-iters", "1"]

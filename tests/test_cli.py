@@ -1,0 +1,82 @@
+"""The command line: flag set snapshot, default subcommand, one-line errors."""
+
+import subprocess
+import sys
+
+import pytest
+
+from commbench.cli import build_parser
+from commbench.config import RunConfig, config_from_args
+
+# The run flags, snapshotted: a change here is a change users see. Update it on purpose.
+RUN_FLAGS = [
+    "--atc-style", "--batch-size", "--disable-dynamic-topology", "--dist-optimizer",
+    "--fp16-allreduce", "--image-size", "--independent-init", "--lr", "--machine-size",
+    "--model", "--momentum", "--no-cuda", "--num-batches-per-iter", "--num-classes",
+    "--num-iters", "--num-warmup-batches", "--reference-iters", "--results-dir", "--seed",
+    "--tag", "--timeout", "--topology",
+]
+
+
+def run_parser():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices["run"]
+
+
+def test_run_flags_do_not_drift():
+    flags = sorted(o for a in run_parser()._actions for o in a.option_strings
+                   if o.startswith("--") and o != "--help")
+    assert flags == RUN_FLAGS
+
+
+def test_defaults_follow_horovod_and_bluefog_benchmarks():
+    config = config_from_args(build_parser().parse_args(["run"]))
+    assert config == RunConfig()
+    assert (config.model, config.batch_size, config.num_warmup_batches,
+            config.num_batches_per_iter, config.num_iters) == ("resnet50", 32, 10, 10, 10)
+    assert (config.topology, config.results_dir, config.image_size) == (
+        "exponential-2", "results", 224)
+
+
+def test_flags_reach_the_config():
+    args = build_parser().parse_args(["run", "--batch-size", "8", "--atc-style",
+                                      "--machine-size", "2", "--dist-optimizer=none"])
+    config = config_from_args(args)
+    assert (config.batch_size, config.atc_style, config.machine_size,
+            config.dist_optimizer) == (8, True, 2, "none")
+
+
+def commbench(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "0"], "argument --batch-size: must be a positive integer, got '0'"),
+    (["--num-iters", "-3"], "argument --num-iters: must be a positive integer, got '-3'"),
+    (["--num-warmup-batches", "x"], "argument --num-warmup-batches: must be an integer >= 0"),
+    (["--lr", "nan"], "argument --lr: must be a number >= 0"),
+    (["--timeout", "0"], "argument --timeout: must be a positive number"),
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--dist-optimizer", "nope"], "argument --dist-optimizer: unknown strategy 'nope'"),
+    (["--model", "resnet9000"], "argument --model: unknown model 'resnet9000'"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    done = commbench(*args)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_no_subcommand_means_run_and_help_lists_subcommands():
+    done = commbench("--help")
+    assert done.returncode == 0 and "run" in done.stdout and "list" in done.stdout
+    done = commbench("--dist-optimizer", "nope")  # reached `run`, which rejected the name
+    assert "unknown strategy" in done.stderr
+
+
+def test_list_shows_strategies_and_why_not():
+    done = commbench("list")
+    assert done.returncode == 0
+    assert "allreduce" in done.stdout and "none" in done.stdout and "usable" in done.stdout
