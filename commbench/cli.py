@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import List, Optional
 
@@ -18,6 +19,10 @@ from commbench.errors import UsageError
 SUBCOMMANDS = {
     "run": ("commbench.run", "run one benchmark job (the default; start it under a launcher)"),
     "list": ("commbench.listing", "list strategies, topologies and models, and which run here"),
+    "sweep": ("commbench.sweep", "run a scaling study on this machine: jobs, report and charts"),
+    "plot": ("commbench.plot", "draw scaling charts from result files"),
+    "report": ("commbench.report", "tables of throughput, efficiency and latency"),
+    "compare": ("commbench.compare", "A/B comparison of two sets of result files"),
 }
 
 
@@ -42,13 +47,21 @@ def main(argv: Optional[List[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "run")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    module = importlib.import_module(SUBCOMMANDS[args.command][0])
+    if extra and not getattr(module, "PASSES_RUN_FLAGS", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.run_flags = extra
     try:
-        code = importlib.import_module(SUBCOMMANDS[args.command][0]).main(args)
+        code = module.main(args)
     except UsageError as e:
         fail(str(e), UsageError.exit_code)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except BrokenPipeError:  # `commbench list | head`: the reader left, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except Exception as e:  # one line per failing rank, never a traceback wall
         from commbench.failure import describe_and_abort
 

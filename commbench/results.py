@@ -24,6 +24,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from commbench.errors import UsageError
 FORMAT = "commbench-result"
 SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 256 * 2**20  # anything larger is not a result of ours
+MIN_FREE_BYTES = 16 * 2**20  # raw samples of a large job take a few MiB
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,18 @@ def ensure_writable(directory: Union[str, Path]) -> Path:
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
-            pass
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-") as probe:
+            probe.write(b"x" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+        free = shutil.disk_usage(directory).free
     except OSError as e:
         raise UsageError(f"argument --results-dir: cannot write to {str(directory)!r}: "
                          f"{e.strerror or e}")
+    if free < MIN_FREE_BYTES:
+        raise UsageError(f"argument --results-dir: {str(directory)!r} has only "
+                         f"{free // 1024} KiB free; a result needs up to "
+                         f"{MIN_FREE_BYTES // 2**20} MiB")
     return directory
 
 
@@ -85,6 +94,8 @@ def write_result(directory: Union[str, Path], doc: Dict[str, Any], stem: str) ->
     data = json.dumps(doc, indent=1, allow_nan=False).encode()
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".partial-", suffix=".json")
     try:
+        # mkstemp makes the file private (0600); a result is meant to be shared
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -98,6 +109,12 @@ def write_result(directory: Union[str, Path], doc: Dict[str, Any], stem: str) ->
                 continue
     finally:
         os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _result_files(paths: Iterable[Union[str, Path]]) -> Iterable[Path]:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 from commbench import environment, metrics, registry, results
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.errors import UsageError
-from commbench.launch.environment import detect_launch
+from commbench.launch.environment import LaunchInfo, detect_launch
 from commbench.loop import Timings, device_sync, measure, warm_up
 from commbench.models import build_model, model_names, synthetic_batch
 
@@ -30,17 +30,8 @@ def main(args) -> int:
 
 
 def run(config: RunConfig) -> Dict[str, Any]:
-    # Everything that can be wrong with the request is checked on every rank before
-    # any communication, so that all ranks fail alike instead of waiting on each other.
     launch = detect_launch()
-    strategy_cls = registry.resolve(config.dist_optimizer)
-    why_not = registry.usable_reason(strategy_cls)
-    if why_not:
-        raise UsageError(f"argument --dist-optimizer: {strategy_cls.name} cannot run here: "
-                         f"{why_not}")
-    strategy_cls.check(config, launch)
-    if config.model not in model_names():
-        build_model(config.model, config.num_classes)  # raises the UsageError
+    strategy_cls = validate(config, launch)
     results.ensure_writable(config.results_dir)
 
     import torch
@@ -56,6 +47,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
     model = build_model(config.model, config.num_classes).to(ctx.device)
     images, labels = synthetic_batch(config.batch_size, config.image_size, config.num_classes,
                                      ctx.device, seed=config.seed + 7919 * (ctx.rank + 1))
+    _check_image_size(model, images, config)
     sync = device_sync(ctx.device)
     _print_header(say, config, ctx, strategy_cls)
 
@@ -80,6 +72,20 @@ def run(config: RunConfig) -> Dict[str, Any]:
     _print_summary(say, doc["summary"], ctx)
     say(f"Result: {path}")
     return doc
+
+
+def validate(config: RunConfig, launch: LaunchInfo):
+    """Everything that can be wrong with the request, checked before any communication
+    so that all ranks fail alike instead of waiting on each other. Returns the plugin."""
+    strategy_cls = registry.resolve(config.dist_optimizer)
+    why_not = registry.usable_reason(strategy_cls)
+    if why_not:
+        raise UsageError(f"argument --dist-optimizer: {strategy_cls.name} cannot run here: "
+                         f"{why_not}")
+    strategy_cls.check(config, launch)
+    if config.model not in model_names():
+        build_model(config.model, config.num_classes)  # raises the UsageError
+    return strategy_cls
 
 
 class Printer:
@@ -114,6 +120,22 @@ def _check_same_config(ctx, config: RunConfig) -> None:
                 if keys else f"commbench versions differ ({ours[0]} vs {theirs[0]})")
         raise UsageError(f"ranks were started with different configurations: rank "
                          f"{odd[0]} and rank 0 {what}")
+
+
+def _check_image_size(model, images, config: RunConfig) -> None:
+    """One image through the model, so that an image too small for it is a clear error
+    on every rank now rather than a shape error deep inside the first step."""
+    import torch
+
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(images[:1])
+    except RuntimeError as e:
+        raise UsageError(f"argument --image-size: {config.image_size} is too small for "
+                         f"{config.model} ({str(e).splitlines()[0]})")
+    finally:
+        model.train()
 
 
 def _optimizer(model, config: RunConfig):

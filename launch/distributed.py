@@ -85,12 +85,12 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
         _share_cores(info)
 
     simulated = machine_size is not None
-    if simulated and info.world_size % machine_size:
-        raise UsageError(f"--machine-size {machine_size} does not divide the "
-                         f"{info.world_size} ranks into equal machines")
-    return DistContext(info, device, backend, tuple(hostnames),
-                       machine_size if simulated else _real_machine_size(info, hostnames),
-                       simulated)
+    if simulated:
+        # Only strategies that use machines care; they reject a size that does not divide.
+        machine_size = machine_size if info.world_size % machine_size == 0 else 0
+    else:
+        machine_size = _real_machine_size(info, hostnames)
+    return DistContext(info, device, backend, tuple(hostnames), machine_size, simulated)
 
 
 def _rendezvous_address(info: LaunchInfo) -> Tuple[str, int]:

@@ -83,7 +83,8 @@ def test_unknown_strategy_under_mpiexec_fails_fast_on_every_rank(tmp_path):
     assert done.returncode != 0
     assert time.monotonic() - start < 30
     errors = [l for l in done.stderr.splitlines() if l.startswith("commbench: error:")]
-    assert len(errors) == 2 and all("unknown strategy 'nope'" in e for e in errors)
+    # Each rank says it; a rank slower to start may be killed by mpiexec before it can.
+    assert 1 <= len(errors) <= 2 and all("unknown strategy 'nope'" in e for e in errors)
     assert "Traceback" not in done.stderr
     assert not list(tmp_path.glob("*.json"))
 

@@ -1,0 +1,144 @@
+"""Microbenchmark: commbench's fused neighbor exchange + combine against the raw
+primitives doing the same exchange, side by side in one job.
+
+    mpiexec -n 4 python benchmarks/neighbor_exchange.py [--megabytes 25] [--repetitions 20]
+
+One float32 flat buffer (the size of a model's parameters) on a static topology
+(exponential-2 by default). The contenders, interleaved within each repetition so
+that load on a shared machine hits all of them alike:
+
+  commbench  NeighborExchange, as neighbor_allreduce runs it: the buffer goes to each
+             out-neighbor and comes from each in-neighbor (batch_isend_irecv), then
+             x <- W x in place
+  gloo raw   the same batch_isend_irecv of the same bytes, and nothing else
+  MPI raw    mpi4py Neighbor_allgather on a distributed-graph communicator of the
+             same graph (only when started by an MPI launcher)
+
+A repetition's time is the slowest rank's (barrier, then each rank's own clock).
+Printed: median and interquartile range per contender, bytes per rank, effective
+per-link bandwidth (bytes of one buffer / time: links run concurrently), and the
+ratio of commbench to each raw primitive. Target: commbench / gloo raw <= 1.15.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Callable, Dict, List
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=float, default=25.0,
+                        help="buffer size in MB (10^6 bytes) of float32 (default: 25)")
+    parser.add_argument("--repetitions", type=int, default=20,
+                        help="timed repetitions per contender (default: 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed repetitions (default: 3)")
+    parser.add_argument("--topology", default="exponential-2",
+                        help="static topology (default: exponential-2)")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from commbench.launch.distributed import init_distributed
+    from commbench.launch.environment import detect_launch
+    from commbench.optimizers.neighbor_exchange import NeighborExchange
+    from commbench.topology import build_schedule
+
+    launch = detect_launch()
+    ctx = init_distributed(launch, no_cuda=True, timeout=300)
+    rank, n = ctx.rank, ctx.world_size
+    schedule = build_schedule(args.topology, n, dynamic=False)
+    topology = schedule.at(0)
+    sources, destinations = list(topology.in_neighbors(rank)), list(topology.out_neighbors(rank))
+    count = int(args.megabytes * 1e6) // 4
+
+    buffer = torch.empty(count, dtype=torch.float32)
+    exchange = NeighborExchange([buffer], schedule, rank)
+    check_exchange(exchange, buffer, topology, rank)
+
+    payload = torch.rand(count, dtype=torch.float32)
+    received = [torch.empty_like(payload) for _ in sources]
+
+    def gloo_raw():
+        ops = [dist.P2POp(dist.irecv, r, s) for r, s in zip(received, sources)]
+        ops += [dist.P2POp(dist.isend, payload, d) for d in destinations]
+        for work in dist.batch_isend_irecv(ops) if ops else []:
+            work.wait()
+
+    contenders: Dict[str, Callable[[], None]] = {"commbench": exchange, "gloo raw": gloo_raw}
+    if launch.mpi:
+        contenders["MPI raw"] = mpi_neighbor_allgather(payload.numpy(), sources, destinations)
+
+    times = {name: [] for name in contenders}
+    for repetition in range(args.warmup + args.repetitions):
+        for name, run in contenders.items():
+            dist.barrier()
+            start = time.perf_counter()
+            run()
+            elapsed = time.perf_counter() - start
+            if repetition >= args.warmup:
+                times[name].append(elapsed)
+
+    slowest = {}
+    for name, mine in times.items():
+        t = torch.tensor(mine, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        slowest[name] = t.numpy()
+    if rank == 0:
+        report(args, n, count * 4, len(sources), len(destinations), slowest, np)
+    dist.barrier()
+
+
+def check_exchange(exchange, buffer, topology, rank: int) -> None:
+    """One step on rank-valued buffers must give row `rank` of W @ (0, 1, ..., n-1)."""
+    buffer.fill_(float(rank))
+    exchange()
+    import numpy as np
+
+    want = float(topology.weights[rank] @ np.arange(topology.size))
+    got = float(buffer[0]), float(buffer[-1])
+    if not all(abs(g - want) < 1e-5 for g in got):
+        raise SystemExit(f"rank {rank}: the exchange gave {got}, the dense reference {want}")
+
+
+def mpi_neighbor_allgather(send, sources: List[int], destinations: List[int]):
+    """The same exchange as one MPI neighborhood collective (zero-copy on numpy views)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    graph = MPI.COMM_WORLD.Create_dist_graph_adjacent(sources, destinations, reorder=False)
+    receive = np.empty((len(sources), send.size), dtype=send.dtype)
+
+    def run():
+        graph.Neighbor_allgather(send, receive)
+
+    return run
+
+
+def report(args, n: int, nbytes: int, in_degree: int, out_degree: int, slowest, np) -> None:
+    print(f"Neighbor exchange on {n} ranks, static {args.topology}: "
+          f"{nbytes / 1e6:.1f} MB float32 per buffer; each rank sends {out_degree} and "
+          f"receives {in_degree} buffers ({out_degree * nbytes / 1e6:.1f} MB out, "
+          f"{in_degree * nbytes / 1e6:.1f} MB in)")
+    print(f"Median of {args.repetitions} repetitions (slowest rank of each), "
+          f"after {args.warmup} untimed:")
+    medians = {}
+    for name, t in slowest.items():
+        medians[name] = float(np.median(t))
+        q1, q3 = np.percentile(t, [25, 75])
+        print(f"  {name:<10} {medians[name] * 1e3:8.2f} ms  (IQR {q1 * 1e3:.2f} .. "
+              f"{q3 * 1e3:.2f} ms)  per-link {nbytes / medians[name] / 1e9:6.2f} GB/s")
+    for raw in (name for name in medians if name != "commbench"):
+        ratio = medians["commbench"] / medians[raw]
+        target = "  (target <= 1.15)" if raw == "gloo raw" else ""
+        print(f"  commbench / {raw}: {ratio:.2f}{target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""`commbench compare BASE NEW`: A/B comparison of two sets of results, matched on
+configuration (group key without hardware and tag, strategy and topology
+settings, workers).
+
+Whether a difference is real is Welch's t-test on the per-iteration totals S_i of
+the two arms (repeats pooled); a configuration has "changed" when p < alpha and
+|delta| >= threshold. Unmatched runs are listed, then the environment keys and run
+settings in which the arms differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import IO, Any, Dict, List, Optional, Tuple
+
+from commbench import analysis, metrics, tables
+from commbench.analysis import Point, Run
+
+TEST = "Welch's t-test on per-iteration total img/sec (S_i), two-sided"
+HEADERS = ["strategy", "topology", "N", "base img/sec", "new img/sec", "ratio", "delta",
+           "p", "result"]
+ALIGN = "llrrrrrrl"
+# Settings that are part of the match, or that differ without meaning anything.
+MATCHED_SETTINGS = {"model", "batch_size", "image_size", "num_classes", "fp16_allreduce",
+                    "dist_optimizer", "topology", "disable_dynamic_topology", "atc_style",
+                    "results_dir"}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("base", metavar="BASE", help="result file or directory (the A arm)")
+    parser.add_argument("new", metavar="NEW", help="result file or directory (the B arm)")
+    parser.add_argument("--threshold", type=_percent, default=5.0, metavar="PERCENT",
+                        help="smallest |delta| that counts as a change (default: 5)")
+    parser.add_argument("--alpha", type=_probability, default=0.05,
+                        help="significance level of the test (default: 0.05)")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    parser.add_argument("--fail-on-regression", action="store_true",
+                        help="exit 1 when a configuration is significantly slower by more "
+                        "than the threshold")
+
+
+def _number(text: str, ok, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not ok(value):  # nan fails every test
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+    return value
+
+
+def _percent(text: str) -> float:
+    return _number(text, lambda v: v >= 0, "a percentage >= 0")
+
+
+def _probability(text: str) -> float:
+    return _number(text, lambda v: 0 < v < 1, "a number between 0 and 1")
+
+
+def main(args) -> int:
+    return compare(args.base, args.new, args.threshold / 100, args.alpha, args.format,
+                   args.fail_on_regression)
+
+
+def compare(base: str, new: str, threshold: float = 0.05, alpha: float = 0.05,
+            fmt: str = "text", fail_on_regression: bool = False,
+            out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    arms = []
+    for name, path in (("BASE", base), ("NEW", new)):
+        runs, notes = analysis.load_runs([path])
+        for note in notes:
+            print(f"commbench compare: warning: {note}", file=err)
+        if not runs:
+            print(f"commbench compare: error: no usable commbench run results in {name} "
+                  f"({path})", file=err)
+            return 1
+        arms.append(runs)
+    result = Comparison(arms[0], arms[1], threshold, alpha)
+    out.write(result.json() if fmt == "json" else result.text(base, new, fmt))
+    out.flush()
+    return 1 if fail_on_regression and result.regressions else 0
+
+
+def _cells(runs: List[Run]) -> Dict[Tuple, Point]:
+    by_key: Dict[Tuple, List[Run]] = {}
+    for run in runs:
+        by_key.setdefault(run.match_key, []).append(run)
+    return {k: analysis.combine(sorted(v, key=lambda r: str(r.path))) for k, v in by_key.items()}
+
+
+def _order(match_key: Tuple) -> Tuple:
+    group, series, workers = match_key
+    return (group, series.order(), workers)
+
+
+class Comparison:
+    def __init__(self, base: List[Run], new: List[Run], threshold: float, alpha: float):
+        self.base_runs, self.new_runs = base, new
+        self.threshold, self.alpha = threshold, alpha
+        a, b = _cells(base), _cells(new)
+        self.pairs = [self._pair(k, a[k], b[k]) for k in sorted(set(a) & set(b), key=_order)]
+        self.only_base = [a[k] for k in sorted(set(a) - set(b), key=_order)]
+        self.only_new = [b[k] for k in sorted(set(b) - set(a), key=_order)]
+        self.regressions = [p for p in self.pairs if p["result"] == "SLOWER"]
+
+    def _pair(self, key: Tuple, base: Point, new: Point) -> Dict[str, Any]:
+        ratio = new.total / base.total
+        p = metrics.welch_p_value(base.totals, new.totals)
+        if p is None:
+            result = "n/a: < 2 iterations"
+        elif p < self.alpha and abs(ratio - 1) >= self.threshold:
+            result = "faster" if ratio > 1 else "SLOWER"
+        elif p < self.alpha:
+            result = f"~ (below {100 * self.threshold:g}%)"
+        else:
+            result = "~ (not significant)"
+        return {"group": _title(key[0]), "strategy": base.series.strategy,
+                "topology": base.series.settings(), "workers": base.workers,
+                "base": base, "new": new, "ratio": ratio, "delta": ratio - 1, "p": p,
+                "result": result}
+
+    def environment_differences(self) -> List[Tuple[str, List[str], List[str]]]:
+        return _differences([r.doc.get("environment") or {} for r in self.base_runs],
+                            [r.doc.get("environment") or {} for r in self.new_runs])
+
+    def setting_differences(self) -> List[Tuple[str, List[str], List[str]]]:
+        def settings(runs):
+            return [{k: v for k, v in r.doc["config"].items() if k not in MATCHED_SETTINGS}
+                    for r in runs]
+        return _differences(settings(self.base_runs), settings(self.new_runs))
+
+    def text(self, base: str, new: str, fmt: str) -> str:
+        h = "## " if fmt == "markdown" else ""
+        lines = [f"BASE: {base} ({_runs(len(self.base_runs))})",
+                 f"NEW:  {new} ({_runs(len(self.new_runs))})",
+                 f"Test: {TEST}, alpha {self.alpha:g}; changed = significant and "
+                 f"|delta| >= {100 * self.threshold:g}%.", ""]
+        if fmt == "markdown":
+            lines = [f"- {line}" if line else line for line in lines]
+        for group in dict.fromkeys(p["group"] for p in self.pairs):
+            rows = [_row(p) for p in self.pairs if p["group"] == group]
+            lines += [f"{h}{group}", ""] if fmt == "markdown" else [group]
+            lines += [tables.render(HEADERS, rows, ALIGN, fmt)]
+        if not self.pairs:
+            lines += ["No configuration is in both BASE and NEW.", ""]
+        for title, cells in (("Only in BASE", self.only_base), ("Only in NEW", self.only_new)):
+            if cells:
+                lines += [f"{h}{title} (not compared):"] + _unmatched_lines(cells, fmt) + [""]
+        bullet = "- " if fmt == "markdown" else "  "
+        for title, diffs in (("Environment differences", self.environment_differences()),
+                             ("Run settings that differ", self.setting_differences())):
+            lines += [f"{h}{title} (BASE -> NEW; a | b: the arm's runs differ):"]
+            lines += [f"{bullet}{k}: {' | '.join(a)} -> {' | '.join(b)}"
+                      for k, a, b in diffs] or [f"{bullet}none"]
+            lines += [""]
+        counts = {r: sum(p["result"] == r for p in self.pairs) for r in ("faster", "SLOWER")}
+        lines += [f"{len(self.pairs)} compared: {counts['faster']} faster, "
+                  f"{counts['SLOWER']} slower, "
+                  f"{len(self.pairs) - sum(counts.values())} unchanged or undecided; "
+                  f"{len(self.only_base) + len(self.only_new)} unmatched."]
+        return "\n".join(lines) + "\n"
+
+    def json(self) -> str:
+        def point(c: Point) -> Dict[str, Any]:
+            return {"total_img_sec": c.total, "ci95": c.ci, "runs": [str(r.path) for r in c.runs]}
+
+        def unmatched(c: Point) -> Dict[str, Any]:
+            return dict(point(c), group=_title(c.runs[0].key.matching()),
+                        strategy=c.series.strategy, topology=c.series.settings(),
+                        workers=c.workers)
+
+        doc = {"test": TEST, "alpha": self.alpha, "threshold": self.threshold,
+               "pairs": [dict(p, base=point(p["base"]), new=point(p["new"]))
+                         for p in self.pairs],
+               "only_in_base": [unmatched(c) for c in self.only_base],
+               "only_in_new": [unmatched(c) for c in self.only_new],
+               "environment_differences": {k: [a, b] for k, a, b in
+                                           self.environment_differences()},
+               "setting_differences": {k: [a, b] for k, a, b in self.setting_differences()}}
+        return json.dumps(doc, indent=1) + "\n"
+
+
+def _runs(count: int) -> str:
+    return f"{count} run{'s' if count != 1 else ''}"
+
+
+def _title(matching: Tuple) -> str:
+    model, batch, image, classes, precision, device, backend = matching
+    parts = [model, f"batch {batch} per worker", f"{image}x{image} images"]
+    parts += [f"{classes} classes"] if classes != 1000 else []
+    return ", ".join(parts + [precision, device, backend])
+
+
+def _row(p: Dict[str, Any]) -> List[str]:
+    base, new = p["base"], p["new"]
+    return [p["strategy"], p["topology"] or "-", str(p["workers"]), _total(base), _total(new),
+            f"{p['ratio']:.3f}", f"{100 * p['delta']:+.1f}%",
+            "-" if p["p"] is None else f"{p['p']:.3g}", p["result"]]
+
+
+def _total(c: Point) -> str:
+    return f"{c.total:.1f}" + ("" if c.ci is None else f" +- {c.ci:.1f}")
+
+
+def _unmatched_lines(cells: List[Point], fmt: str) -> List[str]:
+    """Under each group's title: strategy, workers, throughput and the files."""
+    lines, group = [], None
+    for c in cells:
+        title = _title(c.runs[0].key.matching())
+        if title != group:
+            group = title
+            lines.append(f"- {title}" if fmt == "markdown" else f"  {title}")
+        files = ", ".join(str(r.path) for r in c.runs)
+        lines.append(f"{'  - ' if fmt == 'markdown' else '    '}{c.series.label()}, "
+                     f"N={c.workers}: {c.total:.1f} img/sec ({files})")
+    return lines
+
+
+def _differences(base: List[Dict[str, Any]], new: List[Dict[str, Any]]):
+    """Keys (dotted for nested dicts) whose sets of values differ between the arms."""
+    a, b = _values(base), _values(new)
+    return [(k, a.get(k, ["(absent)"]), b.get(k, ["(absent)"])) for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]
+
+
+def _values(docs: List[Dict[str, Any]]) -> Dict[str, List[str]]:
+    values: Dict[str, set] = {}
+    for doc in docs:
+        for key, value in _flatten(doc):
+            values.setdefault(key, set()).add(
+                value if isinstance(value, str) and value else json.dumps(value))
+    return {k: sorted(v) for k, v in values.items()}
+
+
+def _flatten(doc: Dict[str, Any], prefix: str = ""):
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value

@@ -1,0 +1,143 @@
+"""`commbench report PATH...`: one table per group of comparable runs, with
+throughput and its confidence interval, both scaling efficiencies, latency,
+communication overhead and consensus distance.
+
+Other commands (e.g. a sweep) can call `report(paths, fmt)` in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import IO, Any, Dict, Iterable, List, Optional, Union
+
+from commbench import analysis, tables
+from commbench.analysis import Group, Point
+
+FORMATS = ("text", "markdown", "csv", "json")
+
+NOTES = [
+    "N: workers. runs: result files combined into the row (repeats of one configuration).",
+    "+- 95%: confidence interval of the mean total img/sec: over the iterations of one "
+    "run, over the runs' means when a configuration was repeated.",
+    "E(N) = Total(N) / (N x Total(1)), across jobs; Total(1) is the mean of the group's "
+    "1-worker runs of any strategy (one worker does not communicate).",
+    "E* = Total / sum of the workers' compute-only rates measured in the same job "
+    "(in-job; the `none` strategy measures no reference).",
+    "p50/p90: seconds per batch, pooled over ranks. comm: communication overhead, "
+    "1 - compute-only time / step time.",
+    "consensus: final consensus distance, mean over workers of |x_r - mean x|^2 / "
+    "|mean x|^2 (decentralized strategies).",
+]
+
+HEADERS = ["strategy", "topology", "N", "runs", "total img/sec", "+- 95%", "per worker",
+           "E(N)", "E* in-job", "p50 s", "p90 s", "comm", "consensus"]
+ALIGN = "llrrrrrrrrrrr"
+GROUP_COLUMNS = list(analysis.GroupKey._fields)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="result files or directories (searched recursively)")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="output format (default: text)")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write the report to FILE instead of standard output")
+
+
+def main(args) -> int:
+    if args.output is None:
+        return report(args.paths, args.format)
+    with open(args.output, "w", encoding="utf-8") as out:
+        return report(args.paths, args.format, out=out)
+
+
+def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
+           out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
+    """Write the report of the results under paths; 1 when none is usable."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    paths = list(paths)
+    groups, notes = analysis.analyse(paths)
+    for note in notes:
+        print(f"commbench report: warning: {note}", file=err)
+    if not groups:
+        print(f"commbench report: error: no usable commbench run results in "
+              f"{', '.join(map(str, paths))}", file=err)
+        return 1
+    out.write(render(groups, fmt))
+    out.flush()
+    return 0
+
+
+def render(groups: List[Group], fmt: str = "text") -> str:
+    if fmt == "json":
+        return json.dumps({"groups": [group_record(g) for g in groups]}, indent=1) + "\n"
+    if fmt == "csv":
+        columns = GROUP_COLUMNS + list(ROW_FIELDS)
+        rows = [[g.key._asdict()[c] for c in GROUP_COLUMNS] + [r[c] for c in ROW_FIELDS]
+                for g in groups for r in map(point_record, g.points)]
+        return tables.csv_text(columns, rows)
+    parts = []
+    for g in groups:
+        title = g.key.title()
+        heading = f"## {title}" if fmt == "markdown" else f"{title}\n{'=' * len(title)}"
+        table = tables.render(HEADERS, [formatted_row(p) for p in g.points], ALIGN, fmt)
+        parts.append(f"{heading}\n\n{baseline_line(g)}\n\n{table}")
+    if fmt == "markdown":
+        notes = "".join(f"- {note}\n" for note in NOTES)
+    else:
+        notes = "".join(textwrap.fill(note, 88, subsequent_indent="  ") + "\n" for note in NOTES)
+    return "\n".join(parts) + "\n" + notes
+
+
+def baseline_line(group: Group) -> str:
+    if group.baseline is None:
+        return "No 1-worker run in this group: no Total(1), so no E(N); E* is measured in-job."
+    runs = group.baseline_runs
+    return (f"Total(1) = {group.baseline:.1f} img/sec: the mean of {runs} "
+            f"run{'s' if runs > 1 else ''} with 1 worker.")
+
+
+# Raw numbers of one row, for --format csv and json.
+ROW_FIELDS = ("strategy", "topology", "workers", "runs", "total_img_sec", "total_img_sec_ci95",
+              "ci95_over", "img_sec_per_worker", "efficiency", "efficiency_in_job",
+              "p50_seconds_per_batch", "p90_seconds_per_batch", "communication_overhead",
+              "final_consensus_distance")
+
+
+def point_record(p: Point) -> Dict[str, Any]:
+    return {
+        "strategy": p.series.strategy, "topology": p.series.settings(), "workers": p.workers,
+        "runs": len(p.runs), "total_img_sec": p.total, "total_img_sec_ci95": p.ci,
+        "ci95_over": p.ci_over, "img_sec_per_worker": p.per_worker,
+        "efficiency": p.efficiency, "efficiency_in_job": p.efficiency_in_job,
+        "p50_seconds_per_batch": p.latency.get("p50"),
+        "p90_seconds_per_batch": p.latency.get("p90"),
+        "communication_overhead": p.overhead, "final_consensus_distance": p.final_consensus,
+    }
+
+
+def group_record(g: Group) -> Dict[str, Any]:
+    return {"key": g.key._asdict(), "title": g.key.title(), "baseline_img_sec": g.baseline,
+            "baseline_runs": g.baseline_runs,
+            "rows": [dict(point_record(p), files=[str(r.path) for r in p.runs])
+                     for p in g.points]}
+
+
+def formatted_row(p: Point) -> List[str]:
+    return [p.series.strategy, p.series.settings() or "-", str(p.workers), str(len(p.runs)),
+            f"{p.total:.1f}", _num(p.ci, "{:.1f}"), f"{p.per_worker:.1f}",
+            _pct(p.efficiency), _pct(p.efficiency_in_job), _num(p.latency.get("p50"), "{:.4f}"),
+            _num(p.latency.get("p90"), "{:.4f}"), _pct(p.overhead),
+            _num(p.final_consensus, "{:.3g}")]
+
+
+def _num(value: Optional[float], pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"

@@ -1,0 +1,218 @@
+"""`commbench sweep`: a scaling study on this machine in one command.
+
+Every combination of worker count and strategy runs as its own job through a real
+launcher (the `mpiexec` that the `mpi` extra installs, or `torchrun`), each with a
+timeout; then the report and the charts of exactly the runs it made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from commbench.errors import UsageError
+
+# Small enough that 1,2,4 workers x 3 strategies finish in about a minute on 2 cores.
+QUICK = ["--model", "resnet18", "--image-size", "32", "--batch-size", "16",
+         "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "5",
+         "--reference-iters", "2"]
+TAIL_LINES = 15
+
+
+@dataclass
+class Job:
+    workers: int
+    strategy: str
+    command: List[str]
+    skip_reason: Optional[str] = None
+    ok: bool = False
+    seconds: float = 0.0
+    result: Optional[Path] = None
+    headline: str = ""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--np", default="1,2,4", type=_counts, metavar="N,N,...",
+                        help="worker counts to run (default: 1,2,4)")
+    parser.add_argument("--dist-optimizer", default="allreduce", metavar="NAME,...",
+                        help="strategies to run, comma-separated (default: allreduce)")
+    parser.add_argument("--launcher", choices=("mpiexec", "torchrun"), default="mpiexec",
+                        help="how each job is started (default: mpiexec)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small model and images: " + " ".join(QUICK))
+    parser.add_argument("--job-timeout", type=float, default=900, metavar="SECONDS",
+                        help="end a job that runs longer than this (default: 900)")
+    parser.add_argument("--results-dir", default="results", metavar="DIR",
+                        help="where the jobs write results (default: results)")
+    parser.add_argument("--plots-dir", default="plots", metavar="DIR",
+                        help="where the charts go (default: plots)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the launcher commands, run nothing")
+    parser.epilog = "Any other `commbench run` flag is passed to every job."
+
+
+# Flags this parser does not know are `commbench run` flags, for every job.
+PASSES_RUN_FLAGS = True
+
+
+def _counts(text: str) -> List[int]:
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"must be positive integers like 1,2,4, got {text!r}")
+    return counts
+
+
+def main(args) -> int:
+    flags = (QUICK if args.quick else []) + args.run_flags
+    strategies = [s for s in args.dist_optimizer.split(",") if s]
+    jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir)
+    if args.dry_run:
+        for job in jobs:
+            print(f"# skipped: {job.strategy} on {job.workers}: {job.skip_reason}"
+                  if job.skip_reason else shell_line(job.command))
+        return 0
+    Path(args.results_dir).mkdir(parents=True, exist_ok=True)
+    run_jobs(jobs, args.job_timeout)
+    made = [str(j.result) for j in jobs if j.result]
+    if made:
+        _commbench("report", *made)
+        _commbench("plot", *made, "-o", args.plots_dir)
+    failed = [j for j in jobs if not j.ok and not j.skip_reason]
+    if failed:
+        print(f"{len(failed)} job(s) failed: " + ", ".join(
+            f"{j.strategy} on {j.workers}" for j in failed), flush=True)
+    return 1 if failed or not made else 0
+
+
+def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: str,
+         results_dir: str) -> List[Job]:
+    """One job per (strategy, worker count); impossible ones carry a skip reason."""
+    from commbench.cli import build_parser
+    from commbench.config import config_from_args
+    from commbench.launch.environment import LaunchInfo
+    from commbench.run import validate
+
+    jobs = []
+    for strategy, workers in itertools.product(strategies, counts):
+        job_flags = [f"--dist-optimizer={strategy}", *flags, "--results-dir", results_dir]
+        # The run parser rejects a bad flag here, once, instead of in every job.
+        config = config_from_args(build_parser().parse_args(["run", *job_flags]))
+        job = Job(workers, strategy, launch_command(launcher, workers, job_flags))
+        try:
+            validate(config, LaunchInfo(launcher, 0, workers, 0, workers, 0))
+        except UsageError as e:
+            job.skip_reason = str(e)
+        jobs.append(job)
+    return jobs
+
+
+def launch_command(launcher: str, workers: int, run_flags: List[str]) -> List[str]:
+    python = sys.executable
+    if launcher == "torchrun":
+        return [_tool("torchrun"), "--standalone", "--nproc-per-node", str(workers),
+                "-m", "commbench", *run_flags]
+    mpiexec = [_tool("mpiexec"), "-n", str(workers)]
+    if workers > (os.cpu_count() or 1):
+        mpiexec.append("--oversubscribe")  # Open MPI refuses more ranks than cores
+    return mpiexec + [python, "-m", "commbench", *run_flags]
+
+
+def _tool(name: str) -> str:
+    """The launcher installed beside this Python (the mpi extra's), else PATH's."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else (shutil.which(name) or name)
+
+
+def shell_line(command: List[str]) -> str:
+    return " ".join(shlex.quote(part) for part in command)
+
+
+def _job_environment() -> Dict[str, str]:
+    env = dict(os.environ)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Open MPI refuses to start as root unless told twice; a sweep on a
+        # container or CI box is usually root.
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def run_jobs(jobs: List[Job], timeout: float) -> None:
+    runnable = [j for j in jobs if not j.skip_reason]
+    for job in jobs:
+        if job.skip_reason:
+            print(f"skip {job.strategy} on {job.workers} worker(s): {job.skip_reason}",
+                  flush=True)
+    start = time.monotonic()
+    for index, job in enumerate(runnable, 1):
+        print(f"[{index}/{len(runnable)}] {job.strategy} on {job.workers} worker(s): "
+              f"{shell_line(job.command)}", flush=True)
+        output = _run_one(job, timeout)
+        if job.ok:
+            print(f"    done in {job.seconds:.1f} s: {job.headline}", flush=True)
+        else:
+            print(f"    FAILED after {job.seconds:.1f} s; last lines of its output:", flush=True)
+            for line in output.splitlines()[-TAIL_LINES:]:
+                print(f"    | {line}", flush=True)
+        print(f"    elapsed {_clock(time.monotonic() - start)}, "
+              f"about {_clock(_remaining(runnable, index, time.monotonic() - start))} left",
+              flush=True)
+
+
+def _run_one(job: Job, timeout: float) -> str:
+    begin = time.monotonic()
+    proc = subprocess.Popen(job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=_job_environment(), start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        output, _ = proc.communicate()
+        output += f"\n(ended by the sweep after its {timeout:.0f} s timeout)"
+    job.seconds = time.monotonic() - begin
+    found = re.search(r"^Result: (.+)$", output, re.MULTILINE)
+    total = re.search(r"^Total img/sec on .*$", output, re.MULTILINE)
+    efficiency = re.search(r"in-job scaling efficiency ([\d.]+%)", output)
+    job.ok = proc.returncode == 0 and found is not None
+    if job.ok:
+        job.result = Path(found.group(1).strip())
+        job.headline = (total.group(0) if total else "") + (
+            f", in-job efficiency {efficiency.group(1)}" if efficiency else "")
+    return output
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _remaining(jobs: List[Job], done: int, elapsed: float) -> float:
+    """Estimate from the worker-seconds so far: bigger jobs take longer."""
+    spent = sum(j.workers for j in jobs[:done])
+    return elapsed / spent * sum(j.workers for j in jobs[done:]) if spent else 0.0
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
+def _commbench(*args: str) -> None:
+    print(f"$ commbench {args[0]} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "commbench", *args], check=False)

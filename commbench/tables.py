@@ -1,0 +1,46 @@
+"""Tables as plain text, Markdown or CSV, for `report` and `compare`.
+
+Cells arrive already formatted as strings. `align` has one letter per column,
+"l" or "r": numbers are right-aligned so that their digits line up.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Sequence
+
+
+def render(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str, fmt: str) -> str:
+    if fmt == "markdown":
+        return markdown(headers, rows, align)
+    if fmt == "csv":
+        return csv_text(headers, rows)
+    return text(headers, rows, align)
+
+
+def text(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if a == "r" else c.ljust(w)
+                         for c, w, a in zip(cells, widths, align)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])]
+                     + [line(r) for r in rows]) + "\n"
+
+
+def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    return "\n".join([line(headers), rule] + [line(r) for r in rows]) + "\n"
+
+
+def csv_text(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(headers)
+    writer.writerows([["" if c is None else c for c in row] for row in rows])
+    return out.getvalue()

@@ -1,0 +1,175 @@
+"""The scaling chart of one group of comparable runs (see commbench.analysis).
+
+Panels: total img/sec versus workers with 95% CI error bars, the ideal linear line
+and each point's scaling efficiency; efficiency versus workers; and, when
+decentralized runs recorded it, consensus distance per iteration.
+
+Figures are built with matplotlib's object API (no pyplot): no global state, no
+display needed, and a figure is freed as soon as it is no longer referenced.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from commbench.analysis import Group, Point, Series
+
+MARKERS = "osD^vPX*"
+NONE_COLOR = "0.45"  # the compute-only `none` strategy: a reference, drawn in grey
+# Beyond this ratio of largest to smallest worker count, a linear throughput axis
+# squashes the small counts into the floor; log-log keeps ideal scaling a straight line.
+LOG_Y_ABOVE = 8
+LABEL_GAP = 9  # points between the centres of two efficiency labels
+
+
+def figure(group: "Group", styles: Optional[Dict["Series", dict]] = None) -> "Figure":
+    """The chart of one group; pass styles(all series) to keep a strategy's colour and
+    marker the same across the charts of one call."""
+    from matplotlib.figure import Figure
+
+    # one worker agrees with itself: its consensus distance is 0 by definition
+    consensus = [p for p in group.points if len(p.consensus) and p.workers > 1]
+    panels = 3 if consensus else 2
+    fig = Figure(figsize=(5.0 * panels, 4.6), layout="constrained")
+    axes = fig.subplots(1, panels)
+    style = styles or palette(group.series)
+    efficiency_name = "E(N)" if group.baseline is not None else "E*"
+    _throughput(axes[0], group, style, efficiency_name)
+    _efficiency(axes[1], group, style, efficiency_name)
+    if consensus:
+        _consensus(axes[2], consensus, style)
+    fig.suptitle(group.key.title(), fontsize=11)
+    handles, labels = axes[0].get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("ideal"))
+    fig.legend([handles[i] for i in order], [labels[i] for i in order],
+               loc="outside lower center", ncol=min(4, len(labels)), fontsize=9, frameon=False)
+    return fig
+
+
+def save(fig: "Figure", paths) -> None:
+    for path in paths:
+        fig.savefig(path, dpi=150)
+    fig.clear()  # release the artists now, not at the next garbage collection
+
+
+def palette(series: Iterable["Series"]) -> Dict["Series", dict]:
+    """A colour and a marker per series, in the series' order."""
+    from commbench.analysis import Series
+
+    ordered = sorted(set(series), key=Series.order)
+    colors = iter(f"C{i % 10}" for i in range(len(ordered)))
+    return {s: {"color": NONE_COLOR if s.strategy == "none" else next(colors),
+                "marker": MARKERS[i % len(MARKERS)]}
+            for i, s in enumerate(ordered)}
+
+
+def _points(group: "Group", series: "Series") -> List["Point"]:
+    return [p for p in group.points if p.series == series]
+
+
+def _efficiency_of(point: "Point", name: str):
+    return point.efficiency if name == "E(N)" else point.efficiency_in_job
+
+
+def _workers_axis(ax: "Axes", workers: List[int]) -> None:
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(workers))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(workers[0] / 1.4, workers[-1] * 1.4)
+    ax.set_xlabel("workers")
+    ax.grid(True, alpha=0.3)
+
+
+def _throughput(ax: "Axes", group: "Group", style, efficiency_name: str) -> None:
+    labels: List[Tuple[int, float, str, str]] = []
+    for s in group.series:
+        points = _points(group, s)
+        x = [p.workers for p in points]
+        y = [p.total for p in points]
+        yerr = [p.ci or 0.0 for p in points]
+        ax.errorbar(x, y, yerr=yerr, capsize=3, linewidth=1.6, markersize=5, label=s.label(),
+                    **style[s])
+        for p in points:
+            e = _efficiency_of(p, efficiency_name)
+            if e is not None:
+                labels.append((p.workers, p.total, f"{100 * e:.0f}%", style[s]["color"]))
+    ideal, source = group.ideal()
+    if ideal:
+        xs = sorted(ideal)
+        ax.plot(xs, [ideal[n] for n in xs], "--", color="black", linewidth=1, alpha=0.6,
+                marker="_" if len(xs) == 1 else None, markersize=14,  # one point: no line
+                label=f"ideal: {source}")
+    workers = group.workers
+    _workers_axis(ax, workers)
+    if workers[-1] / workers[0] > LOG_Y_ABOVE:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_ylabel("total img/sec")
+    ax.set_title(f"Total throughput (bars: 95% CI, labels: {efficiency_name})", fontsize=10)
+    _label_points(ax, labels)
+
+
+def _label_points(ax: "Axes", labels: List[Tuple[int, float, str, str]]) -> None:
+    """Efficiency labels right of their points, nudged apart vertically where the
+    points of several strategies crowd one worker count (needs the final limits)."""
+    ax.get_ylim()  # settles the autoscaled limits that the transform below uses
+    to_points = 72 / ax.figure.dpi
+    for n in sorted({label[0] for label in labels}):
+        here = sorted((ax.transData.transform((n, y))[1] * to_points, text, color, y)
+                      for x, y, text, color in labels if x == n)
+        last = float("-inf")
+        for at, text, color, y in here:
+            placed = max(at, last + LABEL_GAP)
+            last = placed
+            ax.annotate(text, (n, y), textcoords="offset points", xytext=(7, placed - at),
+                        fontsize=7.5, color=color, va="center",
+                        bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none",
+                              "alpha": 0.8})
+
+
+def _efficiency(ax: "Axes", group: "Group", style, efficiency_name: str) -> None:
+    top = 1.0
+    for s in group.series:
+        pairs = [(p.workers, _efficiency_of(p, efficiency_name)) for p in _points(group, s)]
+        pairs = [(n, 100 * e) for n, e in pairs if e is not None]
+        if pairs:
+            ax.plot(*zip(*pairs), linewidth=1.6, markersize=5, **style[s])
+            top = max(top, max(e for _, e in pairs) / 100)
+    ax.axhline(100, color="black", linestyle="--", linewidth=1, alpha=0.6)
+    _workers_axis(ax, group.workers)
+    ax.set_ylim(0, 100 * top * 1.1)
+    ax.set_ylabel("scaling efficiency (%)")
+    if efficiency_name == "E(N)":
+        ax.set_title("E(N) = Total(N) / (N × Total(1))", fontsize=10)
+    else:
+        ax.set_title("E* = Total / compute-only rate in the same job", fontsize=10)
+
+
+def _consensus(ax: "Axes", points: List["Point"], style) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    from matplotlib.lines import Line2D
+
+    counts = sorted({p.workers for p in points}, reverse=True)
+    dashes = {n: ["-", "--", ":", "-."][i % 4] for i, n in enumerate(counts)}  # most: solid
+    positive = all(v > 0 for p in points for v in p.consensus)
+    for p in points:
+        ax.plot(range(1, len(p.consensus) + 1), p.consensus, linestyle=dashes[p.workers],
+                color=style[p.series]["color"], linewidth=1.4)
+    ax.legend([Line2D([], [], color="0.3", linestyle=dashes[n]) for n in counts],
+              [f"N={n}" for n in counts], fontsize=8, title="workers", title_fontsize=8)
+    if positive:
+        ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("consensus distance")
+    ax.set_title(r"Consensus distance $\|x_r - \bar{x}\|^2 / \|\bar{x}\|^2$", fontsize=10)
+    ax.grid(True, alpha=0.3)

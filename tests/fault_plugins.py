@@ -1,0 +1,47 @@
+"""Strategies that break on purpose mid-run, loaded by dotted path in the failure
+tests: the faults are real (a signal, an exception), only the trigger is staged."""
+
+import os
+import signal
+
+from commbench.optimizers.allreduce import Allreduce
+
+FAULTY_RANK = 1
+FAULTY_STEP = 4  # inside the timed iterations of tests.launchers.TINY_RUN
+
+
+class _Faulty(Allreduce):
+    summary = "allreduce whose rank 1 breaks at its 4th step"
+
+    def wrap(self, model, optimizer):
+        step = super().wrap(model, optimizer)
+        count = [0]
+
+        def faulty(images, labels):
+            count[0] += 1
+            if self.ctx.rank == FAULTY_RANK and count[0] == FAULTY_STEP:
+                self.fault()
+            return step(images, labels)
+
+        return faulty
+
+
+class Killed(_Faulty):
+    name = "killed"
+
+    def fault(self):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Raises(_Faulty):
+    name = "raises"
+
+    def fault(self):
+        raise ValueError("injected failure")
+
+
+class Stopped(_Faulty):
+    name = "stopped"
+
+    def fault(self):
+        os.kill(os.getpid(), signal.SIGSTOP)  # alive but silent: only a timeout ends this

@@ -1,0 +1,367 @@
+"""Every strategy's communication step against a dense numpy reference, on the world
+size this job was started with:
+
+    mpiexec -n N python tests/programs/check_strategies.py
+
+Rank-distinct parameters X (row j = rank j's) go through one step of the real plugin
+(constructed as `commbench run` constructs it); rank r must then hold row r of
+W @ X, W built independently from commbench.topology. Many cases run in one job, so
+that CI starts one launcher per world size, not one per case. Rank 0 prints
+`FAIL <strategy>: <what>` per mismatch and `RESULT <strategy> <checked> <failed>`
+per strategy; the exit code is 1 when anything failed.
+
+The test files import `run_checks(n)`, which starts the job once per world size and
+pytest session and parses its output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import sys
+import traceback
+from typing import Dict, List, NamedTuple, Tuple
+
+import numpy as np
+
+STATIC = ["exponential-2", "exponential-3", "symmetric-exponential", "ring", "ring-left",
+          "ring-right", "mesh-2d", "star", "fully-connected"]
+DYNAMIC = ["exponential-2", "ring", "symmetric-exponential", "fully-connected"]
+DYNAMIC_STEPS = 5
+STRATEGIES = ("neighbor_allreduce", "hierarchical_neighbor_allreduce", "gradient_allreduce",
+              "allreduce")
+FLOAT_TOL = 1e-5
+FP16_TOL = 3e-3  # values in [-1, 1): float16 rounds them to 2^-11 relative
+
+
+# --- the side that runs under mpiexec ---------------------------------------------
+
+
+class Checker:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.n, self.rank = ctx.world_size, ctx.rank
+        self.case = 0  # advances identically on every rank: seeds the values of a case
+        self.checked = {s: 0 for s in STRATEGIES}
+        self.failures: List[Tuple[str, str]] = []
+
+    # values -------------------------------------------------------------------
+
+    def values(self, rank: int, index: int, shape, dtype) -> np.ndarray:
+        """Parameter `index` of worker `rank` in the current case, as the model holds it."""
+        import torch
+
+        rng = np.random.default_rng([self.case, rank, index])
+        raw = torch.from_numpy(rng.uniform(-1, 1, size=tuple(shape)))
+        return raw.to(dtype).double().numpy()
+
+    def set_distinct(self, model) -> List[np.ndarray]:
+        """Give every rank its own parameters; return X, one stacked array per parameter."""
+        import torch
+
+        self.case += 1
+        stacks = []
+        for index, p in enumerate(model.parameters()):
+            rows = [self.values(j, index, p.shape, p.dtype) for j in range(self.n)]
+            with torch.no_grad():
+                p.copy_(torch.from_numpy(rows[self.rank]))
+            stacks.append(np.stack(rows))
+        return stacks
+
+    def compare(self, strategy: str, label: str, model, expected: List[np.ndarray],
+                tol: float) -> None:
+        self.checked[strategy] += 1
+        for index, (p, want) in enumerate(zip(model.parameters(), expected)):
+            got = p.detach().double().numpy()
+            error = float(np.max(np.abs(got - want))) if want.size else 0.0
+            if not error <= tol:
+                self.failures.append((strategy, f"{label}: rank {self.rank} parameter "
+                                      f"{index} off by {error:.3g} (tolerance {tol:g})"))
+                return
+
+    # plugins ------------------------------------------------------------------
+
+    def plugin(self, name: str, ctx=None, **flags):
+        from commbench import registry
+        from commbench.config import RunConfig
+
+        return registry.resolve(name)(ctx or self.ctx, RunConfig(dist_optimizer=name, **flags))
+
+    def machines(self, machine_size: int):
+        return dataclasses.replace(self.ctx, machine_size=machine_size, simulated_machines=True)
+
+    def mixing_case(self, strategy: str, label: str, plugin, weights_per_step, tol: float,
+                    reset_each_step: bool = True) -> None:
+        """Run len(weights_per_step) communication steps; compare after each (or after
+        the last, when the values are carried on)."""
+        import torch
+
+        model = two_dtype_model()
+        plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=0.0))
+        x = self.set_distinct(model)
+        for t, w in enumerate(weights_per_step):
+            if reset_each_step and t:
+                x = self.set_distinct(model)
+            plugin.mixer.start()
+            plugin.mixer.finish()
+            x = [np.tensordot(w, stack, axes=1) for stack in x]  # W @ X per parameter
+            if reset_each_step or t == len(weights_per_step) - 1:
+                self.compare(strategy, f"{label} step {t}", model, [s[self.rank] for s in x],
+                             tol)
+
+    # the cases ----------------------------------------------------------------
+
+    def neighbor_allreduce(self) -> None:
+        from commbench.topology import build_schedule, build_topology
+
+        n, s = self.n, "neighbor_allreduce"
+        for name in STATIC:
+            plugin = self.plugin(s, topology=name, disable_dynamic_topology=True)
+            w = build_topology(name, n).weights
+            self.mixing_case(s, f"static {name}", plugin, [w, w], FLOAT_TOL)
+        for name in DYNAMIC:
+            schedule = build_schedule(name, n, True)
+            plugin = self.plugin(s, topology=name)
+            self.mixing_case(s, f"dynamic {name}", plugin,
+                             [schedule.at(t).weights for t in range(DYNAMIC_STEPS)], FLOAT_TOL)
+        for local in divisors(n):
+            if 1 < local < n:  # several simulated machines: Bluefog's multi-machine schedule
+                schedule = build_schedule("exponential-2", n, True, local)
+                plugin = self.plugin(s, ctx=self.machines(local))
+                if plugin.facts()["schedule"] != schedule.kind:
+                    self.failures.append((s, f"machines of {local}: rank {self.rank} schedule "
+                                          f"{plugin.facts()['schedule']}, want {schedule.kind}"))
+                steps = [schedule.at(t).weights for t in range(schedule.period + 1)]
+                self.mixing_case(s, f"dynamic {schedule.kind} machines of {local}", plugin,
+                                 steps, FLOAT_TOL)
+        w = build_topology("exponential-2", n).weights
+        self.mixing_case(s, "fp16 static exponential-2",
+                         self.plugin(s, disable_dynamic_topology=True, fp16_allreduce=True),
+                         [w], FP16_TOL)
+        schedule = build_schedule("exponential-2", n, True)
+        self.mixing_case(s, "fp16 dynamic exponential-2", self.plugin(s, fp16_allreduce=True),
+                         [schedule.at(t).weights for t in range(3)], FP16_TOL)
+        if n & (n - 1) == 0 and n > 1:  # one-peer exponential-2 averages exactly in log2 n
+            steps = n.bit_length() - 1
+            self.mixing_case(s, f"exact average after {steps} one-peer steps", self.plugin(s),
+                             [np.full((n, n), 1.0 / n)] * steps, FLOAT_TOL,
+                             reset_each_step=False)
+        for atc in (False, True):
+            for dynamic in (False, True):
+                w = build_schedule("exponential-2", n, dynamic).at(0).weights
+                plugin = self.plugin(s, atc_style=atc, disable_dynamic_topology=not dynamic)
+                self.semantics_case(s, plugin, w, atc)
+
+    def hierarchical(self) -> None:
+        from commbench.topology import build_schedule, build_topology
+
+        n, s = self.n, "hierarchical_neighbor_allreduce"
+        for local in divisors(n):
+            machines = n // local
+            ctx = self.machines(local)
+
+            def kron(w_machines):  # machines' W, each machine averaged inside
+                return np.kron(w_machines, np.full((local, local), 1.0 / local))
+
+            for atc in (False, True):  # AWC communicates from a copy, ATC in place
+                w = kron(build_topology("exponential-2", machines).weights)
+                plugin = self.plugin(s, ctx=ctx, disable_dynamic_topology=True, atc_style=atc)
+                self.mixing_case(s, f"static exponential-2, machines of {local}, "
+                                 f"{'atc' if atc else 'awc'}", plugin, [w, w], FLOAT_TOL)
+            w = kron(build_topology("ring", machines).weights)
+            self.mixing_case(s, f"static ring, machines of {local}",
+                             self.plugin(s, ctx=ctx, topology="ring",
+                                         disable_dynamic_topology=True), [w], FLOAT_TOL)
+            schedule = build_schedule("exponential-2", machines, True)
+            self.mixing_case(s, f"dynamic, machines of {local}", self.plugin(s, ctx=ctx),
+                             [kron(schedule.at(t).weights) for t in range(4)], FLOAT_TOL)
+            for atc in (False, True):
+                self.mixing_case(s, f"fp16 dynamic, machines of {local}, "
+                                 f"{'atc' if atc else 'awc'}",
+                                 self.plugin(s, ctx=ctx, fp16_allreduce=True, atc_style=atc),
+                                 [kron(schedule.at(t).weights) for t in range(2)], FP16_TOL)
+            for atc in (False, True):
+                plugin = self.plugin(s, ctx=ctx, atc_style=atc, disable_dynamic_topology=True)
+                self.semantics_case(s, plugin,
+                                    kron(build_topology("exponential-2", machines).weights), atc)
+
+    def semantics_case(self, strategy: str, plugin, w: np.ndarray, atc: bool) -> None:
+        """One training step on a linear model against the closed forms (SGD, no momentum):
+        AWC x_r' = sum_j W_rj x_j - lr g_r(x_r); ATC x_r' = sum_j W_rj (x_j - lr g_j(x_j))."""
+        import torch
+
+        lr = 0.1
+        model = linear_model()
+        step = plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0))
+        x = self.set_distinct(model)
+        grads = [local_gradients([s[j] for s in x], batch(j)) for j in range(self.n)]
+        step(*batch(self.rank))
+        if atc:
+            moved = [np.stack([s[j] - lr * grads[j][i] for j in range(self.n)])
+                     for i, s in enumerate(x)]
+            want = [np.tensordot(w, m, axes=1)[self.rank] for m in moved]
+        else:
+            want = [np.tensordot(w, s, axes=1)[self.rank] - lr * grads[self.rank][i]
+                    for i, s in enumerate(x)]
+        self.compare(strategy, f"{'ATC' if atc else 'AWC'} step", model, want, FLOAT_TOL)
+
+    def gradient_averaging(self, strategy: str) -> None:
+        """After one step every gradient is the mean of the workers' and every worker
+        moved by -lr times it (all start from rank 0's parameters)."""
+        import torch
+
+        lr = 0.5
+        for fp16 in (False, True):
+            torch.manual_seed(1)
+            model = linear_model()
+            start = [p.detach().double().numpy().copy() for p in model.parameters()]
+            plugin = self.plugin(strategy, fp16_allreduce=fp16)
+            step = plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0))
+            grads = [local_gradients(start, batch(j)) for j in range(self.n)]
+            mean = [np.mean([g[i] for g in grads], axis=0) for i in range(len(start))]
+            step(*batch(self.rank))
+            tol = FP16_TOL if fp16 else FLOAT_TOL
+            label = "fp16 " if fp16 else ""
+            late = getattr(getattr(plugin, "averager", None), "late", 0)
+            if late:  # averaged all the same, but not overlapped with backward
+                self.failures.append((strategy, f"{label}hooks: rank {self.rank} launched "
+                                      f"{late} allreduces only after backward"))
+            self.checked[strategy] += 1
+            for i, p in enumerate(model.parameters()):
+                error = float(np.max(np.abs(p.grad.double().numpy() - mean[i])))
+                if not error <= tol:
+                    self.failures.append((strategy, f"{label}gradient {i}: rank {self.rank} "
+                                          f"is off the mean by {error:.3g}"))
+            self.compare(strategy, f"{label}step", model,
+                         [s - lr * g for s, g in zip(start, mean)], lr * tol + FLOAT_TOL)
+
+
+def divisors(n: int) -> List[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def two_dtype_model():
+    """Parameters of two dtypes, so that the exchange handles several flat buffers."""
+    import torch
+
+    class TwoDtypes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(5, 3)
+            self.extra = torch.nn.Parameter(torch.zeros(4, 2, dtype=torch.float64))
+
+    return TwoDtypes()
+
+
+def linear_model():
+    import torch
+
+    return torch.nn.Linear(6, 4)
+
+
+def batch(rank: int):
+    import torch
+
+    g = torch.Generator().manual_seed(1000 + rank)
+    return torch.randn(5, 6, generator=g), torch.randint(4, (5,), generator=g)
+
+
+def local_gradients(params: List[np.ndarray], data) -> List[np.ndarray]:
+    """Gradient of worker j's loss at worker j's parameters, computed on a copy."""
+    import torch
+    import torch.nn.functional as F
+
+    twin = linear_model()
+    with torch.no_grad():
+        for p, value in zip(twin.parameters(), params):
+            p.copy_(torch.from_numpy(value))
+    images, labels = data
+    F.cross_entropy(twin(images), labels).backward()
+    return [p.grad.double().numpy() for p in twin.parameters()]
+
+
+def main() -> int:
+    import torch.distributed as dist
+
+    from commbench.launch.distributed import init_distributed
+    from commbench.launch.environment import detect_launch
+
+    ctx = init_distributed(detect_launch(), no_cuda=True, timeout=120)
+    checker = Checker(ctx)
+    checker.neighbor_allreduce()
+    checker.hierarchical()
+    checker.gradient_averaging("gradient_allreduce")
+    from commbench.optimizers.gradient_allreduce import GradientAverager
+
+    GradientAverager.use_post_accumulate_grad_hook = False  # the torch < 2.1 hooks
+    checker.gradient_averaging("gradient_allreduce")
+    checker.gradient_averaging("allreduce")
+    everyone: List = [None] * ctx.world_size
+    dist.all_gather_object(everyone, checker.failures)
+    failures = [f for rank in everyone for f in rank]
+    if ctx.rank == 0:
+        for strategy, what in failures:
+            print(f"FAIL {strategy}: {what}")
+        for strategy in STRATEGIES:
+            # Cases, not (rank, case) pairs: a wrong case usually fails on every rank.
+            failed = len({what.split(": rank ")[0] for s, what in failures if s == strategy})
+            print(f"RESULT {strategy} {checker.checked[strategy]} {failed}")
+        sys.stdout.flush()
+    return 1 if failures else 0
+
+
+def _run_under_launcher() -> None:
+    try:
+        code = main()
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.COMM_WORLD.Abort(1)  # peers may be waiting on this rank: end them all
+        os._exit(1)
+    sys.exit(code)
+
+
+# --- the side that pytest imports ------------------------------------------------
+
+
+class Outcome(NamedTuple):
+    returncode: int
+    output: str  # stdout and stderr, for failure messages
+    results: Dict[str, Tuple[int, int]]  # strategy -> (cases checked, cases failed)
+    failures: Dict[str, List[str]]
+
+
+@functools.lru_cache(maxsize=None)
+def run_checks(n: int, timeout: float = 420) -> Outcome:
+    """Run this program under `mpiexec -n n` once per pytest session."""
+    from launchers import mpiexec
+
+    proc = mpiexec(n, [os.path.abspath(__file__)], timeout=timeout)
+    results, failures = {}, {s: [] for s in STRATEGIES}
+    for line in proc.stdout.splitlines():
+        result = re.fullmatch(r"RESULT (\S+) (\d+) (\d+)", line.strip())
+        if result:
+            results[result[1]] = (int(result[2]), int(result[3]))
+        failure = re.match(r"FAIL (\S+): (.*)", line)
+        if failure:
+            failures.setdefault(failure[1], []).append(failure[2])
+    output = f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return Outcome(proc.returncode, output, results, failures)
+
+
+def assert_strategy_clean(n: int, strategy: str) -> None:
+    outcome = run_checks(n)
+    if strategy not in outcome.results:
+        raise AssertionError(f"the check job on {n} ranks did not finish:\n{outcome.output}")
+    checked, failed = outcome.results[strategy]
+    assert checked > 0, f"no case of {strategy} was checked on {n} ranks"
+    assert failed == 0, (f"{failed} of {checked} cases of {strategy} on {n} ranks differ from "
+                         f"the dense reference:\n" + "\n".join(outcome.failures[strategy][:20]))
+
+
+if __name__ == "__main__":
+    _run_under_launcher()

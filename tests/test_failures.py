@@ -1,0 +1,54 @@
+"""A rank that dies, raises or hangs ends the whole job quickly, says which rank,
+and leaves no result that claims success."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from launchers import TINY_RUN, mpiexec, torchrun
+
+pytestmark = pytest.mark.mpi
+TESTS = str(Path(__file__).resolve().parent)
+ENV = {"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
+LAUNCHERS = {"mpiexec": mpiexec, "torchrun": torchrun}
+
+
+def run_fault(launcher, fault, tmp_path, *extra):
+    start = time.monotonic()
+    done = LAUNCHERS[launcher](2, ["-m", "commbench", f"--dist-optimizer=fault_plugins:{fault}",
+                                   "--results-dir", str(tmp_path), *TINY_RUN, *extra],
+                               timeout=120, env=ENV)
+    return done, time.monotonic() - start
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_a_killed_rank_ends_the_job(launcher, tmp_path):
+    done, seconds = run_fault(launcher, "Killed", tmp_path)
+    assert done.returncode != 0
+    assert seconds < 60  # start-up included; the end itself takes a second or two
+    text = done.stdout + done.stderr
+    if launcher == "mpiexec":
+        assert "rank 1" in text and "signal 9" in text, text[-2000:]
+    else:
+        assert "rank      : 1" in text or "rank: 1" in text, text[-2000:]
+    assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_an_exception_on_one_rank_ends_the_job_with_one_line(launcher, tmp_path):
+    done, seconds = run_fault(launcher, "Raises", tmp_path)
+    assert done.returncode != 0 and seconds < 60
+    assert "commbench: error: rank 1: ValueError: injected failure" in done.stderr
+    assert "Traceback" not in done.stderr.split("injected failure")[0]
+    assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_a_silent_peer_is_ended_by_the_timeout(launcher, tmp_path):
+    done, seconds = run_fault(launcher, "Stopped", tmp_path, "--timeout", "10")
+    assert done.returncode != 0
+    assert seconds < 90
+    assert "commbench: error: rank 0:" in done.stderr, done.stderr[-2000:]
+    assert not list(tmp_path.glob("*.json"))

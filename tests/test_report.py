@@ -1,0 +1,87 @@
+"""`commbench report` on the committed fixture runs, against golden output
+(regenerate with: bash tests/data/make_fixtures.sh --golden)."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commbench import report
+
+DATA = Path(__file__).parent / "data"
+RUNS, JUNK, GOLDEN = DATA / "runs", DATA / "junk", DATA / "golden"
+
+
+def run_report(paths, fmt="text"):
+    out, err = io.StringIO(), io.StringIO()
+    code = report.report(paths, fmt, out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("fmt, golden", [("text", "report.txt"), ("markdown", "report.md")])
+def test_report_matches_the_golden_output(fmt, golden):
+    code, out, err = run_report([RUNS], fmt)
+    assert code == 0 and err == ""
+    assert out == (GOLDEN / golden).read_text()
+
+
+def test_report_says_which_efficiency_is_which():
+    text = (GOLDEN / "report.txt").read_text()
+    assert "E(N) = Total(N) / (N x Total(1))" in text
+    assert "E* = Total / sum of the workers' compute-only rates" in text
+    assert "Total(1) = " in text
+
+
+def test_csv_has_one_row_per_configuration_and_raw_numbers():
+    code, out, _ = run_report([RUNS], "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    # allreduce and none at 1, 2, 4 workers; neighbor_allreduce (2 topologies) at 2, 4;
+    # hierarchical at 4
+    assert code == 0 and len(rows) == 11
+    repeated = [r for r in rows if r["runs"] == "2"]
+    assert len(repeated) == 1 and repeated[0]["ci95_over"] == "runs"
+    one = next(r for r in rows if r["workers"] == "1" and r["strategy"] == "allreduce")
+    assert float(one["total_img_sec"]) > 0 and one["model"] == "resnet18"
+    assert one["efficiency_in_job"] and float(one["efficiency"]) > 0
+
+
+def test_json_lists_the_files_behind_every_row():
+    code, out, _ = run_report([RUNS], "json")
+    doc = json.loads(out)
+    rows = doc["groups"][0]["rows"]
+    files = {f for row in rows for f in row["files"]}
+    assert code == 0 and len(files) == len(list(RUNS.glob("*.json")))
+    assert doc["groups"][0]["baseline_runs"] == 2
+
+
+def test_junk_is_skipped_one_warning_line_each_and_the_rest_reported():
+    code, out, err = run_report([RUNS, JUNK])
+    assert code == 0
+    assert out == (GOLDEN / "report.txt").read_text()
+    assert len(err.splitlines()) == 5 and all("skipping" in line for line in err.splitlines())
+
+
+def test_nothing_usable_is_a_clear_error():
+    code, out, err = run_report([JUNK])
+    assert code == 1 and out == ""
+    assert "error: no usable commbench run results" in err.splitlines()[-1]
+
+
+def test_command_line(tmp_path):
+    target = tmp_path / "report.md"
+    proc = subprocess.run([sys.executable, "-m", "commbench", "report", "--format", "markdown",
+                           "-o", str(target), str(RUNS), str(JUNK)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert target.read_text() == (GOLDEN / "report.md").read_text()
+    assert len(proc.stderr.splitlines()) == 5
+
+
+def test_a_list_of_files_reports_like_their_directory():
+    # how `commbench sweep` calls it: with exactly the files it made
+    code, out, _ = run_report(sorted(RUNS.glob("*.json")))
+    assert code == 0 and out == (GOLDEN / "report.txt").read_text()

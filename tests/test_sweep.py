@@ -1,0 +1,66 @@
+"""`commbench sweep`: real jobs through mpiexec, a report and a chart at the end."""
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from launchers import PYTHON, TINY_RUN, run
+
+pytestmark = pytest.mark.mpi
+TESTS = str(Path(__file__).resolve().parent)
+
+
+def sweep(tmp_path, *args, timeout=600):
+    env = {"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
+    return run([PYTHON, "-m", "commbench", "sweep", "--results-dir", str(tmp_path / "results"),
+                "--plots-dir", str(tmp_path / "charts"), *args], timeout, env=env, cwd=tmp_path)
+
+
+def test_sweep_runs_every_combination_reports_failures_and_goes_on(tmp_path):
+    done = sweep(tmp_path, "--np", "1,2",
+                 "--dist-optimizer", "allreduce,sweep_plugins:Crashes,none", *TINY_RUN)
+    out = done.stdout
+    # The failing strategy fails on both counts; the others still ran.
+    assert done.returncode == 1, out[-3000:]
+    assert "[6/6]" in out and out.count("FAILED after") == 2
+    assert "| commbench: error: rank 0: RuntimeError: this strategy fails on purpose" in out
+    assert "2 job(s) failed: sweep_plugins:Crashes on 1, sweep_plugins:Crashes on 2" in out
+    assert len(re.findall(r"done in [\d.]+ s: Total img/sec on \d worker", out)) == 4
+    assert "left" in out and "elapsed" in out
+
+    files = sorted((tmp_path / "results").glob("*.json"))
+    assert len(files) == 4
+    made = {(d["strategy"]["name"], d["summary"]["workers"])
+            for d in (json.loads(f.read_text()) for f in files)}
+    assert made == {("allreduce", 1), ("allreduce", 2), ("none", 1), ("none", 2)}
+    assert "E(N)" in out  # the report of what it ran
+    charts = list((tmp_path / "charts").glob("*.png"))
+    assert len(charts) == 1 and charts[0].stat().st_size > 10_000
+
+
+def test_dry_run_prints_the_exact_commands_and_skips_impossible_ones(tmp_path):
+    done = sweep(tmp_path, "--dry-run", "--np", "1,2,4",
+                 "--dist-optimizer", "allreduce,no_such_strategy", "--batch-size", "8")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    results = str(tmp_path / "results")
+    assert lines[0].split() == [
+        str(Path(sys.executable).parent / "mpiexec"), "-n", "1", sys.executable, "-m",
+        "commbench", "--dist-optimizer=allreduce", "--batch-size", "8", "--results-dir", results]
+    over = "--oversubscribe" if (os.cpu_count() or 1) < 4 else None
+    assert ("--oversubscribe" in lines[2].split()) == bool(over)
+    assert lines[3] == ("# skipped: no_such_strategy on 1: argument --dist-optimizer: unknown "
+                        "strategy 'no_such_strategy'; available: " + lines[3].split(
+                            "available: ")[1])
+    assert len(lines) == 6 and not (tmp_path / "results").exists()
+
+
+def test_torchrun_dry_run_and_bad_run_flags_fail_before_any_job(tmp_path):
+    done = sweep(tmp_path, "--dry-run", "--launcher", "torchrun", "--np", "2")
+    assert "torchrun --standalone --nproc-per-node 2 -m commbench" in done.stdout
+    done = sweep(tmp_path, "--np", "1", "--batch-size", "0")
+    assert done.returncode == 2 and "--batch-size: must be a positive integer" in done.stderr
