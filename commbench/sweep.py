@@ -162,7 +162,8 @@ def run_jobs(jobs: List[Job], timeout: float) -> None:
               f"{shell_line(job.command)}", flush=True)
         output = _run_one(job, timeout)
         if job.ok:
-            print(f"    done in {job.seconds:.1f} s: {job.headline}", flush=True)
+            print(f"    done in {job.seconds:.1f} s: {job.headline}\n    result: {job.result}",
+                  flush=True)
         else:
             print(f"    FAILED after {job.seconds:.1f} s; last lines of its output:", flush=True)
             for line in output.splitlines()[-TAIL_LINES:]:

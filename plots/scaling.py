@@ -51,8 +51,21 @@ def figure(group: "Group", styles: Optional[Dict["Series", dict]] = None) -> "Fi
 
 
 def save(fig: "Figure", paths) -> None:
+    import os
+    import tempfile
+
     for path in paths:
-        fig.savefig(path, dpi=150)
+        # Draw into a temporary file and rename it into place: a viewer, or a second
+        # `plot` writing the same chart at once, never sees half a picture.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".partial-", suffix=path.suffix)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                fig.savefig(f, dpi=150, format=path.suffix[1:])
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
     fig.clear()  # release the artists now, not at the next garbage collection
 
 

@@ -64,3 +64,21 @@ def test_torchrun_dry_run_and_bad_run_flags_fail_before_any_job(tmp_path):
     assert "torchrun --standalone --nproc-per-node 2 -m commbench" in done.stdout
     done = sweep(tmp_path, "--np", "1", "--batch-size", "0")
     assert done.returncode == 2 and "--batch-size: must be a positive integer" in done.stderr
+
+
+def test_two_sweeps_into_one_directory_lose_and_overwrite_nothing(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    args = ["--np", "1", "--dist-optimizer", "allreduce,none", *TINY_RUN]
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: sweep(tmp_path, *args), range(2)))
+    assert [d.returncode for d in both] == [0, 0], both[0].stdout[-2000:]
+    reported = {line.split("result: ")[-1] for d in both for line in d.stdout.splitlines()
+                if line.startswith("    result: ")}
+    files = sorted((tmp_path / "results").glob("*.json"))
+    assert len(files) == 4
+    docs = [json.loads(f.read_text()) for f in files]  # every file complete
+    assert sorted(d["strategy"]["name"] for d in docs) == ["allreduce", "allreduce",
+                                                           "none", "none"]
+    assert not list((tmp_path / "results").glob(".partial-*"))
+    assert reported == {str(f) for f in files}

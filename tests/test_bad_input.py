@@ -1,0 +1,98 @@
+"""Bad input, every kind, gets one line naming the flag and what it accepts, exit 2,
+no traceback; on every rank under a launcher, before any communication."""
+
+import dataclasses
+import json
+import os
+import shutil
+
+import pytest
+
+from commbench import results
+from commbench.cli import main
+from commbench.config import ACCEPTED, RunConfig
+from commbench.errors import UsageError
+from launchers import PYTHON, TINY_RUN, mpiexec, run
+
+NUMERIC_FLAGS = [f for f in dataclasses.fields(RunConfig) if f.metadata["type"] in ACCEPTED]
+
+
+@pytest.mark.parametrize("field", NUMERIC_FLAGS, ids=lambda f: f.name)
+@pytest.mark.parametrize("value", ["-1", "zero", ""])
+def test_every_numeric_flag_rejects_bad_values_in_one_line(field, value, capsys):
+    flag = "--" + field.name.replace("_", "-")
+    accepted = ACCEPTED[field.metadata["type"]]
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", f"{flag}={value}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err.count("\n") == 1 and f"argument {flag}: must be {accepted}" in err
+
+
+@pytest.mark.parametrize("field", [f for f in NUMERIC_FLAGS
+                                   if f.metadata["type"].__name__.startswith("positive")],
+                         ids=lambda f: f.name)
+def test_zero_is_refused_where_a_positive_value_is_needed(field, capsys):
+    flag = "--" + field.name.replace("_", "-")
+    with pytest.raises(SystemExit):
+        main(["run", flag, "0"])
+    assert f"argument {flag}: must be a positive" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "inception_v3", "--image-size", "32"],
+     "argument --image-size: 32 is too small for inception_v3"),
+    (["--dist-optimizer", "neighbor_allreduce", "--topology", "hypercube"],
+     "argument --topology: unknown topology 'hypercube'"),
+    (["--dist-optimizer", "neighbor_allreduce", "--topology", "star"],
+     "argument --topology: topology 'star' has no dynamic schedule"),
+])
+def test_impossible_requests_fail_on_every_rank_under_mpiexec(args, message, tmp_path):
+    done = mpiexec(2, ["-m", "commbench", *TINY_RUN, *args, "--results-dir", str(tmp_path)],
+                   timeout=120)
+    assert done.returncode != 0
+    errors = [l for l in done.stderr.splitlines() if l.startswith("commbench: error:")]
+    assert errors and all(message in e for e in errors), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_full_results_directory_is_refused_at_start_up(tmp_path, monkeypatch):
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(results.shutil, "disk_usage",
+                        lambda path: usage._replace(free=1024 * 1024))
+    with pytest.raises(UsageError, match="--results-dir: .* has only 1024 KiB free"):
+        results.ensure_writable(tmp_path)
+
+
+def test_an_unwritable_results_path_is_refused_before_the_benchmark(tmp_path):
+    # Works as root too: nobody can create a directory beneath a regular file.
+    (tmp_path / "file").write_text("")
+    done = run([PYTHON, "-m", "commbench", *TINY_RUN, "--results-dir",
+                str(tmp_path / "file" / "r")], timeout=60)
+    assert done.returncode == 2 and "--results-dir: cannot write" in done.stderr
+    assert "Model:" not in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_huge_file_is_skipped_without_being_read(tmp_path):
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as f:
+        f.truncate(results.MAX_RESULT_BYTES + 1)  # sparse: costs no disk
+    found, warnings = results.load_results([tmp_path])
+    assert found == [] and "too large" in warnings[0]
+
+
+def test_names_inside_a_result_never_leave_the_output_directory(tmp_path):
+    from commbench.plot import plot
+
+    runs = os.path.join(os.path.dirname(__file__), "data", "runs")
+    doc = json.loads(open(os.path.join(runs, sorted(os.listdir(runs))[0])).read())
+    doc["config"]["model"] = "../../../escaped/evil"
+    doc["environment"]["cpu"] = "/etc/passwd"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "evil.json").write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    assert plot([tmp_path / "in"], out) == 0
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix == ".png"]
+    assert written and all(p.parent == out for p in written)
+    assert not (tmp_path.parent / "escaped").exists()
