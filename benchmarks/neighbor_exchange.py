@@ -10,7 +10,11 @@ that load on a shared machine hits all of them alike:
   commbench  NeighborExchange, as neighbor_allreduce runs it: the buffer goes to each
              out-neighbor and comes from each in-neighbor (batch_isend_irecv), then
              x <- W x in place
+  1 message  the same, but one message per buffer and neighbor, combined after it all
+             arrived (NeighborExchange before issue #3)
   gloo raw   the same batch_isend_irecv of the same bytes, and nothing else
+  combine    x <- W x on buffers already received, no communication: what commbench
+             adds to gloo raw when nothing overlaps
   MPI raw    mpi4py Neighbor_allgather on a distributed-graph communicator of the
              same graph (only when started by an MPI launcher)
 
@@ -34,6 +38,8 @@ def parse_args():
     parser.add_argument("--repetitions", type=int, default=20,
                         help="timed repetitions per contender (default: 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed repetitions (default: 3)")
+    parser.add_argument("--chunk-kb", type=int, default=None,
+                        help="NeighborExchange message size in KiB (default: its CHUNK_BYTES)")
     parser.add_argument("--topology", default="exponential-2",
                         help="static topology (default: exponential-2)")
     return parser.parse_args()
@@ -59,7 +65,12 @@ def main() -> None:
     count = int(args.megabytes * 1e6) // 4
 
     buffer = torch.empty(count, dtype=torch.float32)
-    exchange = NeighborExchange([buffer], schedule, rank)
+    chunk = {"chunk_bytes": args.chunk_kb * 1024} if args.chunk_kb else {}
+    exchange = NeighborExchange([buffer], schedule, rank, **chunk)
+    # The pre-#3 behaviour (one message per buffer, combine after the last byte),
+    # interleaved with the rest so that the gain of chunking is measured in one job.
+    whole = torch.empty(count, dtype=torch.float32)
+    unchunked = NeighborExchange([whole], schedule, rank, chunk_bytes=whole.numel() * 4)
     check_exchange(exchange, buffer, topology, rank)
 
     payload = torch.rand(count, dtype=torch.float32)
@@ -71,7 +82,15 @@ def main() -> None:
         for work in dist.batch_isend_irecv(ops) if ops else []:
             work.wait()
 
-    contenders: Dict[str, Callable[[], None]] = {"commbench": exchange, "gloo raw": gloo_raw}
+    plan = exchange.plan(0)
+
+    def combine_only():  # the arithmetic NeighborExchange adds to gloo raw, alone
+        buffer.mul_(plan.self_weight)
+        for r, (_, weight) in zip(received, plan.sources):
+            buffer.add_(r, alpha=weight)
+
+    contenders: Dict[str, Callable[[], None]] = {"commbench": exchange, "1 message": unchunked,
+                                                 "gloo raw": gloo_raw, "combine": combine_only}
     if launch.mpi:
         contenders["MPI raw"] = mpi_neighbor_allgather(payload.numpy(), sources, destinations)
 
@@ -134,7 +153,7 @@ def report(args, n: int, nbytes: int, in_degree: int, out_degree: int, slowest, 
         q1, q3 = np.percentile(t, [25, 75])
         print(f"  {name:<10} {medians[name] * 1e3:8.2f} ms  (IQR {q1 * 1e3:.2f} .. "
               f"{q3 * 1e3:.2f} ms)  per-link {nbytes / medians[name] / 1e9:6.2f} GB/s")
-    for raw in (name for name in medians if name != "commbench"):
+    for raw in (name for name in medians if name in ("gloo raw", "MPI raw")):
         ratio = medians["commbench"] / medians[raw]
         target = "  (target <= 1.15)" if raw == "gloo raw" else ""
         print(f"  commbench / {raw}: {ratio:.2f}{target}")

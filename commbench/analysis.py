@@ -157,11 +157,15 @@ class Group:
         return ideal, "N × in-job compute-only rate"
 
 
-def load_runs(paths: Iterable[Union[str, Path]]) -> Tuple[List[Run], List[str]]:
-    """Every usable `run` result under paths, and one line per file skipped."""
+def load_runs(paths: Iterable[Union[str, Path]],
+              handled: Tuple[str, ...] = ()) -> Tuple[List[Run], List[str]]:
+    """Every usable `run` result under paths, and one line per file skipped (results
+    of the kinds in `handled` are skipped silently: the caller reads them itself)."""
     results, notes = load_results(paths)
     runs = []
     for result in results:
+        if result.kind in handled:
+            continue
         if result.kind != "run":
             notes.append(f"skipping {result.path}: a {result.kind!r} result; only 'run' "
                          "results are analysed here")
@@ -267,8 +271,9 @@ def group_runs(runs: Iterable[Run]) -> List[Group]:
     return groups
 
 
-def analyse(paths: Iterable[Union[str, Path]]) -> Tuple[List[Group], List[str]]:
-    runs, notes = load_runs(paths)
+def analyse(paths: Iterable[Union[str, Path]],
+            handled: Tuple[str, ...] = ()) -> Tuple[List[Group], List[str]]:
+    runs, notes = load_runs(paths, handled)
     return group_runs(runs), notes
 
 

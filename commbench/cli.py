@@ -23,6 +23,8 @@ SUBCOMMANDS = {
     "plot": ("commbench.plot", "draw scaling charts from result files"),
     "report": ("commbench.report", "tables of throughput, efficiency and latency"),
     "compare": ("commbench.compare", "A/B comparison of two sets of result files"),
+    "microbench": ("commbench.microbench", "communication-only size sweeps: time, algbw/busbw, "
+                   "ratio to raw primitives (start it under a launcher)"),
 }
 
 

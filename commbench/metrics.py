@@ -17,6 +17,13 @@ Consensus distance: mean over workers of ‖x_r − x̄‖² / ‖x̄‖².
 Repeated runs of one configuration: the mean of the runs' means, with the 95%
 confidence interval over those run means (runs differ more than iterations do).
 A/B comparison: Welch's t-test on the two arms' per-iteration totals S_i.
+Microbenchmarks (`commbench microbench`, size sweeps of S bytes per rank): time per
+call pooled over ranks and calls (mean, p50, p99); algbw = S / mean time; for
+allreduce busbw = algbw × 2(n − 1)/n (nccl-tests' definition, see its
+doc/PERFORMANCE.md), the ring algorithm's 2(n − 1)/n·S bytes sent and received per
+rank; for neighbor exchange the bytes each rank sends (out-degree × S) and receives
+(in-degree × S) per call, and the per-link bandwidth S / mean time (links run
+concurrently, each carries S). Ratio to a raw primitive: p50 time / its p50 time.
 """
 
 from __future__ import annotations
@@ -110,3 +117,31 @@ def summarize(batch_size: int, batches_per_iter: int, iteration_seconds, batch_s
         compute = float(np.mean(reference_seconds)) / batches_per_iter
         summary["communication_overhead"] = 1.0 - compute / step
     return summary
+
+
+# --- microbenchmarks (commbench microbench) -----------------------------------------
+
+MICRO_PERCENTILES = (50, 99)
+
+
+def call_time_stats(seconds) -> Dict[str, float]:
+    """Mean, p50 and p99 of per-call seconds, pooled over ranks and calls."""
+    values = np.ravel(np.asarray(seconds, dtype=float))
+    stats = {"mean": float(values.mean())}
+    stats.update({f"p{p}": float(np.percentile(values, p)) for p in MICRO_PERCENTILES})
+    return stats
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth in bytes/s: the buffer's size over the time of one call."""
+    return nbytes / seconds
+
+
+def allreduce_bus_factor(n: int) -> float:
+    """busbw / algbw for allreduce: 2(n − 1)/n (nccl-tests); 0 for one rank (no traffic)."""
+    return 2.0 * (n - 1) / n
+
+
+def ring_allreduce_bytes(nbytes: float, n: int) -> float:
+    """Bytes each rank sends (and receives) in a ring allreduce of nbytes: 2(n − 1)/n·S."""
+    return allreduce_bus_factor(n) * nbytes

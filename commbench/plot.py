@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import IO, Iterable, List, Optional, Sequence, Union
 
-from commbench import analysis
+from commbench import analysis, microbench
 from commbench.analysis import Group
 
 FORMATS = ("png", "svg", "pdf")
@@ -38,14 +38,20 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "plots",
     1 when no usable result was found."""
     out, err = out or sys.stdout, err or sys.stderr
     paths = list(paths)
-    groups, notes = analysis.analyse(paths)
+    groups, notes = analysis.analyse(paths, handled=(microbench.KIND,))
+    benches = microbench.load(paths)  # size sweeps: their own charts
     for note in notes:
         print(f"commbench plot: warning: {note}", file=err)
-    if not groups:
+    if not groups and not benches:
         print(f"commbench plot: error: no usable commbench run results in "
               f"{', '.join(map(str, paths))}", file=err)
         return 1
-    for path in write_charts(groups, out_dir, formats):
+    written = write_charts(groups, out_dir, formats) if groups else []
+    if benches:
+        from commbench.plots import microbench as microbench_charts
+
+        written += microbench_charts.write(benches, out_dir, formats)
+    for path in written:
         print(path, file=out)
     out.flush()
     return 0

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
-from commbench import analysis, tables
+from commbench import analysis, microbench, tables
 from commbench.analysis import Group, Point
 
 FORMATS = ("text", "markdown", "csv", "json")
@@ -60,14 +60,22 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
     out = out or sys.stdout
     err = err or sys.stderr
     paths = list(paths)
-    groups, notes = analysis.analyse(paths)
+    groups, notes = analysis.analyse(paths, handled=(microbench.KIND,))
+    benches = microbench.load(paths)  # size sweeps: their own tables
     for note in notes:
         print(f"commbench report: warning: {note}", file=err)
-    if not groups:
+    if not groups and not benches:
         print(f"commbench report: error: no usable commbench run results in "
               f"{', '.join(map(str, paths))}", file=err)
         return 1
-    out.write(render(groups, fmt))
+    if fmt == "json" and groups and benches:  # one JSON document
+        doc = json.loads(render(groups, fmt))
+        doc.update(json.loads(microbench.render(benches, fmt)))
+        out.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        texts = ([render(groups, fmt)] if groups else []) + \
+            ([microbench.render(benches, fmt)] if benches else [])
+        out.write("\n".join(texts))
     out.flush()
     return 0
 

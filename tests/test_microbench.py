@@ -1,0 +1,108 @@
+"""`commbench microbench`: size parsing (in process), and short sweeps through
+mpiexec -n 2 and -n 4 that must have no wrong results, bytes-moved figures equal to
+the closed forms, and a report and charts that render."""
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from commbench import microbench
+from launchers import mpiexec
+
+SWEEP = ["-m", "commbench", "microbench", "-b", "8", "-e", "64K", "-f", "32", "-n", "2",
+         "-w", "1"]
+ALL_OPS = ",".join(microbench.OPS)
+
+
+def test_sizes_follow_nccl_tests_flags():
+    assert microbench.parse_size("8") == 8
+    assert microbench.parse_size("4K") == 4096
+    assert microbench.parse_size("64M") == 64 << 20
+    assert microbench.parse_size("1g") == 1 << 30
+    for bad in ("0", "-1", "12X", ""):
+        with pytest.raises(Exception):
+            microbench.parse_size(bad)
+    assert microbench.sizes(8, 64 << 20, 2)[-1] == 64 << 20
+    assert microbench.sizes(8, 1024, 4) == [8, 32, 128, 512]
+    assert microbench.sizes(1, 8, 2) == [4, 8]  # whole float32 elements, no duplicates
+    with pytest.raises(microbench.UsageError):
+        microbench.sizes(64, 8, 2)
+    assert microbench.parse_ops("allreduce,allreduce") == ["allreduce"]
+    with pytest.raises(Exception):
+        microbench.parse_ops("allgather")
+
+
+def sweep(tmp_path, n, *flags):
+    proc = mpiexec(n, [*SWEEP, "--results-dir", str(tmp_path), *flags], timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Out of bounds values : 0 OK" in proc.stdout
+    files = list(Path(tmp_path).glob("*.json"))
+    assert len(files) == 1
+    doc = json.loads(files[0].read_text())
+    assert doc["kind"] == "microbench" and doc["schema_version"] >= 1
+    assert doc["environment"]["world_size"] == n and doc["summary"]["wrong"] == 0
+    ours = [r for r in doc["rows"] if r["commbench"]]
+    assert ours and all(r["wrong"] == 0 for r in ours)
+    return doc
+
+
+def rows(doc, op, impl=None):
+    return [r for r in doc["rows"] if r["op"] == op and (impl is None or r["impl"] == impl)]
+
+
+def check_closed_forms(doc, n, static=True):
+    sizes = doc["summary"]["sizes"]
+    for r in rows(doc, "allreduce"):  # ring allreduce: 2(n-1)/n S each way
+        assert r["bytes_sent"] == pytest.approx(2 * (n - 1) / n * r["bytes"])
+        assert r["bytes_received"] == r["bytes_sent"]
+        assert r["summary"]["busbw"] == pytest.approx(r["summary"]["algbw"] * 2 * (n - 1) / n)
+    hops = math.ceil(math.log2(n)) if static else 1  # exponential-2 / its one-peer schedule
+    for r in rows(doc, "neighbor_allreduce"):
+        assert r["bytes_sent"] == pytest.approx(hops * r["bytes"])
+        assert r["bytes_received"] == pytest.approx(hops * r["bytes"])
+        assert all(s == pytest.approx(hops * r["bytes"]) for s in r["bytes_sent_per_rank"])
+    for op in doc["config"]["ops"]:
+        ours = rows(doc, op, "commbench")
+        assert [r["bytes"] for r in ours] == sizes
+        assert all(r["summary"]["ratio_to_raw"] for r in ours)  # a raw reference each
+
+
+def test_two_ranks_all_ops_static(tmp_path):
+    doc = sweep(tmp_path, 2, "--op", ALL_OPS, "--disable-dynamic-topology",
+                "--machine-size", "1")
+    check_closed_forms(doc, 2)
+    impls = {r["impl"] for r in rows(doc, "allreduce")}
+    assert {"commbench", "torch all_reduce", "MPI Allreduce"} <= impls
+
+
+def test_four_ranks_all_ops_static_then_report_and_charts(tmp_path):
+    results = tmp_path / "results"
+    doc = sweep(results, 4, "--op", ALL_OPS, "--disable-dynamic-topology", "--machine-size", "2")
+    check_closed_forms(doc, 4)
+    # Hierarchical, 2 machines of 2: every rank allreduces inside its machine (S each
+    # way); the leader also sends S to the other machine and broadcasts S to its peer.
+    for r in rows(doc, "hierarchical_neighbor_allreduce"):
+        assert r["bytes_sent"] == pytest.approx(2 * r["bytes"])
+
+    from commbench.plot import plot
+    from commbench.report import report
+
+    out, err = io.StringIO(), io.StringIO()
+    assert report([results], "text", out=out, err=err) == 0
+    text = out.getvalue()
+    assert "microbench, 4 ranks" in text and "neighbor_allreduce" in text and not err.getvalue()
+    out = io.StringIO()
+    assert report([results], "json", out=out, err=err) == 0
+    assert json.loads(out.getvalue())["microbench"][0]["rows"]
+    out = io.StringIO()
+    assert plot([results], tmp_path / "charts", ["svg"], out=out, err=err) == 0
+    charts = out.getvalue().split()
+    assert len(charts) == 2 and all(Path(c).stat().st_size > 10_000 for c in charts)
+
+
+def test_four_ranks_one_peer_schedule_sends_one_buffer(tmp_path):
+    doc = sweep(tmp_path, 4, "--op", "neighbor_allreduce")
+    check_closed_forms(doc, 4, static=False)
