@@ -8,7 +8,7 @@ they must not change until `finish()`) and `finish()` (complete it in place).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from commbench.errors import UsageError
 
@@ -69,3 +69,22 @@ def check_machine_size(machine_size: Optional[int], world_size: int) -> None:
 
 def style(atc: bool) -> str:
     return "atc" if atc else "awc"
+
+
+def mixing_facts(config, ctx, schedule: "Schedule", nodes: int) -> Dict[str, Any]:
+    """What a result records of a parameter-averaging strategy; `nodes` is the size
+    of the graph that W mixes (ranks, or machines for the hierarchical strategy)."""
+    from commbench.topology import build_topology
+
+    return {
+        "topology": config.topology,
+        "dynamic": schedule.dynamic,
+        "schedule": schedule.kind,
+        "schedule_period": schedule.period,
+        "style": style(config.atc_style),
+        "fp16": config.fp16_allreduce,
+        "spectral_gap": build_topology(config.topology, nodes).spectral_gap,
+        "machine_size": ctx.machine_size,
+        "num_machines": ctx.num_machines,
+        "simulated_machines": ctx.simulated_machines,
+    }

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional
 
 from commbench.optimizers.base import Strategy, TrainStep
 from commbench.optimizers.decentralized import (check_machine_size, checked_schedule,
-                                                combine_step, style)
+                                                combine_step, mixing_facts)
 
 
 class NeighborAllreduce(Strategy):
@@ -53,16 +53,4 @@ class NeighborAllreduce(Strategy):
         return combine_step(model, optimizer, self.mixer, self.config.atc_style)
 
     def facts(self) -> Dict[str, Any]:
-        from commbench.topology import build_topology
-
-        return {
-            "topology": self.config.topology,
-            "dynamic": self.schedule.dynamic,
-            "schedule": self.schedule.kind,
-            "schedule_period": self.schedule.period,
-            "style": style(self.config.atc_style),
-            "fp16": self.config.fp16_allreduce,
-            "spectral_gap": build_topology(self.config.topology, self.ctx.world_size).spectral_gap,
-            "machine_size": self.ctx.machine_size,
-            "num_machines": self.ctx.num_machines,
-        }
+        return mixing_facts(self.config, self.ctx, self.schedule, self.ctx.world_size)

@@ -87,7 +87,7 @@ def test_facts_and_schedule_follow_bluefogs_benchmark():
     assert one_machine.facts() == dict(
         topology="exponential-2", dynamic=True, schedule="one-peer", schedule_period=3,
         style="awc", fp16=False, spectral_gap=pytest.approx(0.5), machine_size=8,
-        num_machines=1)
+        num_machines=1, simulated_machines=False)
     # Several equal machines: Bluefog's inner-outer schedule (it needs >= 3 per machine).
     assert NeighborAllreduce(context(8, 4), RunConfig()).facts()["schedule"] == "inner-outer"
     assert NeighborAllreduce(context(8, 2), RunConfig()).facts()["schedule"] == "one-peer"
