@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import IO, Iterable, List, Optional, Sequence, Union
 
-from commbench import analysis, microbench
+from commbench import analysis
+from commbench import microbench_results as microbench
 from commbench.analysis import Group
 
 FORMATS = ("png", "svg", "pdf")

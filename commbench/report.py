@@ -13,7 +13,8 @@ import textwrap
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
-from commbench import analysis, microbench, tables
+from commbench import analysis, tables
+from commbench import microbench_results as microbench
 from commbench.analysis import Group, Point
 
 FORMATS = ("text", "markdown", "csv", "json")

@@ -1,0 +1,104 @@
+"""The timed loop of `commbench microbench`, the same for every op: one op at one size, its
+contenders (commbench's call, then the raw primitives) interleaved within each call
+so that load on a shared machine hits all of them alike, each output checked, and
+the rows of every rank's samples (schema in commbench.microbench_results; metrics
+defined in commbench.metrics).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from commbench.microbench_ops import Data
+
+
+def bench(op_cls, plugin_cls, ctx, config, count: int, args) -> List[Dict[str, Any]]:
+    """Every contender of one op (a microbench_ops.Op class) at one size of `count`
+    elements; its rows (on rank 0; [] elsewhere)."""
+    op = op_cls(plugin_cls, ctx, config, Data(ctx, count))
+    timed = contenders(op, raw=not args.no_raw, check=bool(args.check))
+    return rows(op, timed, measure(timed, ctx, args.warmup_iters, args.iters))
+
+
+class Contender:
+    """One implementation: reset() before each call (untimed), run() timed, then
+    check(call) -> True when the output is right (commbench rows, with -c 1);
+    traffic(call) -> (bytes sent, bytes received) by this rank."""
+
+    def __init__(self, impl: str, run: Callable[[], None], reset: Callable[[], None],
+                 traffic: Callable[[int], Tuple[float, float]],
+                 check: Optional[Callable[[int], bool]] = None):
+        self.impl, self.run, self.reset, self.check = impl, run, reset, check
+        self.traffic = traffic
+        self.seconds: List[float] = []
+        self.wrong = 0
+        self.sent: List[float] = []
+        self.received: List[float] = []
+
+
+def contenders(op, raw: bool, check: bool) -> List[Contender]:
+    """The op's commbench call first (the ratios' numerator), then its raw primitives,
+    all moving the same bytes (the op's closed form)."""
+    def right(call: int) -> bool:
+        return op.data.is_right(op.buffer, op.reference(call))
+
+    found = [Contender("commbench", op.run, op.data.copy_in(op.buffer), op.traffic,
+                       right if check else None)]
+    if raw:
+        found += [Contender(p.impl, p.run, p.reset, op.traffic) for p in op.raw()]
+    return found
+
+
+def measure(timed: List[Contender], ctx, warmup: int, iters: int) -> List[Any]:
+    """Interleaved calls of every contender; every rank's samples (on every rank)."""
+    import torch.distributed as dist
+
+    for call in range(warmup + iters):
+        for c in timed:
+            c.reset()
+            dist.barrier()
+            start = time.perf_counter()
+            c.run()
+            elapsed = time.perf_counter() - start
+            if c.check is not None and not c.check(call):
+                c.wrong += 1
+            if call >= warmup:
+                c.seconds.append(elapsed)
+                sent, received = c.traffic(call)
+                c.sent.append(sent)
+                c.received.append(received)
+    mine = [(c.seconds, c.wrong, c.sent, c.received) for c in timed]
+    everyone: List[Any] = [None] * ctx.world_size
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
+def rows(op, timed: List[Contender], everyone: List[Any]) -> List[Dict[str, Any]]:
+    """One row per contender from every rank's samples (rank 0; [] elsewhere)."""
+    import numpy as np
+
+    from commbench import metrics
+
+    if op.rank != 0:
+        return []
+    found = []
+    for i, c in enumerate(timed):
+        seconds = [rank[i][0] for rank in everyone]
+        stats = metrics.call_time_stats(seconds)
+        algbw = metrics.algbw(op.S, stats["mean"])
+        summary: Dict[str, Any] = {"time": stats, "algbw": algbw, **op.bandwidths(algbw)}
+        found.append({
+            "op": op.name, "impl": c.impl, "commbench": c.impl == "commbench",
+            "bytes": op.S, "count": op.data.count, "seconds": seconds,
+            "bytes_sent": float(np.mean([rank[i][2] for rank in everyone])),
+            "bytes_received": float(np.mean([rank[i][3] for rank in everyone])),
+            "bytes_sent_per_rank": [float(np.mean(rank[i][2])) for rank in everyone],
+            "wrong": sum(rank[i][1] for rank in everyone) if c.check is not None else None,
+            "summary": summary,
+        })
+    ours = found[0]
+    ours["summary"]["ratio_to_raw"] = {
+        r["impl"]: ours["summary"]["time"]["p50"] / r["summary"]["time"]["p50"]
+        for r in found[1:]}
+    return found

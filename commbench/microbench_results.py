@@ -1,0 +1,109 @@
+"""`commbench microbench` result files: their schema, reading them back, and the
+tables `commbench report` renders of them. Pure functions of the files, no torch.
+
+Result document (kind "microbench"), besides the common header of commbench.results:
+    config       the flags (ops, sizes, iterations, topology settings, ...)
+    environment  as for runs
+    rows         one per (op, size, implementation): op, impl, commbench (bool),
+                 bytes, count, seconds [rank][call], bytes_sent/bytes_received (mean
+                 per rank and call), wrong (commbench rows) and summary: time
+                 {mean,p50,p99}, algbw, busbw (allreduce), link_bw (neighbor ops),
+                 ratio_to_raw {impl: p50 / its p50} (commbench rows)
+    summary      world_size, sizes, ops, wrong (total)
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any, Dict, List
+
+from commbench import tables
+
+KIND = "microbench"
+
+
+def load(paths) -> List[Any]:
+    """Every usable microbench result under paths (commbench.results.Result objects);
+    the warnings about other files are the run readers' to give."""
+    from commbench.results import load_results
+
+    found, _ = load_results(paths)
+    return [r for r in found if r.kind == KIND and isinstance(r.doc.get("rows"), list)]
+
+
+def title(doc: Dict[str, Any]) -> str:
+    config, env = doc["config"], doc.get("environment") or {}
+    n = doc["summary"].get("world_size")
+    schedule = "static" if config.get("disable_dynamic_topology") else "dynamic one-peer"
+    parts = [f"microbench, {n} ranks", f"{config.get('topology')} ({schedule})"]
+    if config.get("machine_size"):
+        parts.append(f"{config['machine_size']} ranks/machine")
+    hardware = env.get("gpu") or env.get("cpu") or "?"
+    parts.append(f"{env.get('backend', '?')} on {env.get('device', '?')} ({hardware})")
+    if config.get("tag"):
+        parts.append(f"tag {config['tag']}")
+    return ", ".join(parts)
+
+
+TABLE_HEADERS = ["op", "impl", "bytes", "time us", "p50 us", "p99 us", "algbw GB/s",
+                 "busbw GB/s", "link GB/s", "sent B/rank", "recv B/rank", "#wrong", "x raw"]
+TABLE_FIELDS = ("op", "impl", "bytes", "time_mean_s", "time_p50_s", "time_p99_s",
+                "algbw", "busbw", "link_bw", "bytes_sent", "bytes_received", "wrong",
+                "ratio_to_raw")
+NOTES = [
+    "time: seconds per call pooled over ranks and calls (mean, p50, p99); each call "
+    "after a barrier, on data reset outside the timed region.",
+    "algbw = bytes / mean time; busbw = algbw x 2(n-1)/n for allreduce (nccl-tests); "
+    "link = bytes / mean time for neighbor ops (links run concurrently).",
+    "sent/recv: nominal bytes per rank and call (ring allreduce 2(n-1)/n x S; neighbor "
+    "exchange out/in-degree x S). x raw: commbench p50 / the raw primitive's p50, one "
+    "ratio per raw row in the order listed.",
+]
+
+
+def record(row: Dict[str, Any]) -> Dict[str, Any]:
+    s = row["summary"]
+    return {"op": row["op"], "impl": row["impl"], "bytes": row["bytes"],
+            "time_mean_s": s["time"]["mean"], "time_p50_s": s["time"]["p50"],
+            "time_p99_s": s["time"]["p99"], "algbw": s.get("algbw"), "busbw": s.get("busbw"),
+            "link_bw": s.get("link_bw"), "bytes_sent": row.get("bytes_sent"),
+            "bytes_received": row.get("bytes_received"), "wrong": row.get("wrong"),
+            "ratio_to_raw": s.get("ratio_to_raw")}
+
+
+def _cells(r: Dict[str, Any]) -> List[str]:
+    def gb(v):
+        return "-" if v is None else f"{v / 1e9:.3f}"
+
+    ratios = r["ratio_to_raw"] or {}
+    return [r["op"], r["impl"], str(r["bytes"]), f"{r['time_mean_s'] * 1e6:.1f}",
+            f"{r['time_p50_s'] * 1e6:.1f}", f"{r['time_p99_s'] * 1e6:.1f}", gb(r["algbw"]),
+            gb(r["busbw"]), gb(r["link_bw"]), f"{r['bytes_sent']:.0f}",
+            f"{r['bytes_received']:.0f}", "-" if r["wrong"] is None else str(r["wrong"]),
+            " ".join(f"{v:.2f}" for v in ratios.values()) or "-"]
+
+
+def render(found: List[Any], fmt: str = "text") -> str:
+    """Tables of microbench results (commbench report), one per result file."""
+    if fmt == "json":
+        return json.dumps({"microbench": [
+            {"title": title(r.doc), "file": str(r.path),
+             "rows": [record(row) for row in r.doc["rows"]]} for r in found]}, indent=1) + "\n"
+    if fmt == "csv":
+        rows = [[title(r.doc)] + [json.dumps(v) if isinstance(v, dict) else v
+                                  for v in record(row).values()]
+                for r in found for row in r.doc["rows"]]
+        return tables.csv_text(["title", *TABLE_FIELDS], rows)
+    parts = []
+    for r in found:
+        heading = title(r.doc)
+        heading = f"## {heading}" if fmt == "markdown" else f"{heading}\n{'=' * len(heading)}"
+        body = tables.render(TABLE_HEADERS, [_cells(record(row)) for row in r.doc["rows"]],
+                             "llrrrrrrrrrrr", fmt)
+        parts.append(f"{heading}\n\n{body}")
+    if fmt == "markdown":
+        notes = "".join(f"- {n}\n" for n in NOTES)
+    else:
+        notes = "".join(textwrap.fill(n, 88, subsequent_indent="  ") + "\n" for n in NOTES)
+    return "\n".join(parts) + "\n" + notes
