@@ -188,10 +188,11 @@ def consensus_distance(model, world_size: int) -> float:
     import torch
     import torch.distributed as dist
 
-    x = _flat_parameters(model).double()
-    mean = x.clone()
+    x = _flat_parameters(model)
+    mean = x.clone()  # summed in the parameters' own precision: half the bytes of float64
     dist.all_reduce(mean)
     mean /= world_size
+    x, mean = x.double(), mean.double()
     gap = torch.stack([(x - mean).pow(2).sum(), mean.pow(2).sum()])
     dist.all_reduce(gap)  # the second entry is world_size * ||mean||^2
     return float(gap[0] / gap[1]) if gap[1] > 0 else 0.0
