@@ -66,8 +66,38 @@ def check_closed_forms(doc, n, static=True):
         assert all(s == pytest.approx(hops * r["bytes"]) for s in r["bytes_sent_per_rank"])
     for op in doc["config"]["ops"]:
         ours = rows(doc, op, "commbench")
+        if op == "neighbor_allreduce":  # transfer only, and the same whole operation
+            assert all({"gloo send/recv", "gloo send/recv + combine", "MPI Neighbor_allgather",
+                        "MPI Neighbor_allgather + combine"} <= set(r["summary"]["ratio_to_raw"])
+                       for r in ours)
         assert [r["bytes"] for r in ours] == sizes
         assert all(r["summary"]["ratio_to_raw"] for r in ours)  # a raw reference each
+
+
+def test_raw_combine_rows_fail_on_a_wrong_result():
+    """The "+ combine" rows are checked in reset(), before their next call."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from commbench import microbench_raw
+    from commbench.microbench_ops import Data
+    from commbench.topology import build_schedule
+
+    ctx = SimpleNamespace(device=torch.device("cpu"), world_size=4, rank=1)
+    data = Data(ctx, 64)
+    schedule = build_schedule("exponential-2", 4, dynamic=False)
+    x = data.fresh()
+    phases = microbench_raw._Phases(1, schedule)
+    reset = microbench_raw._checked_reset("raw", 1, data, x, phases)
+    reset()  # no call yet: nothing to check
+    phases.next()
+    # The right output of the call passes, X_r itself (no averaging) does not.
+    x.copy_(sum(w * (data.c[j] * data.base + data.d[j]) for j, w in enumerate(phases.rows[0])))
+    reset()
+    phases.next()
+    with pytest.raises(RuntimeError, match="wrong result at call 1"):
+        reset()
 
 
 def test_two_ranks_all_ops_static(tmp_path):
