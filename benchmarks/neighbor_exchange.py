@@ -10,6 +10,9 @@ that load on a shared machine hits all of them alike:
   commbench  NeighborExchange, as neighbor_allreduce runs it: the buffer goes to each
              out-neighbor and comes from each in-neighbor (batch_isend_irecv), then
              x <- W x in place
+  commbench (mpi transport)
+             the same NeighborExchange over mpi4py Isend/Irecv (--cpu-transport mpi;
+             only when started by an MPI launcher)
   1 message  the same, but one message per buffer and neighbor, combined after it all
              arrived (NeighborExchange before issue #3)
   gloo raw   the same batch_isend_irecv of the same bytes, and nothing else
@@ -61,7 +64,7 @@ def main() -> None:
 
     from commbench.launch.distributed import init_distributed
     from commbench.launch.environment import detect_launch
-    from commbench.optimizers.neighbor_exchange import NeighborExchange
+    from commbench.optimizers.neighbor_exchange import NeighborExchange, mpi_ready
     from commbench.topology import build_schedule
 
     launch = detect_launch()
@@ -80,6 +83,11 @@ def main() -> None:
     whole = torch.empty(count, dtype=torch.float32)
     unchunked = NeighborExchange([whole], schedule, rank, chunk_bytes=whole.numel() * 4)
     check_exchange(exchange, buffer, topology, rank)
+    over_mpi = None
+    if launch.mpi and mpi_ready():  # the MPI rendezvous of init_distributed set it up
+        over_mpi = NeighborExchange([torch.empty(count, dtype=torch.float32)], schedule, rank,
+                                    transport="mpi", **chunk)
+        check_exchange(over_mpi, over_mpi.buffers[0], topology, rank)
 
     payload = torch.rand(count, dtype=torch.float32)
     received = [torch.empty_like(payload) for _ in sources]
@@ -104,6 +112,8 @@ def main() -> None:
                                                  "gloo raw": gloo_raw,
                                                  "gloo raw + combine": gloo_raw_combine,
                                                  "combine": combine_only}
+    if over_mpi is not None:
+        contenders["commbench (mpi transport)"] = over_mpi
     if launch.mpi:
         contenders["MPI raw"] = mpi_neighbor_allgather(payload.numpy(), sources, destinations)
 
@@ -190,17 +200,18 @@ def report(args, n: int, nbytes: int, in_degree: int, out_degree: int, slowest, 
     for name, t in slowest.items():
         medians[name] = float(np.median(t))
         q1, q3 = np.percentile(t, [25, 75])
-        print(f"  {name:<18} {medians[name] * 1e3:8.2f} ms  (IQR {q1 * 1e3:.2f} .. "
+        print(f"  {name:<25} {medians[name] * 1e3:8.2f} ms  (IQR {q1 * 1e3:.2f} .. "
               f"{q3 * 1e3:.2f} ms)  per-link {nbytes / medians[name] / 1e9:6.2f} GB/s")
     labels = {  # neighbor_allreduce is transfer + combine: compare like with like first
         "gloo raw + combine": "same whole operation, plain torch; target <= 1.15",
         "gloo raw": "transfer only",
         "MPI raw": "transfer only",
     }
-    for raw, label in labels.items():
-        if raw in medians:
-            ratio = medians["commbench"] / medians[raw]
-            print(f"  commbench / {raw:<18} {ratio:5.2f}   ({label})")
+    for ours in ("commbench", "commbench (mpi transport)"):
+        for raw, label in labels.items():
+            if ours in medians and raw in medians:
+                ratio = medians[ours] / medians[raw]
+                print(f"  {ours} / {raw:<18} {ratio:5.2f}   ({label})")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,17 @@ ACCEPTED = {
     non_negative_float: "a number >= 0",
 }
 
+CPU_TRANSPORTS = ("auto", "gloo", "mpi")
+
+
+def cpu_transport(text: str) -> str:
+    if text not in CPU_TRANSPORTS:
+        raise ValueError
+    return text
+
+
+ACCEPTED[cpu_transport] = "one of " + ", ".join(CPU_TRANSPORTS)
+
 
 def flag(default: Any, help: str, type: Any = None, metavar: Optional[str] = None) -> Any:
     return field(default=default, metadata={"help": help, "type": type, "metavar": metavar})
@@ -80,6 +91,13 @@ class RunConfig:
     independent_init: bool = flag(False, "initialise each worker's model with its own seed "
                                   "instead of broadcasting rank 0's parameters")
     fp16_allreduce: bool = flag(False, "compress communicated tensors to float16")
+    use_adasum: bool = flag(False, "horovod: combine gradients with Adasum instead of "
+                            "averaging them")
+    hierarchical_allreduce: bool = flag(False, "horovod: hierarchical allreduce (inside "
+                                        "each machine, then across machines)")
+    cpu_transport: str = flag(
+        "auto", "how neighbor exchanges move CPU tensors: mpi (mpi4py, under an MPI "
+        "launcher), gloo, or auto (mpi when available)", cpu_transport, "{auto,gloo,mpi}")
     no_cuda: bool = flag(False, "run on the CPU even when a GPU is available")
     lr: float = flag(0.01, "SGD learning rate", non_negative_float)
     momentum: float = flag(0.9, "SGD momentum", non_negative_float)

@@ -1,6 +1,6 @@
 """What the decentralized strategies share: the AWC and ATC training steps around a
-parameter mixer, and the checks of --topology / --machine-size that run on every
-rank before any communication.
+parameter mixer, and the checks of --topology / --machine-size / --cpu-transport
+that run on every rank before any communication.
 
 A mixer is anything with `start()` (begin one averaging step of the parameters;
 they must not change until `finish()`) and `finish()` (complete it in place).
@@ -67,13 +67,24 @@ def check_machine_size(machine_size: Optional[int], world_size: int) -> None:
                          f"{world_size} ranks into equal machines")
 
 
+def check_cpu_transport(choice: str, launch) -> None:
+    """--cpu-transport mpi without an MPI launcher (before init; whether mpi4py was set
+    up shows only after the rendezvous: NeighborExchange's choose_transport)."""
+    from commbench.optimizers.neighbor_exchange import MPI_UNAVAILABLE
+
+    if choice == "mpi" and not launch.mpi:
+        raise UsageError(MPI_UNAVAILABLE)
+
+
 def style(atc: bool) -> str:
     return "atc" if atc else "awc"
 
 
-def mixing_facts(config, ctx, schedule: "Schedule", nodes: int) -> Dict[str, Any]:
+def mixing_facts(config, ctx, schedule: "Schedule", nodes: int,
+                 transport: str) -> Dict[str, Any]:
     """What a result records of a parameter-averaging strategy; `nodes` is the size
-    of the graph that W mixes (ranks, or machines for the hierarchical strategy)."""
+    of the graph that W mixes (ranks, or machines for the hierarchical strategy);
+    `transport` carries the neighbor exchange (mpi, gloo or nccl)."""
     from commbench.topology import build_topology
 
     return {
@@ -83,6 +94,7 @@ def mixing_facts(config, ctx, schedule: "Schedule", nodes: int) -> Dict[str, Any
         "schedule_period": schedule.period,
         "style": style(config.atc_style),
         "fp16": config.fp16_allreduce,
+        "transport": transport,
         "spectral_gap": build_topology(config.topology, nodes).spectral_gap,
         "machine_size": ctx.machine_size,
         "num_machines": ctx.num_machines,

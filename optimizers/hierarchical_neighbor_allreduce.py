@@ -15,8 +15,9 @@ from typing import Any, Dict, List, Optional
 
 from commbench.errors import UsageError
 from commbench.optimizers.base import Strategy, TrainStep
-from commbench.optimizers.decentralized import (check_machine_size, checked_schedule,
-                                                combine_step, mixing_facts)
+from commbench.optimizers.decentralized import (check_cpu_transport, check_machine_size,
+                                                checked_schedule, combine_step, mixing_facts)
+from commbench.optimizers.neighbor_exchange import choose_transport
 
 
 class HierarchicalNeighborAllreduce(Strategy):
@@ -28,6 +29,7 @@ class HierarchicalNeighborAllreduce(Strategy):
     @classmethod
     def check(cls, config, launch) -> None:
         check_machine_size(config.machine_size, launch.world_size)
+        check_cpu_transport(config.cpu_transport, launch)
         machine_size = config.machine_size or launch.local_size
         machines = launch.world_size // machine_size if machine_size else 1
         # Real machines are known only after rendezvous (see __init__); every error of
@@ -48,6 +50,8 @@ class HierarchicalNeighborAllreduce(Strategy):
                              f"to simulate equal machines")
         self.schedule = checked_schedule(config.topology, ctx.num_machines,
                                          not config.disable_dynamic_topology)
+        # The leaders' exchange between machines; inside a machine, torch.distributed.
+        self.transport = choose_transport(config.cpu_transport, ctx)
         self.mixer = None  # a MachineAveraging over the model's flat buffers, after wrap
 
     def wrap(self, model, optimizer) -> TrainStep:
@@ -57,15 +61,18 @@ class HierarchicalNeighborAllreduce(Strategy):
         buffers = fuse_parameters(model)
         if self.ctx.machine_size == 1:  # machines of one rank: plain neighbor averaging
             self.mixer = NeighborExchange(buffers, self.schedule, self.ctx.rank,
-                                          fp16=self.config.fp16_allreduce)
+                                          fp16=self.config.fp16_allreduce,
+                                          transport=self.transport)
         else:
             self.mixer = MachineAveraging(buffers, self.schedule, self.ctx.rank,
                                           self.ctx.machine_size, self.config.fp16_allreduce,
-                                          overlapped=not self.config.atc_style)
+                                          overlapped=not self.config.atc_style,
+                                          transport=self.transport)
         return combine_step(model, optimizer, self.mixer, self.config.atc_style)
 
     def facts(self) -> Dict[str, Any]:
-        return mixing_facts(self.config, self.ctx, self.schedule, self.ctx.num_machines)
+        return mixing_facts(self.config, self.ctx, self.schedule, self.ctx.num_machines,
+                            self.transport)
 
 
 class MachineAveraging:
@@ -76,11 +83,12 @@ class MachineAveraging:
     reads x meanwhile (ATC in float32), else a copy (AWC: backward still reads x
     while the allreduce runs; --fp16-allreduce: c holds float16). Only the leader
     (first rank of a machine) talks to other machines, through a NeighborExchange
-    whose nodes are machines; its step counter follows the machine schedule.
+    whose nodes are machines (over `transport`); its step counter follows the machine
+    schedule.
     """
 
     def __init__(self, buffers, schedule, rank: int, machine_size: int, fp16: bool,
-                 overlapped: bool):
+                 overlapped: bool, transport: str = "gloo"):
         import torch
         import torch.distributed as dist
 
@@ -108,7 +116,7 @@ class MachineAveraging:
             # copies; otherwise it combines the machine average in c, without copies.
             self.exchange = NeighborExchange(self.buffers if fp16 else self.comm, schedule,
                                              machine, [m * machine_size for m in range(machines)],
-                                             fp16=fp16)
+                                             fp16=fp16, transport=transport)
         self._works: List = []
 
     def start(self) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from commbench.optimizers.base import Strategy, TrainStep
-from commbench.optimizers.decentralized import (check_machine_size, checked_schedule,
-                                                combine_step, mixing_facts)
+from commbench.optimizers.decentralized import (check_cpu_transport, check_machine_size,
+                                                checked_schedule, combine_step, mixing_facts)
+from commbench.optimizers.neighbor_exchange import choose_transport
 
 
 class NeighborAllreduce(Strategy):
@@ -27,6 +28,7 @@ class NeighborAllreduce(Strategy):
     @classmethod
     def check(cls, config, launch) -> None:
         check_machine_size(config.machine_size, launch.world_size)
+        check_cpu_transport(config.cpu_transport, launch)
         # Machines are not known yet; every error of the topology itself shows here.
         checked_schedule(config.topology, launch.world_size,
                          not config.disable_dynamic_topology)
@@ -36,6 +38,7 @@ class NeighborAllreduce(Strategy):
         self.schedule = checked_schedule(config.topology, ctx.world_size,
                                          not config.disable_dynamic_topology,
                                          self._machine_size())
+        self.transport = choose_transport(config.cpu_transport, ctx)
         self.mixer = None  # a NeighborExchange over the model's flat buffers, after wrap
 
     def _machine_size(self) -> Optional[int]:
@@ -49,8 +52,10 @@ class NeighborAllreduce(Strategy):
         from commbench.optimizers.neighbor_exchange import NeighborExchange
 
         self.mixer = NeighborExchange(fuse_parameters(model), self.schedule, self.ctx.rank,
-                                      fp16=self.config.fp16_allreduce)
+                                      fp16=self.config.fp16_allreduce,
+                                      transport=self.transport)
         return combine_step(model, optimizer, self.mixer, self.config.atc_style)
 
     def facts(self) -> Dict[str, Any]:
-        return mixing_facts(self.config, self.ctx, self.schedule, self.ctx.world_size)
+        return mixing_facts(self.config, self.ctx, self.schedule, self.ctx.world_size,
+                            self.transport)

@@ -10,11 +10,12 @@ from commbench.config import RunConfig, config_from_args
 
 # The run flags, snapshotted: a change here is a change users see. Update it on purpose.
 RUN_FLAGS = [
-    "--atc-style", "--batch-size", "--disable-dynamic-topology", "--dist-optimizer",
-    "--fp16-allreduce", "--image-size", "--independent-init", "--lr", "--machine-size",
-    "--model", "--momentum", "--no-cuda", "--num-batches-per-iter", "--num-classes",
-    "--num-iters", "--num-warmup-batches", "--reference-iters", "--results-dir", "--seed",
-    "--tag", "--timeout", "--topology",
+    "--atc-style", "--batch-size", "--cpu-transport", "--disable-dynamic-topology",
+    "--dist-optimizer",
+    "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
+    "--lr", "--machine-size", "--model", "--momentum", "--no-cuda", "--num-batches-per-iter",
+    "--num-classes", "--num-iters", "--num-warmup-batches", "--reference-iters",
+    "--results-dir", "--seed", "--tag", "--timeout", "--topology", "--use-adasum",
 ]
 
 

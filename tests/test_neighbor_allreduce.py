@@ -1,6 +1,8 @@
 """neighbor_allreduce: the fused parameter buffers, the checks that run before any
-communication, the exchange against the dense reference W @ X for n = 2..8 (through
-mpiexec), and whole runs of `python -m commbench`."""
+communication, the exchange against the dense reference W @ X for n = 2..8 over both
+CPU transports (through mpiexec), and whole runs of `python -m commbench`."""
+
+import dataclasses
 
 import pytest
 
@@ -9,6 +11,7 @@ from commbench.errors import UsageError
 from commbench.launch.distributed import DistContext
 from commbench.launch.environment import LaunchInfo
 from commbench.optimizers.neighbor_allreduce import NeighborAllreduce
+from commbench.optimizers.neighbor_exchange import mpi_ready
 from programs.check_strategies import assert_strategy_clean
 from programs.commbench_runs import assert_usage_error, consensus_of, run_commbench
 
@@ -86,7 +89,8 @@ def test_facts_and_schedule_follow_bluefogs_benchmark():
     one_machine = NeighborAllreduce(context(8), RunConfig())
     assert one_machine.facts() == dict(
         topology="exponential-2", dynamic=True, schedule="one-peer", schedule_period=3,
-        style="awc", fp16=False, spectral_gap=pytest.approx(0.5), machine_size=8,
+        style="awc", fp16=False, transport="gloo", spectral_gap=pytest.approx(0.5),
+        machine_size=8,
         num_machines=1, simulated_machines=False)
     # Several equal machines: Bluefog's inner-outer schedule (it needs >= 3 per machine).
     assert NeighborAllreduce(context(8, 4), RunConfig()).facts()["schedule"] == "inner-outer"
@@ -99,6 +103,28 @@ def test_facts_and_schedule_follow_bluefogs_benchmark():
             static.facts()["fp16"]) == ("static", False, "atc", True)
 
 
+def test_cpu_transport_mpi_needs_an_mpi_launcher_in_one_line():
+    # Before init: not started by an MPI launcher.
+    with pytest.raises(UsageError) as caught:
+        NeighborAllreduce.check(RunConfig(cpu_transport="mpi"),
+                                LaunchInfo("torchrun", 0, 4, 0, 4, 0))
+    assert str(caught.value).startswith("argument --cpu-transport: mpi needs")
+    assert "\n" not in str(caught.value)
+    # After init: an MPI launcher, but mpi4py was not set up (no MPI rendezvous).
+    if not mpi_ready():
+        with pytest.raises(UsageError, match="^argument --cpu-transport: mpi needs"):
+            NeighborAllreduce(context(4), RunConfig(cpu_transport="mpi"))
+    # auto falls back to the process group; GPU tensors always use it.
+    gpu = dataclasses.replace(context(4), device=FakeDevice("cuda"), backend="nccl")
+    assert NeighborAllreduce(gpu, RunConfig(cpu_transport="mpi")).facts()["transport"] == "nccl"
+    assert NeighborAllreduce(context(4), RunConfig(cpu_transport="gloo")).transport == "gloo"
+
+
+class FakeDevice:
+    def __init__(self, kind):
+        self.type = kind
+
+
 # --- through mpiexec --------------------------------------------------------------
 
 
@@ -107,7 +133,8 @@ def test_facts_and_schedule_follow_bluefogs_benchmark():
 def test_exchange_equals_dense_reference(n):
     """Static topologies, dynamic schedules (one-peer, inner-outer on simulated
     machines), fp16, exact averaging of one-peer exponential-2 in log2 n steps, and
-    AWC/ATC against their closed forms: tests/programs/check_strategies.py."""
+    AWC/ATC against their closed forms, each over both CPU transports (gloo, mpi):
+    tests/programs/check_strategies.py."""
     assert_strategy_clean(n, STRATEGY)
 
 

@@ -5,8 +5,10 @@ size this job was started with:
 
 Rank-distinct parameters X (row j = rank j's) go through one step of the real plugin
 (constructed as `commbench run` constructs it); rank r must then hold row r of
-W @ X, W built independently from commbench.topology. Many cases run in one job, so
-that CI starts one launcher per world size, not one per case. Rank 0 prints
+W @ X, W built independently from commbench.topology. The parameter-averaging
+strategies run every case once per CPU transport of their neighbor exchange
+(--cpu-transport gloo, then mpi: this job is under mpiexec). Many cases run in one
+job, so that CI starts one launcher per world size, not one per case. Rank 0 prints
 `FAIL <strategy>: <what>` per mismatch and `RESULT <strategy> <checked> <failed>`
 per strategy; the exit code is 1 when anything failed.
 
@@ -45,6 +47,7 @@ class Checker:
         self.n, self.rank = ctx.world_size, ctx.rank
         self.case = 0  # advances identically on every rank: seeds the values of a case
         self.checked = {s: 0 for s in STRATEGIES}
+        self.transport = "gloo"  # --cpu-transport of the strategies built by plugin()
         self.failures: List[Tuple[str, str]] = []
 
     # values -------------------------------------------------------------------
@@ -77,8 +80,9 @@ class Checker:
             got = p.detach().double().numpy()
             error = float(np.max(np.abs(got - want))) if want.size else 0.0
             if not error <= tol:
-                self.failures.append((strategy, f"{label}: rank {self.rank} parameter "
-                                      f"{index} off by {error:.3g} (tolerance {tol:g})"))
+                self.failures.append((strategy, f"[{self.transport}] {label}: rank "
+                                      f"{self.rank} parameter {index} off by {error:.3g} "
+                                      f"(tolerance {tol:g})"))
                 return
 
     # plugins ------------------------------------------------------------------
@@ -87,7 +91,13 @@ class Checker:
         from commbench import registry
         from commbench.config import RunConfig
 
-        return registry.resolve(name)(ctx or self.ctx, RunConfig(dist_optimizer=name, **flags))
+        config = RunConfig(dist_optimizer=name, cpu_transport=self.transport, **flags)
+        plugin = registry.resolve(name)(ctx or self.ctx, config)
+        used = plugin.facts().get("transport", self.transport)
+        if used != self.transport:  # auto or a silent fallback would test gloo twice
+            self.failures.append((name, f"[{self.transport}] transport: rank {self.rank} "
+                                  f"uses {used}"))
+        return plugin
 
     def machines(self, machine_size: int):
         return dataclasses.replace(self.ctx, machine_size=machine_size, simulated_machines=True)
@@ -290,8 +300,11 @@ def main() -> int:
 
     ctx = init_distributed(detect_launch(), no_cuda=True, timeout=120)
     checker = Checker(ctx)
-    checker.neighbor_allreduce()
-    checker.hierarchical()
+    for transport in ("gloo", "mpi"):
+        checker.transport = transport
+        checker.neighbor_allreduce()
+        checker.hierarchical()
+    checker.transport = "gloo"
     checker.gradient_averaging("gradient_allreduce")
     from commbench.optimizers.gradient_allreduce import GradientAverager
 
