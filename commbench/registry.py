@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from importlib import metadata
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Type
 
 from commbench.errors import UsageError
@@ -38,7 +39,11 @@ def _entry_points():
     eps = metadata.entry_points()
     if hasattr(eps, "select"):  # Python >= 3.10
         return list(eps.select(group=GROUP))
-    return list(eps.get(GROUP, ()))  # Python 3.9
+    # Python 3.9: entry points do not know their distribution; walk the
+    # distributions instead, so that `commbench list` can name each plugin's source.
+    return [SimpleNamespace(name=ep.name, value=ep.value, dist=dist)
+            for dist in metadata.distributions() for ep in dist.entry_points
+            if ep.group == GROUP]
 
 
 def discover() -> Dict[str, PluginEntry]:

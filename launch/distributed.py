@@ -128,9 +128,11 @@ def _rendezvous_over_horovod() -> Tuple[str, int]:
         raise UsageError("started by horovodrun's gloo controller but horovod is not "
                          "importable: set MASTER_ADDR and MASTER_PORT")
     hvd.init()
-    hosts = hvd.allgather_object(socket.gethostname())
+    hosts = hvd.allgather_object(socket.gethostname(), name="commbench.hosts")
     address = (_address_towards(hosts), _free_port()) if hvd.rank() == 0 else None
-    return hvd.broadcast_object(address, root_rank=0)
+    # An explicit name: Horovod matches collectives by name and would otherwise name
+    # this one after the object's type, a tuple on rank 0 and None elsewhere (a hang).
+    return hvd.broadcast_object(address, root_rank=0, name="commbench.rendezvous")
 
 
 def _address_towards(hosts: List[str]) -> str:

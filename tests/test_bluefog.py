@@ -1,0 +1,213 @@
+"""The `bluefog.*` plugins: listed with a reason where Bluefog is missing, refused
+where Bluefog cannot run, and — in the Bluefog environment (Python 3.9, torch 1.10,
+scripts/setup_bluefog_env.sh) — real jobs through `bfrun` and agreement with
+commbench's own implementations of the same strategies.
+
+The Bluefog environment is found by COMMBENCH_BLUEFOG_PYTHON (its python), else
+.venv-bluefog/ in the checkout, else this interpreter if it has bluefog. Without it
+the real-job tests skip; with COMMBENCH_REQUIRE_ENGINES=1 they fail (a skipped engine test is not a pass).
+
+Every Bluefog job runs under a hard timeout: on this machine Bluefog's
+neighbor_allreduce can hang on messages of several MB (README, "Horovod and
+Bluefog"), so the jobs use models whose tensors stay well below that.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commbench import registry
+from commbench.config import RunConfig
+from commbench.errors import UsageError
+from commbench.launch.environment import LaunchInfo
+from launchers import launcher_env
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ROOT / "tests" / "programs"
+ENGINES = ["bluefog.neighbor_allreduce", "bluefog.hierarchical_neighbor_allreduce",
+           "bluefog.gradient_allreduce"]
+# Small enough that Bluefog's messages stay well below the sizes that hang here
+# (largest tensor 0.1 MB), large enough to be a real convolutional network.
+SMALL = ["--model", "squeezenet1_1", "--num-classes", "10", "--image-size", "64",
+         "--batch-size", "8"]
+TINY_RUN = SMALL + ["--num-warmup-batches", "1", "--num-batches-per-iter", "2",
+                    "--num-iters", "3", "--reference-iters", "1", "--timeout", "60"]
+
+
+def bluefog_python():
+    candidates = [os.environ.get("COMMBENCH_BLUEFOG_PYTHON"),
+                  str(ROOT / ".venv-bluefog" / "bin" / "python")]
+    if importlib.util.find_spec("bluefog") is not None:
+        candidates.append(sys.executable)
+    for c in candidates:
+        if c and Path(c).exists() and Path(c).with_name("bfrun").exists():
+            return c
+    why = ("no Bluefog environment (bash scripts/setup_bluefog_env.sh, or set "
+           "COMMBENCH_BLUEFOG_PYTHON)")
+    if os.environ.get("COMMBENCH_REQUIRE_ENGINES") == "1":
+        pytest.fail(f"CI must test the Bluefog plugins for real: {why}")
+    pytest.skip(why)
+
+
+HANG = ("Bluefog 0.3.0 hangs here in concurrent nonblocking neighbor_allreduce calls "
+        "(its optimizers issue one per parameter); see README, Horovod and Bluefog")
+
+
+def bfrun(n, args, timeout=75, cwd=None):
+    """bfrun with a hard timeout; returns None when the job hung (every process it
+    started is killed: Open MPI starts ranks in process groups of their own)."""
+    python = bluefog_python()
+    bin_dir = Path(python).parent
+    env = launcher_env({"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": "",
+                        "VIRTUAL_ENV": str(bin_dir.parent)})
+    # --prefix: the mpirun shim of setup_bluefog_env.sh (bfrun's one-dash -bind-to and
+    # -map-by are rejected by Open MPI 5).
+    cmd = [str(bin_dir / "bfrun"), "--prefix", f"{bin_dir.parent}/libexec/ompi5/", "-np", str(n),
+           python, *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in [*descendants(proc.pid), proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def descendants(root):
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def completed(done):
+    """The job's result, or xfail when Bluefog hung (a known limitation, not a pass)."""
+    if done is None:
+        pytest.xfail(HANG)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+def only_result(directory):
+    files = list(directory.glob("*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+# --- everywhere ---------------------------------------------------------------------
+
+def test_listed_with_a_reason_when_bluefog_is_missing(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith("bluefog") else real(name, *a))
+    rows = {r["name"]: r for r in registry.describe_all()}
+    for name in ENGINES:
+        assert rows[name]["usable"] is False and rows[name]["source"] == "commbench"
+        assert "needs bluefog" in rows[name]["why_not"]
+        assert "setup_bluefog_env.sh" in rows[name]["why_not"]
+
+
+@pytest.mark.parametrize("config, launch, message", [
+    (RunConfig(), LaunchInfo("torchrun", 0, 2, 0, 2, 0), "only under an MPI launcher"),
+    (RunConfig(fp16_allreduce=True), LaunchInfo("openmpi", 0, 2, 0, 2, 0),
+     "no float16 communication"),
+])
+def test_refused_before_any_communication(config, launch, message):
+    for name in ENGINES:
+        with pytest.raises(UsageError, match=message):
+            registry.resolve(name).check(config, launch)
+
+
+def test_hierarchical_cannot_simulate_machines():
+    cls = registry.resolve("bluefog.hierarchical_neighbor_allreduce")
+    with pytest.raises(UsageError, match="cannot be simulated"):
+        cls.check(RunConfig(machine_size=2), LaunchInfo("openmpi", 0, 4, 0, 4, 0))
+
+
+# --- real jobs in the Bluefog environment -------------------------------------------
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("engine, extra", [
+    ("bluefog.neighbor_allreduce", []),
+])
+def test_bfrun_writes_a_normal_result(tmp_path, engine, extra):
+    completed(bfrun(4, ["-m", "commbench", f"--dist-optimizer={engine}",
+                        "--results-dir", str(tmp_path), *TINY_RUN, *extra], cwd=tmp_path))
+    doc = only_result(tmp_path)
+    env = doc["environment"]
+    assert env["world_size"] == 4 and env["launcher"] == "openmpi"
+    assert env["python"].startswith("3.9") and env["packages"]["torch"].startswith("1.10")
+    assert env["packages"]["bluefog"] == doc["strategy"]["bluefog_version"] == "0.3.0"
+    assert doc["strategy"]["name"] == engine and doc["strategy"]["engine"] == "bluefog"
+    assert doc["summary"]["total_img_sec"]["mean"] > 0
+    if engine == "bluefog.gradient_allreduce":
+        assert doc["summary"]["parameters_identical"] is True
+    else:
+        assert doc["strategy"]["dynamic"] == ("--disable-dynamic-topology" not in extra)
+        assert 0 <= doc["summary"]["final_consensus_distance"] < 1
+
+
+def agreement(tmp_path, workers, first, second, extra=()):
+    done = completed(bfrun(workers, [str(PROGRAMS / "engine_agreement.py"), first, second,
+                                     *SMALL, "--steps", "2", "--timeout", "60", *extra],
+                           cwd=tmp_path))
+    line = next(l for l in done.stdout.splitlines() if l.startswith("AGREEMENT "))
+    ranks = json.loads(line.split(" ", 1)[1])
+    assert len(ranks) == workers
+    return ranks
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("workers, extra", [
+    (4, ["--disable-dynamic-topology"]),                  # static exponential-2
+])
+def test_bluefog_agrees_with_commbench_neighbor_allreduce(tmp_path, workers, extra):
+    """Same initial parameters, same per-rank data, same W per step: Bluefog's
+    optimizer and commbench's neighbor_allreduce end with the same parameters on
+    every rank, up to the order of float32 additions."""
+    for r in agreement(tmp_path, workers, "neighbor_allreduce", "bluefog.neighbor_allreduce",
+                       extra):
+        assert r["moved"] > 1e-4
+        assert r["max_rel"] < 1e-5 and r["max_abs"] < 1e-4, r
+
+
+@pytest.mark.mpi
+def test_bluefog_agrees_with_commbench_gradient_allreduce(tmp_path):
+    for r in agreement(tmp_path, 4, "gradient_allreduce", "bluefog.gradient_allreduce"):
+        assert r["moved"] > 1e-4
+        assert r["max_rel"] < 1e-5 and r["max_abs"] < 1e-4, r
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("workers, topology", [(4, "exponential-2"), (4, "ring"), (3, "ring"),
+                                               (4, "mesh-2d")])
+def test_bluefog_neighbor_allreduce_agrees_with_commbench_exchange(tmp_path, workers,
+                                                                   topology):
+    """The primitive itself, one blocking call (which does not hang here): Bluefog's
+    neighbor_allreduce on commbench's W equals commbench's exchange to float32 rounding."""
+    done = completed(bfrun(workers, [str(PROGRAMS / "bluefog_primitive.py"), topology],
+                           cwd=tmp_path))
+    line = next(l for l in done.stdout.splitlines() if l.startswith("PRIMITIVE "))
+    ranks = json.loads(line.split(" ", 1)[1])
+    assert len(ranks) == workers and max(ranks) < 1e-6, ranks
