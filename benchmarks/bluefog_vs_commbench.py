@@ -10,47 +10,32 @@ target is >= 1. Bluefog's neighbor_allreduce can hang here on messages of severa
 MB (README): keep --timeout short and the model small enough to complete.
 """
 
-import argparse
-import statistics
-import sys
 import tempfile
 
-from commbench.config import add_run_arguments, config_from_args
+from commbench.config import config_from_args
 from commbench.launch.distributed import init_distributed
 from commbench.launch.environment import detect_launch
-from commbench.run import run
+from harness import commbench_rate, median_ratio, parser, report_rounds
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    add_run_arguments(parser)
-    parser.set_defaults(model="squeezenet1_1", image_size=64, num_classes=10, batch_size=16,
-                        num_iters=5, num_batches_per_iter=5, num_warmup_batches=3,
-                        reference_iters=0, timeout=120.0)
-    args = parser.parse_args()
+    args = parser(__doc__, model="squeezenet1_1", image_size=64, num_classes=10,
+                  batch_size=16, num_iters=5, num_batches_per_iter=5, num_warmup_batches=3,
+                  reference_iters=0, timeout=120.0).parse_args()
     with tempfile.TemporaryDirectory() as results_dir:
         args.results_dir = results_dir
         arms = {"commbench": "neighbor_allreduce", "bluefog": "bluefog.neighbor_allreduce"}
         rates = {arm: [] for arm in arms}
         ctx = None
-        for i in range(args.rounds):
+        for _ in range(args.rounds):
             for arm, plugin in arms.items():
                 args.dist_optimizer = plugin
                 config = config_from_args(args)
                 ctx = ctx or init_distributed(detect_launch(), config.no_cuda, config.timeout)
-                sys.stdout, saved = open("/dev/null", "w"), sys.stdout
-                try:
-                    doc = run(config)
-                finally:
-                    sys.stdout = saved
-                if ctx.rank == 0:
-                    rates[arm].append(doc["summary"]["total_img_sec"]["mean"])
-            if ctx.rank == 0:
-                print(f"round {i}: " + ", ".join(f"{arm} {rates[arm][-1]:.1f} img/sec"
-                                                  for arm in arms), flush=True)
+                rates[arm].append(commbench_rate(config))
+            report_rounds(rates, ctx.rank)
     if ctx.rank == 0:
-        ratio = statistics.median(rates["commbench"]) / statistics.median(rates["bluefog"])
+        ratio = median_ratio(rates, "commbench", "bluefog")
         print(f"{config.model} {config.image_size}px batch {config.batch_size}, "
               f"{ctx.world_size} workers, {config.topology} "
               f"{'static' if config.disable_dynamic_topology else 'dynamic'}: "
