@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launcher", choices=("mpiexec", "torchrun"), default="mpiexec",
                         help="how each job is started (default: mpiexec)")
     parser.add_argument("--quick", action="store_true",
-                        help="a small model and images: " + " ".join(QUICK))
+                        help="a small model and images, one thread per worker: "
+                        + " ".join(QUICK))
     parser.add_argument("--job-timeout", type=float, default=900, metavar="SECONDS",
                         help="end a job that runs longer than this (default: 900)")
     parser.add_argument("--results-dir", default="results", metavar="DIR",
@@ -86,7 +87,7 @@ def main(args) -> int:
                   if job.skip_reason else shell_line(job.command))
         return 0
     Path(args.results_dir).mkdir(parents=True, exist_ok=True)
-    run_jobs(jobs, args.job_timeout)
+    run_jobs(jobs, args.job_timeout, _job_environment(args.quick))
     made = [str(j.result) for j in jobs if j.result]
     if made:
         _commbench("report", *made)
@@ -141,8 +142,12 @@ def shell_line(command: List[str]) -> str:
     return " ".join(shlex.quote(part) for part in command)
 
 
-def _job_environment() -> Dict[str, str]:
+def _job_environment(quick: bool = False) -> Dict[str, str]:
     env = dict(os.environ)
+    if quick:
+        # A worker is one core: a small model runs slower on two threads than on one,
+        # which would make the 1-worker baseline, and so every E(N), misleading.
+        env.setdefault("OMP_NUM_THREADS", "1")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         # Open MPI refuses to start as root unless told twice; a sweep on a
         # container or CI box is usually root.
@@ -151,7 +156,7 @@ def _job_environment() -> Dict[str, str]:
     return env
 
 
-def run_jobs(jobs: List[Job], timeout: float) -> None:
+def run_jobs(jobs: List[Job], timeout: float, env: Dict[str, str]) -> None:
     runnable = [j for j in jobs if not j.skip_reason]
     for job in jobs:
         if job.skip_reason:
@@ -161,7 +166,7 @@ def run_jobs(jobs: List[Job], timeout: float) -> None:
     for index, job in enumerate(runnable, 1):
         print(f"[{index}/{len(runnable)}] {job.strategy} on {job.workers} worker(s): "
               f"{shell_line(job.command)}", flush=True)
-        output = _run_one(job, timeout)
+        output = _run_one(job, timeout, env)
         if job.ok:
             print(f"    done in {job.seconds:.1f} s: {job.headline}\n    result: {job.result}",
                   flush=True)
@@ -174,10 +179,10 @@ def run_jobs(jobs: List[Job], timeout: float) -> None:
               flush=True)
 
 
-def _run_one(job: Job, timeout: float) -> str:
+def _run_one(job: Job, timeout: float, env: Dict[str, str]) -> str:
     begin = time.monotonic()
     proc = subprocess.Popen(job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=_job_environment(), start_new_session=True)
+                            text=True, env=env, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
