@@ -284,3 +284,22 @@ def _float(value) -> Optional[float]:
 def _mean(values) -> Optional[float]:
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
+
+
+def load_for(command: str, paths: Iterable[Union[str, Path]], err) -> Optional[Tuple[
+        List[Group], List[Any]]]:
+    """What `report` and `plot` read: run groups and microbench results under paths,
+    one warning line per skipped file on err; None, after saying so, when nothing
+    usable was found."""
+    from commbench import microbench_results
+
+    paths = list(paths)
+    groups, notes = analyse(paths, handled=(microbench_results.KIND,))
+    benches = microbench_results.load(paths)  # size sweeps: their own tables and charts
+    for note in notes:
+        print(f"commbench {command}: warning: {note}", file=err)
+    if not groups and not benches:
+        print(f"commbench {command}: error: no usable commbench run results in "
+              f"{', '.join(map(str, paths))}", file=err)
+        return None
+    return groups, benches

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import IO, Iterable, List, Optional, Sequence, Union
 
 from commbench import analysis
-from commbench import microbench_results as microbench
 from commbench.analysis import Group
 
 FORMATS = ("png", "svg", "pdf")
@@ -37,16 +36,11 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "plots",
          err: Optional[IO[str]] = None) -> int:
     """Draw every group under paths into out_dir and print the files written;
     1 when no usable result was found."""
-    out, err = out or sys.stdout, err or sys.stderr
-    paths = list(paths)
-    groups, notes = analysis.analyse(paths, handled=(microbench.KIND,))
-    benches = microbench.load(paths)  # size sweeps: their own charts
-    for note in notes:
-        print(f"commbench plot: warning: {note}", file=err)
-    if not groups and not benches:
-        print(f"commbench plot: error: no usable commbench run results in "
-              f"{', '.join(map(str, paths))}", file=err)
+    out = out or sys.stdout
+    found = analysis.load_for("plot", paths, err or sys.stderr)
+    if found is None:
         return 1
+    groups, benches = found
     written = write_charts(groups, out_dir, formats) if groups else []
     if benches:
         from commbench.plots import microbench as microbench_charts

@@ -59,16 +59,10 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
            out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
     """Write the report of the results under paths; 1 when none is usable."""
     out = out or sys.stdout
-    err = err or sys.stderr
-    paths = list(paths)
-    groups, notes = analysis.analyse(paths, handled=(microbench.KIND,))
-    benches = microbench.load(paths)  # size sweeps: their own tables
-    for note in notes:
-        print(f"commbench report: warning: {note}", file=err)
-    if not groups and not benches:
-        print(f"commbench report: error: no usable commbench run results in "
-              f"{', '.join(map(str, paths))}", file=err)
+    found = analysis.load_for("report", paths, err or sys.stderr)
+    if found is None:
         return 1
+    groups, benches = found
     if fmt == "json" and groups and benches:  # one JSON document
         doc = json.loads(render(groups, fmt))
         doc.update(json.loads(microbench.render(benches, fmt)))
