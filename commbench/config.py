@@ -96,8 +96,9 @@ class RunConfig:
     hierarchical_allreduce: bool = flag(False, "horovod: hierarchical allreduce (inside "
                                         "each machine, then across machines)")
     cpu_transport: str = flag(
-        "auto", "how neighbor exchanges move CPU tensors: mpi (mpi4py, under an MPI "
-        "launcher), gloo, or auto (mpi when available)", cpu_transport, "{auto,gloo,mpi}")
+        "auto", "how allreduce and neighbor exchanges move CPU tensors: mpi (mpi4py, "
+        "under an MPI launcher), gloo, or auto (mpi when available)", cpu_transport,
+        "{auto,gloo,mpi}")
     no_cuda: bool = flag(False, "run on the CPU even when a GPU is available")
     lr: float = flag(0.01, "SGD learning rate", non_negative_float)
     momentum: float = flag(0.9, "SGD momentum", non_negative_float)

@@ -3,9 +3,13 @@ the rank, then end the whole job at once instead of leaving peers waiting."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
+import time
 import traceback
+from typing import Dict, Iterator, Optional, Tuple
 
 
 def describe_and_abort(error: BaseException) -> None:
@@ -34,3 +38,51 @@ def _abort(code: int) -> None:
     sys.stderr.flush()
     # Skip interpreter teardown: process-group destructors can block on dead peers.
     os._exit(code)
+
+
+class MpiDeadline:
+    """MPI waits have no timeout of their own (torch.distributed's do): a peer that
+    stops answering would hang the job for ever. Blocking MPI calls run inside
+    `mpi_deadline.watch(what)`; once init_distributed has set `seconds` (--timeout),
+    a daemon thread ends the job through describe_and_abort when one outlasts it."""
+
+    def __init__(self) -> None:
+        self.seconds: Optional[float] = None
+        self._watched: Dict[int, Tuple[float, str]] = {}  # thread id -> (deadline, what)
+        self._guard_started = threading.Lock()
+        self._guard: Optional[threading.Thread] = None
+
+    @contextlib.contextmanager
+    def watch(self, what: str) -> Iterator[None]:
+        if self.seconds is None:
+            yield
+            return
+        self._start_guard()
+        me = threading.get_ident()
+        self._watched[me] = (time.monotonic() + self.seconds, what)
+        try:
+            yield
+        finally:
+            del self._watched[me]
+
+    def _start_guard(self) -> None:
+        with self._guard_started:
+            if self._guard is None:
+                self._guard = threading.Thread(target=self._end_overdue, daemon=True,
+                                               name="commbench-mpi-deadline")
+                self._guard.start()
+
+    def _end_overdue(self) -> None:
+        while True:
+            now = time.monotonic()
+            for thread, entry in list(self._watched.items()):
+                # Compare the entry itself, not only its time: the wait may have ended
+                # and a new one begun since the copy above.
+                if entry[0] < now and self._watched.get(thread) is entry:
+                    describe_and_abort(TimeoutError(
+                        f"{entry[1]} got no answer from a peer for {self.seconds:g} s "
+                        "(--timeout)"))
+            time.sleep(min(1.0, (self.seconds or 4.0) / 4))
+
+
+mpi_deadline = MpiDeadline()

@@ -26,6 +26,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from commbench import microbench_loop, microbench_ops
+from commbench.config import CPU_TRANSPORTS
 from commbench.errors import UsageError
 from commbench.microbench_ops import ELEMENT_BYTES
 from commbench.microbench_results import KIND
@@ -91,6 +92,10 @@ def add_arguments(parser) -> None:
                         help="static topology every call instead of the one-peer schedule")
     parser.add_argument("--machine-size", type=_positive, default=None, metavar="N",
                         help="simulated machines of N ranks (default: the launcher's)")
+    parser.add_argument("--cpu-transport", choices=CPU_TRANSPORTS, default="auto",
+                        help="how ops move CPU tensors, as in "
+                        "`run`: mpi (mpi4py, under an MPI launcher), gloo, or auto (mpi "
+                        "when available; default)")
     parser.add_argument("--no-cuda", action="store_true", help="stay on the CPU")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="how long a collective may wait for a peer (default: 300)")
@@ -117,7 +122,8 @@ def _run_config(args):
     return RunConfig(dist_optimizer="allreduce", topology=args.topology,
                      disable_dynamic_topology=args.disable_dynamic_topology,
                      machine_size=args.machine_size, no_cuda=args.no_cuda,
-                     timeout=args.timeout, results_dir=args.results_dir, tag=args.tag)
+                     cpu_transport=args.cpu_transport, timeout=args.timeout,
+                     results_dir=args.results_dir, tag=args.tag)
 
 
 def main(args) -> int:
@@ -131,11 +137,10 @@ def main(args) -> int:
         raise UsageError("argument -w/--warmup-iters: must be at least 0")
     plugins = {op: registry.resolve(op) for op in args.op}
     for plugin in plugins.values():  # every rank fails alike, before any communication
-        if plugin.name != "allreduce":
-            plugin.check(config, launch)
+        plugin.check(config, launch)
     results.ensure_writable(args.results_dir)
 
-    from commbench.launch.distributed import init_distributed
+    from commbench.launch.distributed import init_distributed, shutdown_distributed
     from commbench.run import Printer
 
     ctx = init_distributed(launch, args.no_cuda, args.timeout, args.machine_size)
@@ -161,6 +166,7 @@ def main(args) -> int:
         doc = result_document(args, ctx, the_sizes, found, wrong)
         path = results.write_result(args.results_dir, doc, f"microbench-n{ctx.world_size}")
         say(f"# Result: {path}")
+    shutdown_distributed()
     return 1 if wrong else 0
 
 
@@ -208,7 +214,7 @@ def result_document(args, ctx, the_sizes, rows, wrong) -> Dict[str, Any]:
                 "raw": not args.no_raw, "dtype": "float32", "topology": args.topology,
                 "disable_dynamic_topology": args.disable_dynamic_topology,
                 "machine_size": args.machine_size, "no_cuda": args.no_cuda,
-                "timeout": args.timeout, "tag": args.tag},
+                "cpu_transport": args.cpu_transport, "timeout": args.timeout, "tag": args.tag},
         environment=environment.collect(ctx),
         rows=rows,
         summary={"world_size": ctx.world_size, "sizes": the_sizes, "ops": list(args.op),

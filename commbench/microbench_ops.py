@@ -2,11 +2,12 @@
 one unit of the same shape, nccl-tests style (the harness in commbench.microbench
 times them; the raw primitives they are compared with are in commbench.microbench_raw).
 
-  allreduce                        one flat bucket of S bytes averaged as DDP's
-                                   default comm hook does (divide by n, then
-                                   torch.distributed all_reduce on the job's process
-                                   group). Not DDP itself: its reducer needs a model
-                                   and a backward pass, and would time those too.
+  allreduce                        one flat bucket of S bytes averaged as the
+                                   plugin's DDP comm hook does (divide by n, then
+                                   all_reduce: torch.distributed's, or MPI's on CPU
+                                   under an MPI launcher, per --cpu-transport). Not
+                                   DDP itself: its reducer needs a model and a
+                                   backward pass, and would time those too.
   neighbor_allreduce               NeighborExchange.start()/finish() on the flat
                                    buffer the plugin fuses a model into (built by the
                                    plugin's own wrap(), schedule from --topology)
@@ -79,12 +80,10 @@ class Allreduce(Op):
     def __init__(self, plugin_cls, ctx, config, data: Data):
         super().__init__(plugin_cls, ctx, config, data)
         self.buffer = data.fresh()
+        self.plugin = plugin_cls(ctx, config)
 
-    def run(self) -> None:  # DDP's default comm hook on one bucket: divide, then sum
-        import torch.distributed as dist
-
-        self.buffer.div_(self.n)
-        dist.all_reduce(self.buffer)
+    def run(self) -> None:  # the plugin's comm hook on one bucket: divide, then sum
+        self.plugin.average(self.buffer)
 
     def traffic(self, call: int) -> Tuple[float, float]:
         from commbench import metrics

@@ -25,7 +25,10 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    from commbench.launch.distributed import shutdown_distributed
+
     run(config_from_args(args))
+    shutdown_distributed()
     return 0
 
 
@@ -49,7 +52,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
                                      ctx.device, seed=config.seed + 7919 * (ctx.rank + 1))
     _check_image_size(model, images, config)
     sync = device_sync(ctx.device)
-    _print_header(say, config, ctx, strategy_cls)
+    _print_header(say, config, ctx, strategy)
 
     reference = None
     if config.reference_iters and strategy_cls.name != "none":
@@ -248,14 +251,16 @@ def _result_stem(config: RunConfig, ctx, strategy) -> str:
     return "-".join(parts + [f"n{ctx.world_size}"])
 
 
-def _print_header(say: Printer, config: RunConfig, ctx, strategy_cls) -> None:
+def _print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     kind = ctx.device_kind
     say(f"Model: {config.model} ({config.image_size}x{config.image_size} synthetic images)")
     say(f"Batch size: {config.batch_size} per {kind}")
     say(f"Number of {kind}s: {ctx.world_size} (launcher: {ctx.launch.launcher}, "
         f"{ctx.num_machines} machine(s))")
-    say(f"Strategy: {strategy_cls.name} - {strategy_cls.summary}")
-    say(f"Backend: {ctx.backend} on {ctx.device}")
+    say(f"Strategy: {strategy.name} - {strategy.summary}")
+    transport = strategy.facts().get("transport", ctx.backend)
+    moved = f" (CPU tensors move over {transport})" if transport != ctx.backend else ""
+    say(f"Backend: {ctx.backend} on {ctx.device}{moved}")
 
 
 def _print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:

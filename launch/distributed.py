@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import List, Optional, Tuple
 
 from commbench.errors import UsageError
+from commbench.failure import mpi_deadline
 from commbench.launch.environment import LaunchInfo
 
 
@@ -74,6 +75,8 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
         addr, port = _rendezvous_address(info)
         dist.init_process_group(init_method=f"tcp://{_bracket(addr)}:{port}", **options)
 
+    # MPI calls (mpi4py transports) get the same patience as torch.distributed's.
+    mpi_deadline.seconds = timeout
     hostnames = [None] * info.world_size
     dist.all_gather_object(hostnames, socket.gethostname())
     info = _fill_node_layout(info, hostnames)
@@ -201,3 +204,14 @@ def _share_cores(info: LaunchInfo) -> None:
 
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, info.local_size)))
+
+
+def shutdown_distributed() -> None:
+    """Leave torch.distributed before the interpreter exits. Otherwise torch 1.10's gloo
+    threads can release tensors (Python objects) during interpreter teardown and abort
+    the process ("terminate called without an active exception", exit 134) after a run
+    that succeeded."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -99,6 +99,12 @@ class MpiTransport:
     def post(chunks: List[list]) -> List["Handle"]:
         from mpi4py import MPI
 
+        from commbench.failure import mpi_deadline
+
+        def wait_all(requests):
+            with mpi_deadline.watch("neighbor exchange (MPI)"):
+                MPI.Request.Waitall(requests)
+
         comm, handles = MPI.COMM_WORLD, []
         for messages in chunks:
             requests = []
@@ -106,7 +112,7 @@ class MpiTransport:
                 memory = memoryview(tensor.detach().numpy()).cast("B")  # any dtype, float16 too
                 post = comm.Irecv if kind == "recv" else comm.Isend
                 requests.append(post(memory, peer, tag))
-            handles.append(Handle(lambda r=requests: MPI.Request.Waitall(r)))
+            handles.append(Handle(lambda r=requests: wait_all(r)))
         return handles
 
 

@@ -5,13 +5,14 @@ import os
 import signal
 
 from commbench.optimizers.allreduce import Allreduce
+from commbench.optimizers.neighbor_allreduce import NeighborAllreduce
 
 FAULTY_RANK = 1
 FAULTY_STEP = 4  # inside the timed iterations of tests.launchers.TINY_RUN
 
 
-class _Faulty(Allreduce):
-    summary = "allreduce whose rank 1 breaks at its 4th step"
+class _Faulty:
+    """Mixed into a strategy: its rank 1 breaks at its 4th step."""
 
     def wrap(self, model, optimizer):
         step = super().wrap(model, optimizer)
@@ -26,22 +27,29 @@ class _Faulty(Allreduce):
         return faulty
 
 
-class Killed(_Faulty):
+class Killed(_Faulty, Allreduce):
     name = "killed"
 
     def fault(self):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class Raises(_Faulty):
+class Raises(_Faulty, Allreduce):
     name = "raises"
 
     def fault(self):
         raise ValueError("injected failure")
 
 
-class Stopped(_Faulty):
+class Stopped(_Faulty, Allreduce):
     name = "stopped"
 
     def fault(self):
         os.kill(os.getpid(), signal.SIGSTOP)  # alive but silent: only a timeout ends this
+
+
+class StoppedNeighbor(_Faulty, NeighborAllreduce):
+    """The same silence in a neighbor exchange (its MPI transport under mpiexec)."""
+
+    name = "stopped_neighbor"
+    fault = Stopped.fault

@@ -45,10 +45,15 @@ def test_an_exception_on_one_rank_ends_the_job_with_one_line(launcher, tmp_path)
     assert not list(tmp_path.glob("*.json"))
 
 
-@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
-def test_a_silent_peer_is_ended_by_the_timeout(launcher, tmp_path):
-    done, seconds = run_fault(launcher, "Stopped", tmp_path, "--timeout", "10")
+@pytest.mark.parametrize("launcher, fault", [("mpiexec", "Stopped"), ("torchrun", "Stopped"),
+                                             ("mpiexec", "StoppedNeighbor")])
+def test_a_silent_peer_is_ended_by_the_timeout(launcher, fault, tmp_path):
+    """torch.distributed's timeout (gloo, under torchrun) and commbench's deadline on
+    MPI waits (allreduce's and neighbor_allreduce's MPI transport, under mpiexec)."""
+    done, seconds = run_fault(launcher, fault, tmp_path, "--timeout", "10")
     assert done.returncode != 0
     assert seconds < 90
     assert "commbench: error: rank 0:" in done.stderr, done.stderr[-2000:]
+    if fault == "StoppedNeighbor":  # (DDP's allreduce also broadcasts buffers over gloo)
+        assert "(MPI) got no answer from a peer for 10 s (--timeout)" in done.stderr
     assert not list(tmp_path.glob("*.json"))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from launchers import PYTHON, TINY_RUN, mpiexec, run, torchrun
+from programs.check_strategies import assert_strategy_clean
 
 pytestmark = pytest.mark.mpi
 
@@ -51,10 +52,20 @@ def test_mpiexec_run_writes_a_consistent_result(tmp_path, workers, strategy):
         assert len(set(doc["samples"]["parameter_digests"])) == 1
         assert doc["summary"]["parameters_identical"] is True
         assert 0 < doc["summary"]["efficiency_in_job"]
+        # On the CPU under mpiexec, DDP's buckets go through MPI (--cpu-transport auto).
+        assert doc["strategy"]["transport"] == "mpi"
+        assert "(CPU tensors move over mpi)" in done.stdout
     else:
         # Without communication, workers fed different data drift apart.
         assert doc["summary"]["parameters_identical"] is False
         assert doc["summary"]["final_consensus_distance"] > 0
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_allreduce_averages_gradients_on_both_transports(n):
+    """DDP on gloo (fp32 and fp16) and with its MPI averager: after one step every
+    gradient is the mean of the workers' (tests/programs/check_strategies.py)."""
+    assert_strategy_clean(n, "allreduce")
 
 
 def test_torchrun_run_writes_a_consistent_result(tmp_path):

@@ -7,7 +7,8 @@ Rank-distinct parameters X (row j = rank j's) go through one step of the real pl
 (constructed as `commbench run` constructs it); rank r must then hold row r of
 W @ X, W built independently from commbench.topology. The parameter-averaging
 strategies run every case once per CPU transport of their neighbor exchange
-(--cpu-transport gloo, then mpi: this job is under mpiexec). Many cases run in one
+(--cpu-transport gloo, then mpi: this job is under mpiexec); so does `allreduce`
+(DDP on gloo, then with its MPI averager). Many cases run in one
 job, so that CI starts one launcher per world size, not one per case. Rank 0 prints
 `FAIL <strategy>: <what>` per mismatch and `RESULT <strategy> <checked> <failed>`
 per strategy; the exit code is 1 when anything failed.
@@ -217,13 +218,13 @@ class Checker:
                     for i, s in enumerate(x)]
         self.compare(strategy, f"{'ATC' if atc else 'AWC'} step", model, want, FLOAT_TOL)
 
-    def gradient_averaging(self, strategy: str) -> None:
+    def gradient_averaging(self, strategy: str, fp16_cases=(False, True)) -> None:
         """After one step every gradient is the mean of the workers' and every worker
         moved by -lr times it (all start from rank 0's parameters)."""
         import torch
 
         lr = 0.5
-        for fp16 in (False, True):
+        for fp16 in fp16_cases:
             torch.manual_seed(1)
             model = linear_model()
             start = [p.detach().double().numpy().copy() for p in model.parameters()]
@@ -295,7 +296,7 @@ def local_gradients(params: List[np.ndarray], data) -> List[np.ndarray]:
 def main() -> int:
     import torch.distributed as dist
 
-    from commbench.launch.distributed import init_distributed
+    from commbench.launch.distributed import init_distributed, shutdown_distributed
     from commbench.launch.environment import detect_launch
 
     ctx = init_distributed(detect_launch(), no_cuda=True, timeout=120)
@@ -311,6 +312,8 @@ def main() -> int:
     GradientAverager.use_post_accumulate_grad_hook = False  # the torch < 2.1 hooks
     checker.gradient_averaging("gradient_allreduce")
     checker.gradient_averaging("allreduce")
+    checker.transport = "mpi"  # DDP's buckets through the MPI averager (no fp16 on MPI)
+    checker.gradient_averaging("allreduce", fp16_cases=(False,))
     everyone: List = [None] * ctx.world_size
     dist.all_gather_object(everyone, checker.failures)
     failures = [f for rank in everyone for f in rank]
@@ -322,6 +325,7 @@ def main() -> int:
             failed = len({what.split(": rank ")[0] for s, what in failures if s == strategy})
             print(f"RESULT {strategy} {checker.checked[strategy]} {failed}")
         sys.stdout.flush()
+    shutdown_distributed()
     return 1 if failures else 0
 
 
