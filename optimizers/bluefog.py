@@ -15,9 +15,8 @@ send/receive weights before every step, exactly as Bluefog's own benchmark does
 with its generators, but from commbench's schedule (whose one-peer and inner-outer
 schedules follow Bluefog's generators), so both engines mix the same graphs.
 
-Bluefog only runs under an MPI launcher (bfrun, mpirun). On this CPU box repeated
-neighbor_allreduce of messages of several MB can hang inside Bluefog (see README);
-run it on small models, and keep --timeout short.
+Bluefog only runs under an MPI launcher (bfrun, mpirun). Its waits deadlock with
+torch >= 1.10 unless they let go of the GIL: see _wait_without_the_gil.
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ class _Bluefog(Strategy):
     def _init(self):
         import bluefog.torch as bf
 
+        _wait_without_the_gil(bf)
         bf.init()
         if (bf.rank(), bf.size()) != (self.ctx.rank, self.ctx.world_size):
             raise UsageError(f"Bluefog sees rank {bf.rank()} of {bf.size()} but the "
@@ -61,6 +61,57 @@ class _Bluefog(Strategy):
         from commbench.environment import package_version
 
         return {"engine": "bluefog", "bluefog_version": package_version("bluefog")}
+
+
+def _wait_without_the_gil(bf) -> None:
+    """Make Bluefog's waits release the GIL, or its optimizers hang.
+
+    Bluefog 0.3.0's C++ waits (synchronize/wait, win_wait, and barrier when the
+    negotiation stage is skipped) spin until their handle is done while holding the
+    GIL: their pybind11 bindings do not release it. Since torch 1.10 (PyObject
+    preservation) Bluefog's background thread needs the GIL to drop the last
+    reference of a finished op's tensor, and it does that before it runs the next op.
+    So once two nonblocking ops are in flight — an optimizer issues one per
+    parameter — the main thread waits for op 2 holding the GIL while the background
+    thread waits for the GIL after op 1: a deadlock, no MPI call involved (seen in
+    gdb on every hung rank; a build whose bindings release the GIL never hangs).
+
+    Here the waits poll the handle from Python and sleep between polls, which
+    releases the GIL; Bluefog's own wait then returns at once. Bluefog's optimizers
+    look these functions up on the modules at call time, so they use them too.
+    """
+    import time
+
+    import torch
+    from bluefog.torch import mpi_ops
+
+    if getattr(mpi_ops, "commbench_waits_release_the_gil", False):
+        return
+    lib, synchronize, win_wait = mpi_ops.mpi_lib, mpi_ops.synchronize, mpi_ops.win_wait
+
+    def until(done, handle) -> None:
+        while not done(handle):
+            time.sleep(1e-4)
+
+    def gil_free_synchronize(handle):
+        if handle in mpi_ops._handle_map:
+            until(lib.bluefog_torch_poll, handle)
+        return synchronize(handle)
+
+    def gil_free_win_wait(handle):
+        if handle in mpi_ops._win_handle_map:
+            until(lib.bluefog_torch_win_poll, handle)
+        return win_wait(handle)
+
+    def gil_free_barrier():
+        gil_free_synchronize(mpi_ops.allreduce_nonblocking(torch.zeros(1),
+                                                           name="commbench.barrier"))
+
+    for module in (mpi_ops, bf):
+        module.synchronize = module.wait = gil_free_synchronize
+        module.win_wait = gil_free_win_wait
+        module.barrier = gil_free_barrier
+    mpi_ops.commbench_waits_release_the_gil = True
 
 
 def _graph(weights):

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from commbench import registry
 from commbench.config import add_run_arguments, config_from_args
-from commbench.launch.distributed import init_distributed
+from commbench.launch.distributed import init_distributed, shutdown_distributed
 from commbench.launch.environment import detect_launch
 from commbench.models import build_model, synthetic_batch
 
@@ -34,6 +34,9 @@ def train(name, base, config, ctx, images, labels, steps):
     model = copy.deepcopy(base)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     step = cls(ctx, config).wrap(model, optimizer)
+    # The same random stream for both engines: dropout (squeezenet's classifier) must
+    # drop the same units, or the engines train different networks.
+    torch.manual_seed(config.seed + 1 + ctx.rank)
     for _ in range(steps):
         step(images, labels)
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double()
@@ -65,6 +68,7 @@ def main() -> None:
     if ctx.rank == 0:
         print("AGREEMENT " + json.dumps(everyone), flush=True)
     sys.stdout.flush()
+    shutdown_distributed()
 
 
 if __name__ == "__main__":
