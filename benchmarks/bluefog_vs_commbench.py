@@ -2,12 +2,12 @@
 on the same model, batch, topology and schedule, same job, alternating rounds.
 Runs in the Bluefog environment (scripts/setup_bluefog_env.sh):
 
-    .venv-bluefog/bin/bfrun -np 4 --extra-mpi-flags="--oversubscribe --bind-to none" \
-        .venv-bluefog/bin/python benchmarks/bluefog_vs_commbench.py --model squeezenet1_1
+    .venv-bluefog/bin/bfrun --prefix .venv-bluefog/libexec/ompi5/ -np 4 \
+        --extra-mpi-flags="--oversubscribe" .venv-bluefog/bin/python \
+        benchmarks/bluefog_vs_commbench.py [--model resnet50 --image-size 32]
 
 Prints each round and the ratio of median total img/sec (commbench / Bluefog); the
-target is >= 1. Bluefog's neighbor_allreduce can hang here on messages of several
-MB (README): keep --timeout short and the model small enough to complete.
+target is >= 1. (bfrun already passes --bind-to none.)
 """
 
 import tempfile
