@@ -4,7 +4,7 @@ which buckets gradients and overlaps their allreduce with the backward pass.
 On CPU under an MPI launcher (--cpu-transport auto or mpi) each bucket is averaged by
 MPI's Allreduce (mpi4py, on the bucket's memory) instead of gloo's: DDP and its
 buckets stay, only the wire changes — on this machine MPI's Allreduce of 64 MB over
-4 ranks takes ~0.65x gloo's time (`commbench microbench --op allreduce`). One
+4 ranks takes ~0.6x gloo's time (`commbench microbench --op allreduce`). One
 background thread issues the Allreduces in the order DDP hands over buckets (bucket
 order, the same on every rank), so backward goes on computing meanwhile, as it does
 beside gloo's own thread. --fp16-allreduce stays on gloo: MPI has no float16 sum.
@@ -68,6 +68,14 @@ class Allreduce(Strategy):
         return {"transport": self.transport, "fp16": self.config.fp16_allreduce}
 
 
+# Each bucket is summed and divided in pieces of this size: dividing a piece right
+# after its Allreduce, while it is in cache, saves a separate pass over the bucket.
+# 64 MB over 4 ranks here (`commbench microbench --op allreduce -b 64M -e 64M`):
+# divide, then one Allreduce: 1.19-1.46x MPI's bare Allreduce of 64 MB; pieces of
+# 1, 4, 16 MiB: 0.93, 0.88, 0.87x (Open MPI's Allreduce is itself no slower in pieces).
+CHUNK_BYTES = 4 << 20
+
+
 class MpiAverager:
     """Averages CPU tensors in place with MPI Allreduce, one call at a time from a
     background thread, in the order they were handed over."""
@@ -97,9 +105,12 @@ class MpiAverager:
         while True:
             tensor, future = self._work.get()
             try:
-                tensor.div_(self.world_size)
+                chunk = max(1, CHUNK_BYTES // tensor.element_size())
                 with mpi_deadline.watch("allreduce (MPI)"):
-                    MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, tensor.numpy())
+                    for lo in range(0, tensor.numel(), chunk):
+                        part = tensor[lo:lo + chunk]
+                        MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, part.numpy())
+                        part.div_(self.world_size)  # while the chunk is still in cache
             except Exception as error:  # the waiting training step raises it
                 future.set_exception(error)
             else:

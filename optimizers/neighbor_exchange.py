@@ -1,8 +1,8 @@
 """One neighbor-averaging step on flat buffers: x_i <- W[i,i] x_i + sum_j W[i,j] x_j.
 
 Every buffer goes to each out-neighbor and comes from each in-neighbor, cut into
-chunks of `chunk_bytes` (default 1 MiB), one message and one tag per chunk, through
-a transport: torch.distributed `batch_isend_irecv` (gloo, NCCL), or on CPU under
+chunks of `chunk_bytes` (1 MiB on gloo, 4 MiB on MPI), one message and one tag per
+chunk, through a transport: torch.distributed `batch_isend_irecv` (gloo, NCCL), or on CPU under
 an MPI launcher mpi4py Isend/Irecv on the tensors' memory (zero copy; 2.5-3.5x
 faster than gloo on this machine, see DESIGN.md). --cpu-transport chooses. `start()` posts all
 messages and returns at once, so the caller can compute while they travel (AWC
@@ -36,7 +36,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from commbench.topology import Schedule
 
-CHUNK_BYTES = 1 << 20  # measured on 2 cores, 4 ranks, 25 MB: see benchmarks/neighbor_exchange.py
+# Message size per transport, measured on 2 cores, 4 ranks (benchmarks/neighbor_exchange.py
+# --chunk-kb): gloo at 25 MB is best with 1 MiB; MPI at 64 MB takes 115 ms with 1 MiB,
+# 105 ms with 4 or 16 MiB (fewer rendezvous, each waited for between combines).
+CHUNK_BYTES = {"gloo": 1 << 20, "nccl": 1 << 20, "mpi": 4 << 20}
 
 
 class Plan(NamedTuple):
@@ -130,11 +133,12 @@ class NeighborExchange:
 
     def __init__(self, buffers: Sequence["torch.Tensor"], schedule: "Schedule", node: int,
                  ranks: Optional[Sequence[int]] = None, fp16: bool = False,
-                 chunk_bytes: int = CHUNK_BYTES, transport: str = "gloo"):
+                 chunk_bytes: Optional[int] = None, transport: str = "gloo"):
         """node: this process's index in the schedule's graph. ranks[k]: the process-
         group rank that speaks for node k (default: node k is rank k). fp16: send
         float16 copies; the combination is still computed in the buffers' dtype.
-        chunk_bytes: size of one message (every rank must pass the same). transport:
+        chunk_bytes: size of one message (every rank must pass the same; default:
+        CHUNK_BYTES of the transport). transport:
         "mpi", or "gloo"/"nccl" for torch.distributed (see choose_transport)."""
         self.buffers = list(buffers)
         self.schedule = schedule
@@ -147,6 +151,7 @@ class NeighborExchange:
         # so buffers and chunks of one step can never be confused (gloo matches
         # messages by (peer, tag), as MPI does; NCCL ignores tags and keeps order).
         self.chunks: List[Tuple[int, int, int]] = []
+        chunk_bytes = chunk_bytes or CHUNK_BYTES[transport]
         for k, b in enumerate(self.buffers):
             per_chunk = max(1, chunk_bytes // b.element_size())
             self.chunks += [(k, s, min(s + per_chunk, b.numel()))

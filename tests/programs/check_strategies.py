@@ -249,6 +249,22 @@ class Checker:
                          [s - lr * g for s, g in zip(start, mean)], lr * tol + FLOAT_TOL)
 
 
+    def large_bucket(self) -> None:
+        """allreduce's MPI averager on a bucket of several chunks (and a ragged end):
+        every element is the mean of the workers'."""
+        import torch
+
+        from commbench.optimizers.allreduce import CHUNK_BYTES
+
+        count = 2 * CHUNK_BYTES // 4 + 12345
+        rows = [self.values(j, 0, (count,), torch.float32) for j in range(self.n)]
+        plugin = self.plugin("allreduce")
+        bucket = torch.from_numpy(rows[self.rank]).float()
+        plugin.average(bucket)
+        self.compare("allreduce", "bucket of 3 chunks", torch.nn.ParameterList(
+            [torch.nn.Parameter(bucket)]), [np.mean(rows, axis=0)], FLOAT_TOL)
+
+
 def divisors(n: int) -> List[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -314,6 +330,7 @@ def main() -> int:
     checker.gradient_averaging("allreduce")
     checker.transport = "mpi"  # DDP's buckets through the MPI averager (no fp16 on MPI)
     checker.gradient_averaging("allreduce", fp16_cases=(False,))
+    checker.large_bucket()
     everyone: List = [None] * ctx.world_size
     dist.all_gather_object(everyone, checker.failures)
     failures = [f for rank in everyone for f in rank]
