@@ -6,8 +6,9 @@ Runs in the Bluefog environment (scripts/setup_bluefog_env.sh):
         --extra-mpi-flags="--oversubscribe" .venv-bluefog/bin/python \
         benchmarks/bluefog_vs_commbench.py [--model resnet50 --image-size 32]
 
-Prints each round and the ratio of median total img/sec (commbench / Bluefog); the
-target is >= 1. (bfrun already passes --bind-to none.)
+Prints each round and the ratio of total img/sec (commbench / Bluefog), as the ratio
+of medians and as the median of the paired rounds; the target is >= 1. (bfrun already
+passes --bind-to none.)
 """
 
 import tempfile
@@ -15,7 +16,7 @@ import tempfile
 from commbench.config import config_from_args
 from commbench.launch.distributed import init_distributed
 from commbench.launch.environment import detect_launch
-from harness import commbench_rate, median_ratio, parser, report_rounds
+from harness import commbench_rate, parser, ratio, report_rounds
 
 
 def main() -> None:
@@ -35,11 +36,10 @@ def main() -> None:
                 rates[arm].append(commbench_rate(config))
             report_rounds(rates, ctx.rank)
     if ctx.rank == 0:
-        ratio = median_ratio(rates, "commbench", "bluefog")
         print(f"{config.model} {config.image_size}px batch {config.batch_size}, "
               f"{ctx.world_size} workers, {config.topology} "
               f"{'static' if config.disable_dynamic_topology else 'dynamic'}: "
-              f"commbench/Bluefog = {ratio:.3f} (target >= 1)")
+              f"commbench/Bluefog = {ratio(rates, 'commbench', 'bluefog')}; target >= 1")
 
 
 if __name__ == "__main__":

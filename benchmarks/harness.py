@@ -69,5 +69,10 @@ def report_rounds(rates: Dict[str, List[float]], rank: int) -> None:
             f"{name} {values[-1]:.1f} img/sec" for name, values in rates.items()), flush=True)
 
 
-def median_ratio(rates: Dict[str, List[float]], ours: str, theirs: str) -> float:
-    return statistics.median(rates[ours]) / statistics.median(rates[theirs])
+def ratio(rates: Dict[str, List[float]], ours: str, theirs: str) -> str:
+    """ours/theirs two ways: the ratio of the two medians, and the median of the
+    per-round ratios (the rounds alternate, so each round pairs the contenders under
+    the same load; with drift between rounds the paired figure is the steadier)."""
+    medians = statistics.median(rates[ours]) / statistics.median(rates[theirs])
+    paired = statistics.median(a / b for a, b in zip(rates[ours], rates[theirs]))
+    return f"{medians:.3f} (ratio of medians), {paired:.3f} (median of paired rounds)"
