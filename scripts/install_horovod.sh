@@ -39,7 +39,7 @@ PY
 CACHE="${COMMBENCH_WHEEL_CACHE:-$HOME/.cache/commbench-wheels}/$KEY"
 
 if ! ls "$CACHE"/horovod-*.whl >/dev/null 2>&1; then
-    echo "install_horovod.sh: building Horovod $HOROVOD_VERSION ($KEY); takes ~5 minutes on 2 cores"
+    echo "install_horovod.sh: building Horovod $HOROVOD_VERSION ($KEY); takes 3-5 minutes on 2 cores"
     WORK="$(mktemp -d)"
     trap 'rm -rf "$WORK"' EXIT
     # g++ with -std=c++11/14 rewritten to c++20 (torch's headers need it).
