@@ -32,15 +32,48 @@ def launcher_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
 
 def run(cmd: List[str], timeout: float, env: Optional[Dict[str, str]] = None,
         cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """Run cmd; past `timeout` seconds kill it and everything it started, and fail."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=launcher_env(env), cwd=cwd, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         out, err = proc.communicate()
         pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL root and all its descendants. Not only its process group: Open MPI 5
+    and horovodrun's gloo controller start ranks in process groups (or sessions) of
+    their own."""
+    children: Dict[int, List[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [root], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def only_result(directory: Path) -> dict:
+    """The one result file a job wrote into directory, parsed."""
+    import json
+
+    files = list(directory.glob("*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
 
 
 def mpiexec_path() -> str:

@@ -15,8 +15,6 @@ which Bluefog 0.3.0's optimizers deadlock with torch >= 1.10.
 import importlib.util
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from commbench import registry
 from commbench.config import RunConfig
 from commbench.errors import UsageError
 from commbench.launch.environment import LaunchInfo
-from launchers import launcher_env
+from launchers import only_result, run
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "programs"
@@ -55,58 +53,22 @@ def bluefog_python():
 
 
 def bfrun(n, args, timeout=75, cwd=None):
-    """bfrun with a hard timeout; returns None when the job hung (every process it
-    started is killed: Open MPI starts ranks in process groups of their own)."""
+    """bfrun with a hard timeout: a job that hangs fails (launchers.run kills every
+    rank it started)."""
     python = bluefog_python()
     bin_dir = Path(python).parent
-    env = launcher_env({"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": "",
-                        "VIRTUAL_ENV": str(bin_dir.parent)})
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": "",
+           "VIRTUAL_ENV": str(bin_dir.parent)}
     # --prefix: the mpirun shim of setup_bluefog_env.sh (bfrun's one-dash -bind-to and
     # -map-by are rejected by Open MPI 5).
     cmd = [str(bin_dir / "bfrun"), "--prefix", f"{bin_dir.parent}/libexec/ompi5/", "-np", str(n),
            python, *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=cwd, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for pid in [*descendants(proc.pid), proc.pid]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.communicate()
-        return None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def descendants(root):
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    return run(cmd, timeout, env=env, cwd=cwd)
 
 
 def completed(done):
-    """The job's result; a job that hung fails."""
-    assert done is not None, "the Bluefog job hung and was killed by the test's timeout"
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done
-
-
-def only_result(directory):
-    files = list(directory.glob("*.json"))
-    assert len(files) == 1, files
-    return json.loads(files[0].read_text())
 
 
 # --- everywhere ---------------------------------------------------------------------

@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from commbench import registry
 from commbench.config import RunConfig
 from commbench.errors import UsageError
 from commbench.launch.environment import LaunchInfo
-from launchers import BIN, PYTHON, TINY_RUN, launcher_env, mpiexec
+from launchers import BIN, PYTHON, TINY_RUN, mpiexec, only_result, run
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
@@ -34,35 +33,13 @@ def horovod_or_skip():
 
 
 def horovodrun(n, args, controller, timeout=240, cwd=None):
-    """horovodrun with a hard timeout. Its gloo controller starts every rank in a
-    session of its own, so on timeout each descendant is killed, not just a group."""
-    import psutil  # a dependency of horovod
-
+    """horovodrun with a hard timeout (launchers.run kills every rank it started)."""
     exe = str(BIN / "horovodrun") if (BIN / "horovodrun").exists() else shutil.which("horovodrun")
     cmd = [exe, "-np", str(n), "-H", f"localhost:{n}", f"--{controller}"]
     if controller == "mpi":
         # Horovod 0.28.1 passes -bind-to/-map-by with one dash, which Open MPI 5 rejects.
         cmd += ["--binding-args=--bind-to none --map-by slot"]
-    proc = subprocess.Popen(cmd + [PYTHON, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=launcher_env(), cwd=cwd,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for child in psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]:
-            try:
-                child.kill()
-            except psutil.NoSuchProcess:
-                pass
-        out, err = proc.communicate()
-        pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def only_result(directory):
-    files = list(directory.glob("*.json"))
-    assert len(files) == 1, files
-    return json.loads(files[0].read_text())
+    return run(cmd + [PYTHON, *args], timeout, cwd=cwd)
 
 
 # --- everywhere ---------------------------------------------------------------------

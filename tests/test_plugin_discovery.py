@@ -3,7 +3,6 @@ temporary target directory on PYTHONPATH is found through the entry-point group
 `commbench.optimizers`, listed with its source, and runs a real job; the same class
 also loads by `module:Class` path without being installed."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launchers import PYTHON, TINY_RUN, mpiexec, run
+from launchers import PYTHON, TINY_RUN, mpiexec, only_result, run
 
 EXAMPLE = Path(__file__).resolve().parent / "plugin_example"
 
@@ -72,12 +71,6 @@ def test_list_shows_an_installed_plugin_its_source_and_why_not(installed):
 def test_without_the_package_the_plugin_is_not_there():
     done = commbench("list")
     assert done.returncode == 0 and "example_average" not in done.stdout
-
-
-def only_result(directory):
-    files = list(directory.glob("*.json"))
-    assert len(files) == 1, files
-    return json.loads(files[0].read_text())
 
 
 def test_installed_plugin_runs_a_real_job(installed, tmp_path):

@@ -1,21 +1,14 @@
 """`python -m commbench` end to end through real launchers (mpiexec, torchrun)."""
 
-import json
 import time
 
 import numpy as np
 import pytest
 
-from launchers import PYTHON, TINY_RUN, mpiexec, run, torchrun
+from launchers import PYTHON, TINY_RUN, mpiexec, only_result, run, torchrun
 from programs.check_strategies import assert_strategy_clean
 
 pytestmark = pytest.mark.mpi
-
-
-def only_result(directory):
-    files = list(directory.glob("*.json"))
-    assert len(files) == 1, files
-    return json.loads(files[0].read_text())
 
 
 def check_consistent(doc, workers, strategy):
