@@ -142,8 +142,6 @@ class _Decentralized(_Bluefog):
         return None
 
     def wrap(self, model, optimizer) -> TrainStep:
-        import torch.nn.functional as F
-
         bf = self._init()
         self._set_topology(bf)
         kind = bf.CommunicationType.__members__[self.communication]
@@ -153,17 +151,15 @@ class _Decentralized(_Bluefog):
         else:
             opt = bf.DistributedAdaptWithCombineOptimizer(optimizer, model=model,
                                                           communication_type=kind)
+        train = local_step(model, opt)  # Bluefog's optimizer communicates in its step()
+        if not self.schedule.dynamic:
+            return train
         schedule, node, counter = self.schedule, self._node(), [0]
 
         def step(images, labels):
-            if schedule.dynamic:
-                self._set_step_weights(opt, schedule.at(counter[0]), node)
+            self._set_step_weights(opt, schedule.at(counter[0]), node)
             counter[0] += 1
-            opt.zero_grad()
-            loss = F.cross_entropy(model(images), labels)
-            loss.backward()
-            opt.step()
-            return loss
+            return train(images, labels)
 
         return step
 
