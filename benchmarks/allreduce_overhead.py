@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from commbench.config import config_from_args
 from commbench.launch.distributed import init_distributed
-from commbench.launch.environment import detect_launch
+from commbench.launch.detect import detect_launch
 from harness import commbench_rate, hand_written, parser, ratio, report_rounds
 
 

@@ -15,7 +15,7 @@ import tempfile
 
 from commbench.config import config_from_args
 from commbench.launch.distributed import init_distributed
-from commbench.launch.environment import detect_launch
+from commbench.launch.detect import detect_launch
 from harness import commbench_rate, parser, ratio, report_rounds
 
 

@@ -18,7 +18,7 @@ import torch
 
 from commbench.config import config_from_args
 from commbench.launch.distributed import init_distributed
-from commbench.launch.environment import detect_launch
+from commbench.launch.detect import detect_launch
 from harness import commbench_rate, hand_written, parser, ratio, report_rounds
 
 
@@ -27,7 +27,7 @@ def horovod_wrap(config):
         compression = hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
         optimizer = hvd.DistributedOptimizer(
             optimizer, named_parameters=model.named_parameters(), compression=compression,
-            op=hvd.Adasum if config.use_adasum else hvd.Average)
+            op=hvd.Adasum if config.options.get("use_adasum") else hvd.Average)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, optimizer

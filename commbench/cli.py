@@ -1,4 +1,5 @@
-"""The `commbench` command: one small module per subcommand, on plain argparse.
+"""The `commbench` command: the table of subcommands, each its own module with
+`add_arguments(parser)` and `main(args)`, on plain argparse.
 
 `commbench` (or `python -m commbench`) with run flags and no subcommand is
 `commbench run`, so the Horovod/Bluefog benchmark command lines work unchanged.
@@ -20,12 +21,26 @@ SUBCOMMANDS = {
     "run": ("commbench.run", "run one benchmark job (the default; start it under a launcher)"),
     "list": ("commbench.listing", "list strategies, topologies and models, and which run here"),
     "sweep": ("commbench.sweep", "run a scaling study on this machine: jobs, report and charts"),
-    "plot": ("commbench.plot", "draw scaling charts from result files"),
-    "report": ("commbench.report", "tables of throughput, efficiency and latency"),
-    "compare": ("commbench.compare", "A/B comparison of two sets of result files"),
-    "microbench": ("commbench.microbench", "communication-only size sweeps: time, algbw/busbw, "
-                   "ratio to raw primitives (start it under a launcher)"),
+    "plot": ("commbench.analysis.plot", "draw scaling charts from result files"),
+    "report": ("commbench.analysis.report", "tables of throughput, efficiency and latency"),
+    "compare": ("commbench.analysis.compare", "A/B comparison of two sets of result files"),
+    "microbench": ("commbench.microbench.command", "communication-only size sweeps: time, "
+                   "algbw/busbw, ratio to raw primitives (start it under a launcher)"),
 }
+
+DESCRIPTION = """\
+How fast does distributed training scale under each communication strategy -
+global allreduce (DDP, Horovod) or decentralized neighbor averaging (Bluefog-style)?
+commbench trains one synthetic-data model under your launcher and reports img/sec,
+confidence intervals and scaling efficiency.
+
+Start here:
+  commbench sweep --quick --np 1,2,4 --dist-optimizer allreduce,neighbor_allreduce
+      a small scaling study on this machine, ending in a report and a chart
+  mpirun -np 4 python -m commbench --dist-optimizer=neighbor_allreduce
+      one job under your launcher (also torchrun, horovodrun, bfrun, srun)
+  commbench list
+      strategies, topologies and models, and which can run here"""
 
 
 class Parser(argparse.ArgumentParser):
@@ -36,7 +51,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="commbench", description=__doc__.splitlines()[0])
+    parser = Parser(prog="commbench", description=DESCRIPTION,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"commbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (module, help_text) in SUBCOMMANDS.items():

@@ -1,8 +1,11 @@
 """The run configuration: one frozen object from the command line to the result file.
 
-Every `commbench run` flag is a field of `RunConfig`; the parser is generated from
-the fields so that flags, defaults, validation and the recorded config never drift
-apart. Flag names and defaults follow Horovod's and Bluefog's synthetic benchmarks.
+RunConfig's fields are the flags of `commbench run`; `microbench` and `sweep` take the
+ones they share with it from here (commbench.flags generates the flags, so a flag, its
+default, its check and the recorded value never drift apart). A plugin's own flags
+are the fields of its Options dataclass (commbench.optimizers.base); their values
+travel in `RunConfig.options` and are recorded beside the others. Flag names and
+defaults follow Horovod's and Bluefog's synthetic benchmarks.
 """
 
 from __future__ import annotations
@@ -10,59 +13,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise ValueError
-    return value
-
-
-# Shown after "must be" in the error for a bad value.
-ACCEPTED = {
-    positive_int: "a positive integer",
-    non_negative_int: "an integer >= 0",
-    positive_float: "a positive number",
-    non_negative_float: "a number >= 0",
-}
+from commbench.errors import UsageError
+from commbench.flags import (add_flags, flag, flag_fields, integer, non_negative_float,
+                             non_negative_int, one_of, option_name, positive_float, positive_int)
 
 CPU_TRANSPORTS = ("auto", "gloo", "mpi")
-
-
-def cpu_transport(text: str) -> str:
-    if text not in CPU_TRANSPORTS:
-        raise ValueError
-    return text
-
-
-ACCEPTED[cpu_transport] = "one of " + ", ".join(CPU_TRANSPORTS)
-
-
-def flag(default: Any, help: str, type: Any = None, metavar: Optional[str] = None) -> Any:
-    return field(default=default, metadata={"help": help, "type": type, "metavar": metavar})
 
 
 @dataclass(frozen=True)
@@ -91,59 +48,71 @@ class RunConfig:
     independent_init: bool = flag(False, "initialise each worker's model with its own seed "
                                   "instead of broadcasting rank 0's parameters")
     fp16_allreduce: bool = flag(False, "compress communicated tensors to float16")
-    use_adasum: bool = flag(False, "horovod: combine gradients with Adasum instead of "
-                            "averaging them")
-    hierarchical_allreduce: bool = flag(False, "horovod: hierarchical allreduce (inside "
-                                        "each machine, then across machines)")
     cpu_transport: str = flag(
         "auto", "how allreduce and neighbor exchanges move CPU tensors: mpi (mpi4py, "
-        "under an MPI launcher), gloo, or auto (mpi when available)", cpu_transport,
-        "{auto,gloo,mpi}")
+        "under an MPI launcher), gloo, or auto (mpi when available)",
+        one_of(CPU_TRANSPORTS), "{auto,gloo,mpi}")
     no_cuda: bool = flag(False, "run on the CPU even when a GPU is available")
     lr: float = flag(0.01, "SGD learning rate", non_negative_float)
     momentum: float = flag(0.9, "SGD momentum", non_negative_float)
-    seed: int = flag(42, "random seed of model weights and synthetic data", int)
+    seed: int = flag(42, "random seed of model weights and synthetic data", integer)
     timeout: float = flag(300.0, "seconds a collective may wait for a peer before the job "
                           "is ended", positive_float, "SECONDS")
     results_dir: str = flag("results", "directory for result files", metavar="DIR")
     tag: str = flag("", "free-form label stored with the result (e.g. an A/B arm)")
+    # Plugins' own flags (their Options fields) by name; not a flag itself.
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        """What a result records: every flag, plugins' options beside the others."""
+        values = {f.name: getattr(self, f.name) for f in flag_fields(RunConfig)}
+        values.update(self.options)
+        return values
 
-    @classmethod
-    def from_dict(cls, values: Dict[str, Any]) -> "RunConfig":
-        """Rebuild a config from a result file, ignoring keys this version does not know."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
+
+def plugin_options() -> List[Tuple[str, List[dataclasses.Field]]]:
+    """(plugin name, its option fields) of every installed plugin that declares some.
+    A plugin that cannot be loaded declares nothing here (`commbench list` says why);
+    one loaded by path (`module:Class`) runs with its options' defaults."""
+    from commbench import registry
+
+    found: List[Tuple[str, List[dataclasses.Field]]] = []
+    core = {f.name for f in flag_fields(RunConfig)}
+    seen: Dict[str, Tuple[str, dataclasses.Field]] = {}
+    for name, cls in registry.loadable().items():
+        fields = [f for f in flag_fields(cls.Options) if f.name not in core]
+        clashes = [f.name for f in flag_fields(cls.Options) if f.name in core]
+        if clashes:
+            raise UsageError(f"plugin {name!r} declares {option_name(clashes[0])}, "
+                             "which is a flag of commbench run")
+        mine = []
+        for f in fields:
+            if f.name in seen:  # shared by plugins: one flag, if they agree on it
+                other, known = seen[f.name]
+                if (known.type, known.default) != (f.type, f.default):
+                    raise UsageError(f"plugins {other!r} and {name!r} both declare "
+                                     f"{option_name(f.name)}, differently")
+                continue
+            seen[f.name] = (name, f)
+            mine.append(f)
+        if mine:
+            found.append((name, mine))
+    return found
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per RunConfig field (`batch_size` -> `--batch-size`)."""
-    for f in dataclasses.fields(RunConfig):
-        name = "--" + f.name.replace("_", "-")
-        meta = f.metadata
-        if f.type in ("bool", bool):
-            parser.add_argument(name, action="store_true", help=meta["help"])
-            continue
-        convert = meta["type"] or str
-        parser.add_argument(name, type=_checked(convert), default=f.default,
-                            metavar=meta["metavar"] or f.name.upper(),
-                            help=f"{meta['help']} (default: {f.default})")
+    """Every flag of `commbench run`: RunConfig's, then each plugin's own, in a group."""
+    add_flags(parser, flag_fields(RunConfig))
+    for name, fields in plugin_options():
+        add_flags(parser.add_argument_group(f"options of {name}"), fields, OPTION)
 
 
-def _checked(convert):
-    """Wrap a converter so argparse reports what values the flag accepts."""
-    def parse(text: str):
-        try:
-            return convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"must be {ACCEPTED.get(convert, 'a ' + convert.__name__)}, got {text!r}")
-    parse.__name__ = getattr(convert, "__name__", "value")
-    return parse
+OPTION = "option:"  # where a plugin option's value lands in the parsed namespace
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    names = {f.name for f in dataclasses.fields(RunConfig)}
-    return RunConfig(**{k: v for k, v in vars(args).items() if k in names})
+    """The RunConfig of parsed flags; flags the command does not take keep their defaults."""
+    values = vars(args)
+    core = {f.name for f in flag_fields(RunConfig)}
+    options = {k[len(OPTION):]: v for k, v in values.items() if k.startswith(OPTION)}
+    return RunConfig(**{k: v for k, v in values.items() if k in core}, options=options)

@@ -13,7 +13,7 @@ from typing import Dict, Iterator, Optional, Tuple
 
 
 def describe_and_abort(error: BaseException) -> None:
-    from commbench.launch.environment import detect_launch
+    from commbench.launch.detect import detect_launch
 
     try:
         rank = detect_launch().rank

@@ -20,6 +20,8 @@ def main(args) -> int:
         print(f"  {r['name']:<{width}}  {state}  [{r['source']}]")
         if r["summary"]:
             print(f"  {'':<{width}}  {r['summary']}")
+        if r["options"]:
+            print(f"  {'':<{width}}  its flags: {' '.join(r['options'])}")
     _list_topologies()
     from commbench.models import model_names
 

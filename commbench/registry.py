@@ -81,6 +81,19 @@ def _check_shape(name: str, cls) -> None:
         raise UsageError(f"plugin {name!r} is not a commbench.optimizers.base.Strategy")
 
 
+def loadable() -> Dict[str, Type]:
+    """Every installed plugin that loads and has the right shape, by name."""
+    found = {}
+    for entry in discover().values():
+        try:
+            cls = entry.load()
+            _check_shape(entry.name, cls)
+        except UsageError:
+            continue  # `commbench list` shows why
+        found[entry.name] = cls
+    return found
+
+
 def usable_reason(cls) -> Optional[str]:
     try:
         return cls.unusable_reason()
@@ -89,15 +102,18 @@ def usable_reason(cls) -> Optional[str]:
 
 
 def describe_all() -> List[dict]:
-    """Rows for `commbench list`: name, summary, source, usable, why not."""
+    """Rows for `commbench list`: name, summary, source, usable, why not, its flags."""
+    from commbench.flags import flag_fields, option_name
+
     rows = []
     for entry in discover().values():
         try:
             cls = entry.load()
             _check_shape(entry.name, cls)
             why, summary = usable_reason(cls), cls.summary
+            options = [option_name(f.name) for f in flag_fields(cls.Options)]
         except UsageError as e:
-            why, summary = str(e), ""
+            why, summary, options = str(e), "", []
         rows.append({"name": entry.name, "summary": summary, "source": entry.source,
-                     "usable": why is None, "why_not": why})
+                     "usable": why is None, "why_not": why, "options": options})
     return rows

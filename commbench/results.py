@@ -34,6 +34,9 @@ from typing import Any, Dict, Iterable, List, Tuple, Union
 from commbench.errors import UsageError
 
 FORMAT = "commbench-result"
+# A program that starts a job (`commbench sweep`) names a file here; rank 0 writes the
+# path of the job's result file into it, so the program reads that exact result.
+RECEIPT = "COMMBENCH_RESULT_RECEIPT"
 SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 256 * 2**20  # anything larger is not a result of ours
 MIN_FREE_BYTES = 16 * 2**20  # raw samples of a large job take a few MiB
@@ -104,11 +107,18 @@ def write_result(directory: Union[str, Path], doc: Dict[str, Any], stem: str) ->
             final = directory / result_name(doc, stem)
             try:
                 os.link(tmp, final)  # fails rather than overwrite an existing file
+                _leave_receipt(final)
                 return final
             except FileExistsError:
                 continue
     finally:
         os.unlink(tmp)
+
+
+def _leave_receipt(path: Path) -> None:
+    receipt = os.environ.get(RECEIPT)
+    if receipt:
+        Path(receipt).write_text(str(path))
 
 
 def _umask() -> int:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 from commbench import environment, metrics, registry, results
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.errors import UsageError
-from commbench.launch.environment import LaunchInfo, detect_launch
+from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.loop import Timings, device_sync, measure, warm_up
 from commbench.models import build_model, model_names, synthetic_batch
 
@@ -264,10 +264,10 @@ def _print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
 
 
 def _print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
-    kind, n = ctx.device_kind, ctx.world_size
+    kind = ctx.device_kind
     per, total = summary["img_sec_per_worker"], summary["total_img_sec"]
     say(f"Img/sec per {kind}: {per['mean']:.1f} +-{per['spread']:.1f}")
-    say(f"Total img/sec on {n} {kind}(s): {total['mean']:.1f} +-{total['spread']:.1f}")
+    say(total_line(summary, kind))
     if total["ci95"] is not None:
         say(f"  (+- is 1.96 std of the {total['n']} iterations; 95% confidence interval of "
             f"the mean: {total['mean'] - total['ci95']:.1f} .. {total['mean'] + total['ci95']:.1f})")
@@ -277,3 +277,10 @@ def _print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
         say(f"Compute-only: {summary['compute_only_img_sec_per_worker']:.1f} img/sec per "
             f"{kind}; in-job scaling efficiency {100 * summary['efficiency_in_job']:.1f}%; "
             f"communication overhead {100 * summary['communication_overhead']:.1f}%")
+
+
+def total_line(summary: Dict[str, Any], kind: str) -> str:
+    """The run's headline, as printed at its end (and by `sweep` for each job)."""
+    total = summary["total_img_sec"]
+    return (f"Total img/sec on {summary['workers']} {kind}(s): {total['mean']:.1f} "
+            f"+-{total['spread']:.1f}")

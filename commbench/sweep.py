@@ -10,20 +10,23 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from commbench.config import RunConfig
 from commbench.errors import UsageError
+from commbench.flags import add_flags, flag_fields, positive_float, positive_ints
+from commbench.results import RECEIPT
 
-# Small enough that 1,2,4 workers x 3 strategies finish in a minute or two on 2 cores,
-# where starting the jobs (Python, torch, MPI) is most of the time.
+# Small enough that 1,2,4 workers x 3 strategies finish in a few minutes on 2 cores,
+# where starting the jobs (Python, torch, MPI) is much of the time.
 QUICK = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16",
          "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "4",
          "--reference-iters", "1"]
@@ -43,7 +46,7 @@ class Job:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--np", default="1,2,4", type=_counts, metavar="N,N,...",
+    parser.add_argument("--np", default=[1, 2, 4], type=positive_ints, metavar="N,N,...",
                         help="worker counts to run (default: 1,2,4)")
     parser.add_argument("--dist-optimizer", default="allreduce", metavar="NAME,...",
                         help="strategies to run, comma-separated (default: allreduce)")
@@ -52,12 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="a small model and images, one thread per worker: "
                         + " ".join(QUICK))
-    parser.add_argument("--job-timeout", type=float, default=900, metavar="SECONDS",
+    parser.add_argument("--job-timeout", type=positive_float, default=900, metavar="SECONDS",
                         help="end a job that runs longer than this (default: 900)")
-    parser.add_argument("--results-dir", default="results", metavar="DIR",
-                        help="where the jobs write results (default: results)")
-    parser.add_argument("--plots-dir", default="plots", metavar="DIR",
-                        help="where the charts go (default: plots)")
+    add_flags(parser, flag_fields(RunConfig, ["results_dir"]))
+    parser.add_argument("--plots-dir", default="charts", metavar="DIR",
+                        help="where the charts go (default: charts)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the launcher commands, run nothing")
     parser.epilog = "Any other `commbench run` flag is passed to every job."
@@ -65,16 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # Flags this parser does not know are `commbench run` flags, for every job.
 PASSES_RUN_FLAGS = True
-
-
-def _counts(text: str) -> List[int]:
-    try:
-        counts = [int(n) for n in text.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"must be positive integers like 1,2,4, got {text!r}")
-    return counts
 
 
 def main(args) -> int:
@@ -104,7 +96,7 @@ def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: s
     """One job per (strategy, worker count); impossible ones carry a skip reason."""
     from commbench.cli import build_parser
     from commbench.config import config_from_args
-    from commbench.launch.environment import LaunchInfo
+    from commbench.launch.detect import LaunchInfo
     from commbench.run import validate
 
     jobs = []
@@ -180,25 +172,41 @@ def run_jobs(jobs: List[Job], timeout: float, env: Dict[str, str]) -> None:
 
 
 def _run_one(job: Job, timeout: float, env: Dict[str, str]) -> str:
-    begin = time.monotonic()
-    proc = subprocess.Popen(job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        output, _ = proc.communicate()
-        output += f"\n(ended by the sweep after its {timeout:.0f} s timeout)"
-    job.seconds = time.monotonic() - begin
-    found = re.search(r"^Result: (.+)$", output, re.MULTILINE)
-    total = re.search(r"^Total img/sec on .*$", output, re.MULTILINE)
-    efficiency = re.search(r"in-job scaling efficiency ([\d.]+%)", output)
-    job.ok = proc.returncode == 0 and found is not None
-    if job.ok:
-        job.result = Path(found.group(1).strip())
-        job.headline = (total.group(0) if total else "") + (
-            f", in-job efficiency {efficiency.group(1)}" if efficiency else "")
+    with tempfile.TemporaryDirectory(prefix="commbench-sweep-") as scratch:
+        receipt = Path(scratch) / "result"
+        begin = time.monotonic()
+        proc = subprocess.Popen(job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env={**env, RECEIPT: str(receipt)},
+                                start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            output, _ = proc.communicate()
+            output += f"\n(ended by the sweep after its {timeout:.0f} s timeout)"
+        job.seconds = time.monotonic() - begin
+        if proc.returncode == 0:
+            try:
+                job.result = Path(receipt.read_text())
+                job.headline = headline(job.result)
+                job.ok = True
+            except (OSError, ValueError) as e:
+                output += f"\n(the job ended well but left no usable result: {e})"
     return output
+
+
+def headline(path: Path) -> str:
+    """A job's total img/sec and in-job efficiency, read from its result file."""
+    from commbench.results import read_result
+    from commbench.run import total_line
+
+    doc = read_result(path)
+    summary = doc["summary"]
+    kind = "GPU" if (doc.get("environment") or {}).get("device") == "cuda" else "worker"
+    line = total_line(summary, kind)
+    if "efficiency_in_job" in summary:
+        line += f", in-job efficiency {100 * summary['efficiency_in_job']:.1f}%"
+    return line
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

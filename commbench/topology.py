@@ -211,12 +211,6 @@ def _parse(name: str) -> Tuple[str, int]:
     raise TopologyError(f"unknown topology {name!r}; accepted: {', '.join(TOPOLOGY_NAMES)}")
 
 
-def check_topology_name(name: str) -> str:
-    """Return `name` if it names a topology, else raise TopologyError (for flag parsing)."""
-    _parse(name)
-    return name
-
-
 def _positive(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise TopologyError(f"{what} must be a positive integer, got {value!r}")

@@ -18,7 +18,7 @@ from typing import List, Optional, Tuple
 
 from commbench.errors import UsageError
 from commbench.failure import mpi_deadline
-from commbench.launch.environment import LaunchInfo
+from commbench.launch.detect import LaunchInfo
 
 
 @dataclass(frozen=True)

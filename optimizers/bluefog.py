@@ -16,7 +16,8 @@ with its generators, but from commbench's schedule (whose one-peer and inner-out
 schedules follow Bluefog's generators), so both engines mix the same graphs.
 
 Bluefog only runs under an MPI launcher (bfrun, mpirun). Its waits deadlock with
-torch >= 1.10 unless they let go of the GIL: see _wait_without_the_gil.
+torch >= 1.10 unless they let go of the GIL: see _wait_without_the_gil, and
+docs/engines.md for how that was found.
 """
 
 from __future__ import annotations
@@ -24,10 +25,8 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from commbench.errors import UsageError
-from commbench.optimizers.base import Strategy, TrainStep, local_step
-from commbench.optimizers.decentralized import check_machine_size, checked_schedule, style
-
-MPI_LAUNCHERS = ("openmpi", "mpich", "slurm", "single")
+from commbench.launch.detect import MPI_WORLDS
+from commbench.optimizers.base import MixingStrategy, Strategy, TrainStep, local_step
 
 
 class _Bluefog(Strategy):
@@ -40,7 +39,8 @@ class _Bluefog(Strategy):
 
     @classmethod
     def check(cls, config, launch) -> None:
-        if launch.launcher not in MPI_LAUNCHERS:
+        super().check(config, launch)
+        if launch.launcher not in MPI_WORLDS:
             raise UsageError(f"argument --dist-optimizer: {cls.name} runs only under an MPI "
                              f"launcher (bfrun, mpirun), not {launch.launcher}")
         if config.fp16_allreduce:
@@ -66,19 +66,13 @@ class _Bluefog(Strategy):
 def _wait_without_the_gil(bf) -> None:
     """Make Bluefog's waits release the GIL, or its optimizers hang.
 
-    Bluefog 0.3.0's C++ waits (synchronize/wait, win_wait, and barrier when the
-    negotiation stage is skipped) spin until their handle is done while holding the
-    GIL: their pybind11 bindings do not release it. Since torch 1.10 (PyObject
-    preservation) Bluefog's background thread needs the GIL to drop the last
-    reference of a finished op's tensor, and it does that before it runs the next op.
-    So once two nonblocking ops are in flight — an optimizer issues one per
-    parameter — the main thread waits for op 2 holding the GIL while the background
-    thread waits for the GIL after op 1: a deadlock, no MPI call involved (seen in
-    gdb on every hung rank; a build whose bindings release the GIL never hangs).
-
-    Here the waits poll the handle from Python and sleep between polls, which
-    releases the GIL; Bluefog's own wait then returns at once. Bluefog's optimizers
-    look these functions up on the modules at call time, so they use them too.
+    Bluefog 0.3.0's C++ waits (synchronize/wait, win_wait, and barrier without
+    negotiation) spin holding the GIL, while since torch 1.10 its background thread
+    needs the GIL to drop a finished op's tensor before it runs the next op: with two
+    ops in flight the two threads wait on each other. Here the waits poll the handle
+    from Python and sleep between polls, which releases the GIL; Bluefog's own wait
+    then returns at once. Bluefog's optimizers look these functions up on the modules
+    at call time, so they use them too.
     """
     import time
 
@@ -122,24 +116,10 @@ def _graph(weights):
     return nx.from_numpy_array(weights.T, create_using=nx.DiGraph)
 
 
-class _Decentralized(_Bluefog):
-    decentralized = True
+class _BluefogMixing(_Bluefog, MixingStrategy):
+    """Bluefog's AWC/ATC optimizers on commbench's schedule; Bluefog mixes."""
+
     communication = "neighbor_allreduce"
-
-    def _nodes(self) -> int:
-        return self.ctx.world_size
-
-    def _node(self) -> int:
-        return self.ctx.rank
-
-    def __init__(self, ctx, config):
-        super().__init__(ctx, config)
-        self.schedule = checked_schedule(config.topology, self._nodes(),
-                                         not config.disable_dynamic_topology,
-                                         self._machine_size())
-
-    def _machine_size(self):
-        return None
 
     def wrap(self, model, optimizer) -> TrainStep:
         bf = self._init()
@@ -154,7 +134,7 @@ class _Decentralized(_Bluefog):
         train = local_step(model, opt)  # Bluefog's optimizer communicates in its step()
         if not self.schedule.dynamic:
             return train
-        schedule, node, counter = self.schedule, self._node(), [0]
+        schedule, node, counter = self.schedule, self.node(), [0]
 
         def step(images, labels):
             self._set_step_weights(opt, schedule.at(counter[0]), node)
@@ -164,13 +144,14 @@ class _Decentralized(_Bluefog):
         return step
 
     def _set_topology(self, bf) -> None:
-        static = self.schedule.at(0) if not self.schedule.dynamic else None
+        if not bf.set_topology(_graph(self._static_graph().weights), is_weighted=True):
+            raise UsageError(f"Bluefog refused topology {self.config.topology!r}")
+
+    def _static_graph(self):
+        """The static W of --topology over this strategy's nodes."""
         from commbench.topology import build_topology
 
-        graph = static if static is not None else build_topology(self.config.topology,
-                                                                 self._nodes())
-        if not bf.set_topology(_graph(graph.weights), is_weighted=True):
-            raise UsageError(f"Bluefog refused topology {self.config.topology!r}")
+        return build_topology(self.config.topology, self.nodes())
 
     def _set_step_weights(self, opt, topology, node) -> None:
         """This step's graph, as Bluefog's benchmark sets it from its generators."""
@@ -180,33 +161,24 @@ class _Decentralized(_Bluefog):
         opt.enable_topo_check = False
 
     def facts(self) -> Dict[str, Any]:
-        return {**super().facts(), "topology": self.config.topology,
-                "dynamic": self.schedule.dynamic, "schedule": self.schedule.kind,
-                "schedule_period": self.schedule.period, "style": style(self.config.atc_style)}
+        return {**_Bluefog.facts(self), **MixingStrategy.facts(self)}
 
 
-class BluefogNeighborAllreduce(_Decentralized):
+class BluefogNeighborAllreduce(_BluefogMixing):
     name = "bluefog.neighbor_allreduce"
     summary = ("Bluefog's own AWC/ATC optimizer with neighbor_allreduce (W of --topology, "
                "static or dynamic); MPI launchers only")
 
-    @classmethod
-    def check(cls, config, launch) -> None:
-        super().check(config, launch)
-        check_machine_size(config.machine_size, launch.world_size)
-        checked_schedule(config.topology, launch.world_size,
-                         not config.disable_dynamic_topology)
 
-    def _machine_size(self):
-        equal = self.ctx.machine_size > 0
-        return self.ctx.machine_size if equal and self.ctx.num_machines > 1 else None
-
-
-class BluefogHierarchicalNeighborAllreduce(_Decentralized):
+class BluefogHierarchicalNeighborAllreduce(_BluefogMixing):
     name = "bluefog.hierarchical_neighbor_allreduce"
     summary = ("Bluefog's own optimizer with hierarchical neighbor allreduce (machines are "
                "super-nodes); needs >= 2 real machines")
     communication = "hierarchical_neighbor_allreduce"
+
+    @classmethod
+    def nodes_before_init(cls, config, launch) -> int:
+        return launch.world_size // launch.local_size if launch.local_size else 1
 
     @classmethod
     def check(cls, config, launch) -> None:
@@ -221,17 +193,17 @@ class BluefogHierarchicalNeighborAllreduce(_Decentralized):
                              f"of ranks; this job has {ctx.num_machines}")
         super().__init__(ctx, config)
 
-    def _nodes(self) -> int:
+    def nodes(self) -> int:
         return self.ctx.num_machines
 
-    def _node(self) -> int:
+    def node(self) -> int:
         return self.ctx.machine
 
-    def _set_topology(self, bf) -> None:
-        from commbench.topology import build_topology
+    def schedule_machine_size(self):
+        return None  # the nodes are machines already
 
-        graph = build_topology(self.config.topology, self._nodes())
-        if not bf.set_machine_topology(_graph(graph.weights), is_weighted=True):
+    def _set_topology(self, bf) -> None:
+        if not bf.set_machine_topology(_graph(self._static_graph().weights), is_weighted=True):
             raise UsageError(f"Bluefog refused machine topology {self.config.topology!r}")
 
     def _set_step_weights(self, opt, topology, node) -> None:

@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from commbench.errors import UsageError
+from commbench.flags import flag
+from commbench.launch.detect import MPI_WORLDS
 from commbench.optimizers.base import Strategy, TrainStep, local_step
 
 # Launchers under which hvd.init() finds its peers (torchrun gives Horovod nothing to use).
-LAUNCHERS = ("horovodrun", "openmpi", "mpich", "slurm", "single")
+LAUNCHERS = ("horovodrun",) + MPI_WORLDS
+
+
+@dataclass(frozen=True)
+class HorovodOptions:
+    use_adasum: bool = flag(False, "combine gradients with Adasum instead of "
+                            "averaging them")
+    hierarchical_allreduce: bool = flag(False, "hierarchical allreduce (inside "
+                                        "each machine, then across machines)")
 
 
 class Horovod(Strategy):
@@ -28,6 +39,7 @@ class Horovod(Strategy):
                "overlapped with backward); --fp16-allreduce, --use-adasum, "
                "--hierarchical-allreduce")
     requires = ("horovod",)
+    Options = HorovodOptions
 
     @classmethod
     def unusable_reason(cls) -> Optional[str]:
@@ -40,12 +52,13 @@ class Horovod(Strategy):
 
     @classmethod
     def check(cls, config, launch) -> None:
+        super().check(config, launch)
         if launch.launcher not in LAUNCHERS:
             raise UsageError(f"argument --dist-optimizer: horovod cannot run under "
                              f"{launch.launcher}; start it with horovodrun or mpirun")
         # Set here, before any hvd.init(): under horovodrun's gloo controller the
         # rendezvous (launch.distributed) initialises Horovod before wrap() runs.
-        if config.hierarchical_allreduce:
+        if cls.options_of(config).hierarchical_allreduce:
             os.environ["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1"
 
     def __init__(self, ctx, config):
@@ -60,11 +73,11 @@ class Horovod(Strategy):
         if (hvd.rank(), hvd.size()) != (self.ctx.rank, self.ctx.world_size):
             raise UsageError(f"Horovod sees rank {hvd.rank()} of {hvd.size()} but the "
                              f"launcher said {self.ctx.rank} of {self.ctx.world_size}")
-        if self.config.use_adasum and not hvd.mpi_enabled():
+        if self.options.use_adasum and not hvd.mpi_enabled():
             raise UsageError("argument --use-adasum: Horovod's Adasum needs the MPI "
                              "controller (horovodrun --mpi, or mpirun)")
         compression = hvd.Compression.fp16 if self.config.fp16_allreduce else hvd.Compression.none
-        op = hvd.Adasum if self.config.use_adasum else hvd.Average
+        op = hvd.Adasum if self.options.use_adasum else hvd.Average
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         optimizer = hvd.DistributedOptimizer(optimizer,
                                              named_parameters=model.named_parameters(),
@@ -75,10 +88,10 @@ class Horovod(Strategy):
             "controller": "mpi" if hvd.mpi_enabled() else "gloo",
             "cpu_operations": "mpi" if hvd.mpi_enabled() else "gloo",
             "compression": "fp16" if self.config.fp16_allreduce else "none",
-            "op": "adasum" if self.config.use_adasum else "average",
+            "op": "adasum" if self.options.use_adasum else "average",
             # Horovod implements the hierarchical switch for NCCL (GPU) allreduce; CPU
             # operations accept it and run their flat allreduce.
-            "hierarchical_allreduce": self.config.hierarchical_allreduce,
+            "hierarchical_allreduce": self.options.hierarchical_allreduce,
         }
         return local_step(model, optimizer)
 

@@ -24,7 +24,7 @@ MARKERS = "os^D"
 def figure(doc: Dict[str, Any]) -> "Figure":
     from matplotlib.figure import Figure
 
-    from commbench.microbench_results import title
+    from commbench.microbench.results import title
 
     fig = Figure(figsize=(11.0, 4.6), layout="constrained")
     time_ax, bw_ax = fig.subplots(1, 2)

@@ -1,4 +1,4 @@
-"""The scaling chart of one group of comparable runs (see commbench.analysis).
+"""The scaling chart of one group of comparable runs (see commbench.analysis.runs).
 
 Panels: total img/sec versus workers with 95% CI error bars, the ideal linear line
 and each point's scaling efficiency; efficiency versus workers; and, when
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from commbench.analysis import Group, Point, Series
+    from commbench.analysis.runs import Group, Point, Series
 
 MARKERS = "osD^vPX*"
 NONE_COLOR = "0.45"  # the compute-only `none` strategy: a reference, drawn in grey
@@ -71,7 +71,7 @@ def save(fig: "Figure", paths) -> None:
 
 def palette(series: Iterable["Series"]) -> Dict["Series", dict]:
     """A colour and a marker per series, in the series' order."""
-    from commbench.analysis import Series
+    from commbench.analysis.runs import Series
 
     ordered = sorted(set(series), key=Series.order)
     colors = iter(f"C{i % 10}" for i in range(len(ordered)))
@@ -167,9 +167,8 @@ def _efficiency(ax: "Axes", group: "Group", style, efficiency_name: str) -> None
 
 
 def _consensus(ax: "Axes", points: List["Point"], style) -> None:
-    from matplotlib.ticker import MaxNLocator
-
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
 
     counts = sorted({p.workers for p in points}, reverse=True)
     dashes = {n: ["-", "--", ":", "-."][i % 4] for i, n in enumerate(counts)}  # most: solid

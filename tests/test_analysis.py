@@ -1,4 +1,4 @@
-"""commbench.analysis: loading, grouping and combining the committed fixture runs
+"""commbench.analysis.runs: loading, grouping and combining the committed fixture runs
 (tests/data, made by tests/data/make_fixtures.sh from real tiny runs)."""
 
 import copy
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commbench import analysis, metrics
+from commbench import metrics
+from commbench.analysis import runs as analysis
 
 DATA = Path(__file__).parent / "data"
 RUNS, NEW, JUNK = DATA / "runs", DATA / "runs-new", DATA / "junk"
@@ -126,7 +127,8 @@ def test_repeated_consensus_curves_are_averaged_per_iteration(tmp_path):
 
 
 def test_analysis_commands_import_neither_torch_nor_matplotlib():
-    code = ("import sys, commbench.report, commbench.compare, commbench.plot, "
+    code = ("import sys, commbench.analysis.report, commbench.analysis.compare, "
+            "commbench.analysis.plot, "
             "commbench.plots.scaling; "
             "print(sorted(m for m in ('torch', 'matplotlib', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -9,19 +9,22 @@ import shutil
 import pytest
 
 from commbench import results
+from commbench import flags
 from commbench.cli import main
-from commbench.config import ACCEPTED, RunConfig
+from commbench.config import RunConfig
 from commbench.errors import UsageError
 from launchers import PYTHON, TINY_RUN, mpiexec, run
 
-NUMERIC_FLAGS = [f for f in dataclasses.fields(RunConfig) if f.metadata["type"] in ACCEPTED]
+NUMBERS = (flags.positive_int, flags.non_negative_int, flags.positive_float,
+           flags.non_negative_float)
+NUMERIC_FLAGS = [f for f in flags.flag_fields(RunConfig) if f.metadata["type"] in NUMBERS]
 
 
 @pytest.mark.parametrize("field", NUMERIC_FLAGS, ids=lambda f: f.name)
 @pytest.mark.parametrize("value", ["-1", "zero", ""])
 def test_every_numeric_flag_rejects_bad_values_in_one_line(field, value, capsys):
     flag = "--" + field.name.replace("_", "-")
-    accepted = ACCEPTED[field.metadata["type"]]
+    accepted = field.metadata["type"].accepts
     with pytest.raises(SystemExit) as exit_:
         main(["run", f"{flag}={value}"])
     err = capsys.readouterr().err
@@ -39,6 +42,7 @@ def test_zero_is_refused_where_a_positive_value_is_needed(field, capsys):
     assert f"argument {flag}: must be a positive" in capsys.readouterr().err
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("args, message", [
     (["--model", "inception_v3", "--image-size", "32"],
      "argument --image-size: 32 is too small for inception_v3"),
@@ -83,7 +87,7 @@ def test_a_huge_file_is_skipped_without_being_read(tmp_path):
 
 
 def test_names_inside_a_result_never_leave_the_output_directory(tmp_path):
-    from commbench.plot import plot
+    from commbench.analysis.plot import plot
 
     runs = os.path.join(os.path.dirname(__file__), "data", "runs")
     doc = json.loads(open(os.path.join(runs, sorted(os.listdir(runs))[0])).read())

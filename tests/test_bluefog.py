@@ -23,7 +23,7 @@ import pytest
 from commbench import registry
 from commbench.config import RunConfig
 from commbench.errors import UsageError
-from commbench.launch.environment import LaunchInfo
+from commbench.launch.detect import LaunchInfo
 from launchers import only_result, run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,12 +1,16 @@
 """The command line: flag set snapshot, default subcommand, one-line errors."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from commbench.cli import build_parser
 from commbench.config import RunConfig, config_from_args
+
+REPO = Path(__file__).resolve().parents[1]
 
 # The run flags, snapshotted: a change here is a change users see. Update it on purpose.
 RUN_FLAGS = [
@@ -32,11 +36,28 @@ def test_run_flags_do_not_drift():
 
 def test_defaults_follow_horovod_and_bluefog_benchmarks():
     config = config_from_args(build_parser().parse_args(["run"]))
-    assert config == RunConfig()
+    assert config.options == {"use_adasum": False, "hierarchical_allreduce": False}
+    assert config == RunConfig(options=config.options)
     assert (config.model, config.batch_size, config.num_warmup_batches,
             config.num_batches_per_iter, config.num_iters) == ("resnet50", 32, 10, 10, 10)
     assert (config.topology, config.results_dir, config.image_size) == (
         "exponential-2", "results", 224)
+
+
+def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
+    fixture = next((REPO / "tests" / "data" / "runs").glob("*-allreduce-n2-*.json"))
+    recorded = json.loads(fixture.read_text())["config"]
+    config = config_from_args(build_parser().parse_args(["run"]))
+    assert sorted(config.to_dict()) == sorted(recorded)
+
+
+def test_plugin_flags_reach_the_plugin():
+    from commbench.optimizers.horovod import Horovod
+
+    config = config_from_args(build_parser().parse_args(["run", "--use-adasum"]))
+    assert config.to_dict()["use_adasum"] is True
+    assert Horovod.options_of(config).use_adasum is True
+    assert Horovod.options_of(RunConfig()).use_adasum is False
 
 
 def test_flags_reach_the_config():

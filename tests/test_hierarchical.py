@@ -8,7 +8,7 @@ import pytest
 from commbench.config import RunConfig
 from commbench.errors import UsageError
 from commbench.launch.distributed import DistContext
-from commbench.launch.environment import LaunchInfo
+from commbench.launch.detect import LaunchInfo
 from commbench.optimizers.hierarchical_neighbor_allreduce import HierarchicalNeighborAllreduce
 from programs.check_strategies import assert_strategy_clean
 from programs.commbench_runs import assert_usage_error, consensus_of, run_commbench

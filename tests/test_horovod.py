@@ -17,7 +17,7 @@ import pytest
 from commbench import registry
 from commbench.config import RunConfig
 from commbench.errors import UsageError
-from commbench.launch.environment import LaunchInfo
+from commbench.launch.detect import LaunchInfo
 from launchers import BIN, PYTHON, TINY_RUN, mpiexec, only_result, run
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"

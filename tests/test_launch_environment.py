@@ -3,7 +3,7 @@
 import pytest
 
 from commbench.errors import UsageError
-from commbench.launch.environment import LaunchInfo, detect_launch
+from commbench.launch.detect import LaunchInfo, detect_launch
 
 CASES = {
     "single": ({}, LaunchInfo("single", 0, 1, 0, 1, 0)),

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from commbench import microbench
+from commbench import flags
+from commbench.errors import UsageError
+from commbench.microbench import command as microbench
 from launchers import mpiexec
 
 SWEEP = ["-m", "commbench", "microbench", "-b", "8", "-e", "64K", "-f", "32", "-n", "2",
@@ -18,21 +20,22 @@ ALL_OPS = ",".join(microbench.OPS)
 
 
 def test_sizes_follow_nccl_tests_flags():
-    assert microbench.parse_size("8") == 8
-    assert microbench.parse_size("4K") == 4096
-    assert microbench.parse_size("64M") == 64 << 20
-    assert microbench.parse_size("1g") == 1 << 30
+    assert flags.size("8") == 8
+    assert flags.size("4K") == 4096
+    assert flags.size("64M") == 64 << 20
+    assert flags.size("1g") == 1 << 30
     for bad in ("0", "-1", "12X", ""):
         with pytest.raises(Exception):
-            microbench.parse_size(bad)
+            flags.size(bad)
     assert microbench.sizes(8, 64 << 20, 2)[-1] == 64 << 20
     assert microbench.sizes(8, 1024, 4) == [8, 32, 128, 512]
     assert microbench.sizes(1, 8, 2) == [4, 8]  # whole float32 elements, no duplicates
-    with pytest.raises(microbench.UsageError):
+    with pytest.raises(UsageError):
         microbench.sizes(64, 8, 2)
-    assert microbench.parse_ops("allreduce,allreduce") == ["allreduce"]
+    ops = flags.names_from(microbench.OPS)
+    assert ops("allreduce,allreduce") == ["allreduce"]
     with pytest.raises(Exception):
-        microbench.parse_ops("allgather")
+        ops("allgather")
 
 
 def sweep(tmp_path, n, *flags):
@@ -80,8 +83,8 @@ def test_raw_combine_rows_fail_on_a_wrong_result():
 
     import torch
 
-    from commbench import microbench_raw
-    from commbench.microbench_ops import Data
+    from commbench.microbench.ops import neighbor_allreduce as microbench_raw
+    from commbench.microbench.ops.base import Data
     from commbench.topology import build_schedule
 
     ctx = SimpleNamespace(device=torch.device("cpu"), world_size=4, rank=1)
@@ -100,6 +103,7 @@ def test_raw_combine_rows_fail_on_a_wrong_result():
         reset()
 
 
+@pytest.mark.mpi
 def test_two_ranks_all_ops_static(tmp_path):
     doc = sweep(tmp_path, 2, "--op", ALL_OPS, "--disable-dynamic-topology",
                 "--machine-size", "1")
@@ -108,6 +112,7 @@ def test_two_ranks_all_ops_static(tmp_path):
     assert {"commbench", "torch all_reduce", "MPI Allreduce"} <= impls
 
 
+@pytest.mark.mpi
 def test_four_ranks_all_ops_static_then_report_and_charts(tmp_path):
     results = tmp_path / "results"
     doc = sweep(results, 4, "--op", ALL_OPS, "--disable-dynamic-topology", "--machine-size", "2")
@@ -117,8 +122,8 @@ def test_four_ranks_all_ops_static_then_report_and_charts(tmp_path):
     for r in rows(doc, "hierarchical_neighbor_allreduce"):
         assert r["bytes_sent"] == pytest.approx(2 * r["bytes"])
 
-    from commbench.plot import plot
-    from commbench.report import report
+    from commbench.analysis.plot import plot
+    from commbench.analysis.report import report
 
     out, err = io.StringIO(), io.StringIO()
     assert report([results], "text", out=out, err=err) == 0
@@ -133,6 +138,7 @@ def test_four_ranks_all_ops_static_then_report_and_charts(tmp_path):
     assert len(charts) == 2 and all(Path(c).stat().st_size > 10_000 for c in charts)
 
 
+@pytest.mark.mpi
 def test_four_ranks_one_peer_schedule_sends_one_buffer(tmp_path):
     doc = sweep(tmp_path, 4, "--op", "neighbor_allreduce")
     check_closed_forms(doc, 4, static=False)

@@ -9,9 +9,9 @@ import pytest
 from commbench.config import RunConfig
 from commbench.errors import UsageError
 from commbench.launch.distributed import DistContext
-from commbench.launch.environment import LaunchInfo
+from commbench.launch.detect import LaunchInfo
 from commbench.optimizers.neighbor_allreduce import NeighborAllreduce
-from commbench.optimizers.neighbor_exchange import mpi_ready
+from commbench.comm.transport import mpi_ready
 from programs.check_strategies import assert_strategy_clean
 from programs.commbench_runs import assert_usage_error, consensus_of, run_commbench
 
@@ -36,7 +36,7 @@ def context(n, machine_size=None, hostnames=None):
 def test_parameters_become_views_into_one_buffer_per_dtype():
     import torch
 
-    from commbench.optimizers.fused import fuse_parameters
+    from commbench.comm.fused import fuse_parameters
 
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
     model.extra = torch.nn.Parameter(torch.arange(3, dtype=torch.float64))

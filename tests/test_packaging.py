@@ -18,8 +18,10 @@ def test_wheel_holds_only_the_commbench_package(tmp_path):
     top = {n.split("/")[0] for n in names}
     assert top == {"commbench", next(n for n in top if n.endswith(".dist-info"))}
     for module in ("commbench/optimizers/allreduce.py", "commbench/optimizers/base.py",
-                   "commbench/launch/environment.py", "commbench/launch/distributed.py",
-                   "commbench/plots/__init__.py", "commbench/run.py", "commbench/cli.py"):
+                   "commbench/launch/detect.py", "commbench/launch/distributed.py",
+                   "commbench/plots/__init__.py", "commbench/run.py", "commbench/cli.py",
+                   "commbench/comm/neighbor_exchange.py", "commbench/analysis/report.py",
+                   "commbench/microbench/ops/allreduce.py"):
         assert module in names
     assert not any(n.startswith(("tests/", "benchmarks/", "optimizers/", "plots/"))
                    for n in names)

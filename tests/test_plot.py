@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commbench import analysis, plot
+from commbench.analysis import plot
+from commbench.analysis import runs as analysis
 from commbench.plots import scaling
 
 DATA = Path(__file__).parent / "data"

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.mpi
 TESTS = str(Path(__file__).resolve().parent)
 
 
-def sweep(tmp_path, *args, timeout=600):
+def sweep(tmp_path, *args, timeout=240):
     env = {"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
     return run([PYTHON, "-m", "commbench", "sweep", "--results-dir", str(tmp_path / "results"),
                 "--plots-dir", str(tmp_path / "charts"), *args], timeout, env=env, cwd=tmp_path)

@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 
 from commbench.launch.distributed import init_distributed, shutdown_distributed
-from commbench.launch.environment import detect_launch
+from commbench.launch.detect import detect_launch
 from commbench.optimizers.bluefog import _graph
-from commbench.optimizers.neighbor_exchange import NeighborExchange
+from commbench.comm.neighbor_exchange import NeighborExchange
 from commbench.topology import build_schedule
 
 

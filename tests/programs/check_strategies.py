@@ -254,7 +254,7 @@ class Checker:
         every element is the mean of the workers'."""
         import torch
 
-        from commbench.optimizers.allreduce import CHUNK_BYTES
+        from commbench.comm.mpi_averager import CHUNK_BYTES
 
         count = 2 * CHUNK_BYTES // 4 + 12345
         rows = [self.values(j, 0, (count,), torch.float32) for j in range(self.n)]
@@ -313,7 +313,7 @@ def main() -> int:
     import torch.distributed as dist
 
     from commbench.launch.distributed import init_distributed, shutdown_distributed
-    from commbench.launch.environment import detect_launch
+    from commbench.launch.detect import detect_launch
 
     ctx = init_distributed(detect_launch(), no_cuda=True, timeout=120)
     checker = Checker(ctx)

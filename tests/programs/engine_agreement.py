@@ -24,7 +24,7 @@ import torch.distributed as dist
 from commbench import registry
 from commbench.config import add_run_arguments, config_from_args
 from commbench.launch.distributed import init_distributed, shutdown_distributed
-from commbench.launch.environment import detect_launch
+from commbench.launch.detect import detect_launch
 from commbench.models import build_model, synthetic_batch
 
 

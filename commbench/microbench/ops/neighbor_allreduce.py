@@ -1,66 +1,53 @@
-"""The raw primitives of `commbench microbench`: the same exchange as each op of
-commbench.microbench_ops with no commbench code, the reference its ratios are
-measured against in the same job.
+"""microbench op `neighbor_allreduce`: NeighborExchange.start()/finish() on the flat
+buffer the plugin fuses a model into (built by the plugin's own wrap(), schedule from
+--topology), and its raw rows, the same exchange with no commbench code:
 
-  torch all_reduce          dist.all_reduce of the tensor (sum), nothing else
-  MPI Allreduce             mpi4py, in place (only under an MPI launcher)
   gloo send/recv            batch_isend_irecv of S to every out-neighbor and from
                             every in-neighbor, one message each
   MPI Neighbor_allgather    mpi4py on a distributed-graph communicator per phase of
                             the schedule (only under an MPI launcher)
-  ... + combine             (neighbor) either transfer, then the weighted combine
+  ... + combine             either transfer, then the weighted combine
                             x <- w_self x + sum_j w_j recv_j with plain torch ops,
                             weights and peers read from the schedule: the whole
                             operation as a user would write it without commbench.
                             The transfer-only rows are bare bytes moved; neighbor_
                             allreduce also computes the weighted sum, so its ratio
                             to a "+ combine" row is commbench's own overhead.
-                            Their output is checked untimed, in reset() before the
-                            next call; a wrong result raises (the job fails).
-  gloo composite            (hierarchical) all_reduce inside the machine, leaders'
-                            send/recv, broadcast inside the machine
+  commbench, 1 message      NeighborExchange with one message per buffer and peer
+                            (no chunks), over the plugin's transport: what
+                            chunking buys
+  combine only              the weighted combine on buffers already received, no
+                            communication: what the combine costs when nothing
+                            overlaps it
+
+The output of "+ combine" rows and of "commbench, 1 message" is checked untimed, in
+reset() before the next call; a wrong result raises (the job fails).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, NamedTuple, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
+
+from commbench.microbench.ops.base import MixingOp, Primitive, no_reset, on_mpi_cpu
 
 
-class Primitive(NamedTuple):
-    """One raw contender: run() is timed, reset() runs before it, untimed."""
+class NeighborAllreduce(MixingOp):
+    name = "neighbor_allreduce"
 
-    impl: str
-    run: Callable[[], None]
-    reset: Callable[[], None]
+    def traffic(self, call: int) -> Tuple[float, float]:
+        plan = self.mixer.plan(call)
+        return len(plan.destinations) * self.S, len(plan.sources) * self.S
 
+    def reference(self, call: int) -> Sequence[float]:
+        return self.schedule.at(call).weights[self.rank]
 
-def _no_reset() -> None:  # the payload is only read
-    pass
-
-
-def _on_mpi_cpu(ctx) -> bool:
-    """mpi4py reads and writes the tensors' memory: CPU tensors under an MPI launcher."""
-    return bool(ctx.launch.mpi) and ctx.device.type == "cpu"
-
-
-def allreduce(ctx, data) -> List[Primitive]:
-    import torch.distributed as dist
-
-    summed = data.fresh()
-    found = [Primitive("torch all_reduce", lambda: dist.all_reduce(summed),
-                       data.copy_in(summed))]
-    if _on_mpi_cpu(ctx):
-        from mpi4py import MPI
-
-        flat = data.fresh()
-        view = flat.numpy()  # zero copy: MPI reads and writes the tensor's memory
-        comm = MPI.COMM_WORLD
-        found.append(Primitive("MPI Allreduce", lambda: comm.Allreduce(MPI.IN_PLACE, view),
-                               data.copy_in(flat)))
-    return found
+    def raw(self) -> List[Primitive]:
+        return neighbor(self.ctx, self.data, self.mixer.plan, self.schedule) + [
+            _one_message(self.ctx.rank, self.data, self.schedule, self.plugin.transport),
+            _combine_only(self.ctx.rank, self.data, self.schedule)]
 
 
-def _send_recv(payload, incoming: List[Any], plan) -> None:
+def send_recv(payload, incoming: List[Any], plan) -> None:
     """S from every in-neighbor into incoming, S to every out-neighbor, one message each."""
     import torch
     import torch.distributed as dist
@@ -84,13 +71,13 @@ def neighbor(ctx, data, plan_at, schedule) -> List[Primitive]:
     def gloo_raw():
         plan = plan_at(calls[0])
         calls[0] += 1
-        _send_recv(payload, incoming, plan)
+        send_recv(payload, incoming, plan)
 
-    found = [Primitive("gloo send/recv", gloo_raw, _no_reset),
+    found = [Primitive("gloo send/recv", gloo_raw, no_reset),
              _gloo_combine(ctx.rank, data, schedule)]
-    if _on_mpi_cpu(ctx):
+    if on_mpi_cpu(ctx):
         found.append(Primitive("MPI Neighbor_allgather",
-                               _mpi_neighbor(ctx.rank, schedule, payload)[0], _no_reset))
+                               _mpi_neighbor(ctx.rank, schedule, payload)[0], no_reset))
         found.append(_mpi_combine(ctx.rank, data, schedule))
     return found
 
@@ -209,22 +196,32 @@ def _mpi_neighbor(rank: int, schedule, payload) -> Tuple[Callable[[], None], Lis
     return run, [receive for _, receive in graphs]
 
 
-def composite(data, exchange, group, leader: int) -> Primitive:
-    """Hierarchical averaging from gloo primitives: all_reduce inside the machine
-    (group), the leader's send/recv along exchange's plan (exchange is None on the
-    other ranks), broadcast from the leader inside the machine."""
-    import torch.distributed as dist
+def _one_message(rank: int, data, schedule, transport: str) -> Primitive:
+    """commbench's NeighborExchange with the whole buffer as one message per peer."""
+    from commbench.comm.neighbor_exchange import NeighborExchange
 
-    flat = data.fresh()
-    incoming: List[Any] = []
-    calls = [0]
+    x = data.fresh()
+    phases = _Phases(rank, schedule)
+    exchange = NeighborExchange([x], schedule, rank, chunk_bytes=max(data.nbytes, 4),
+                                transport=transport)
 
-    def gloo_composite():
-        plan = exchange.plan(calls[0]) if exchange is not None else None
-        calls[0] += 1
-        dist.all_reduce(flat, group=group)
-        if plan is not None:
-            _send_recv(flat, incoming, plan)
-        dist.broadcast(flat, leader, group=group)
+    def run():
+        phases.next()
+        exchange()
 
-    return Primitive("gloo composite", gloo_composite, data.copy_in(flat))
+    impl = "commbench, 1 message"
+    return Primitive(impl, run, _checked_reset(impl, rank, data, x, phases))
+
+
+def _combine_only(rank: int, data, schedule) -> Primitive:
+    """x <- w_self x + sum_j w_j r_j on buffers that arrived already."""
+    x = data.fresh()
+    phases = _Phases(rank, schedule)
+    received = [data.fresh() for _ in range(max(len(s) for s in phases.sources))]
+
+    def run():
+        phase = phases.next()
+        sources = phases.sources[phase]
+        _combine(x, phases.self_weight[phase], [(r, w) for r, (_, w) in zip(received, sources)])
+
+    return Primitive("combine only", run, data.copy_in(x))

@@ -291,7 +291,7 @@ def load_for(command: str, paths: Iterable[Union[str, Path]], err) -> Optional[T
     """What `report` and `plot` read: run groups and microbench results under paths,
     one warning line per skipped file on err; None, after saying so, when nothing
     usable was found."""
-    from commbench import microbench_results
+    from commbench.microbench import results as microbench_results
 
     paths = list(paths)
     groups, notes = analyse(paths, handled=(microbench_results.KIND,))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import textwrap
 from typing import Sequence
 
 
@@ -44,3 +45,15 @@ def csv_text(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     writer.writerow(headers)
     writer.writerows([["" if c is None else c for c in row] for row in rows])
     return out.getvalue()
+
+
+def heading(title: str, fmt: str) -> str:
+    """A table's title: a Markdown heading, or underlined text."""
+    return f"## {title}" if fmt == "markdown" else f"{title}\n{'=' * len(title)}"
+
+
+def notes(lines: Sequence[str], fmt: str) -> str:
+    """The notes under the tables: a Markdown list, or text wrapped at 88 columns."""
+    if fmt == "markdown":
+        return "".join(f"- {line}\n" for line in lines)
+    return "".join(textwrap.fill(line, 88, subsequent_indent="  ") + "\n" for line in lines)

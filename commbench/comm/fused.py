@@ -1,8 +1,8 @@
 """Parameters as views into a few flat buffers, so that a whole model travels as one
 message per buffer and nothing is copied before sending.
 
-Shared by the strategies that communicate parameters (neighbor_allreduce,
-hierarchical_neighbor_allreduce) and by benchmarks/neighbor_exchange.py.
+Used by the strategies that communicate parameters (neighbor_allreduce,
+hierarchical_neighbor_allreduce).
 """
 
 from __future__ import annotations

@@ -15,10 +15,9 @@ Result document (kind "microbench"), besides the common header of commbench.resu
 from __future__ import annotations
 
 import json
-import textwrap
 from typing import Any, Dict, List
 
-from commbench import tables
+from commbench.analysis import tables
 
 KIND = "microbench"
 
@@ -97,13 +96,7 @@ def render(found: List[Any], fmt: str = "text") -> str:
         return tables.csv_text(["title", *TABLE_FIELDS], rows)
     parts = []
     for r in found:
-        heading = title(r.doc)
-        heading = f"## {heading}" if fmt == "markdown" else f"{heading}\n{'=' * len(heading)}"
         body = tables.render(TABLE_HEADERS, [_cells(record(row)) for row in r.doc["rows"]],
                              "llrrrrrrrrrrr", fmt)
-        parts.append(f"{heading}\n\n{body}")
-    if fmt == "markdown":
-        notes = "".join(f"- {n}\n" for n in NOTES)
-    else:
-        notes = "".join(textwrap.fill(n, 88, subsequent_indent="  ") + "\n" for n in NOTES)
-    return "\n".join(parts) + "\n" + notes
+        parts.append(f"{tables.heading(title(r.doc), fmt)}\n\n{body}")
+    return "\n".join(parts) + "\n" + tables.notes(NOTES, fmt)

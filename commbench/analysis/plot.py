@@ -1,7 +1,5 @@
 """`commbench plot PATH...`: one scaling chart per group of comparable runs
 (rendering in commbench.plots.scaling), written as PNG, plus SVG or PDF on request.
-
-Other commands (e.g. a sweep) can call `plot(paths, out_dir)` in-process.
 """
 
 from __future__ import annotations
@@ -11,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import IO, Iterable, List, Optional, Sequence, Union
 
-from commbench import analysis
-from commbench.analysis import Group
+from commbench.analysis import runs
+from commbench.analysis.runs import Group
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -20,8 +18,8 @@ FORMATS = ("png", "svg", "pdf")
 def add_arguments(parser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="result files or directories (searched recursively)")
-    parser.add_argument("-o", "--output-dir", default="plots", metavar="DIR",
-                        help="where to write the charts (default: plots)")
+    parser.add_argument("-o", "--output-dir", default="charts", metavar="DIR",
+                        help="where to write the charts (default: charts)")
     parser.add_argument("--format", action="append", choices=FORMATS, default=[],
                         help="also write this format beside the PNG, which is always "
                         "written (repeatable)")
@@ -31,13 +29,13 @@ def main(args) -> int:
     return plot(args.paths, args.output_dir, args.format)
 
 
-def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "plots",
+def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts",
          formats: Sequence[str] = (), out: Optional[IO[str]] = None,
          err: Optional[IO[str]] = None) -> int:
     """Draw every group under paths into out_dir and print the files written;
     1 when no usable result was found."""
     out = out or sys.stdout
-    found = analysis.load_for("plot", paths, err or sys.stderr)
+    found = runs.load_for("plot", paths, err or sys.stderr)
     if found is None:
         return 1
     groups, benches = found

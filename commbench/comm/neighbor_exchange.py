@@ -1,44 +1,36 @@
-"""One neighbor-averaging step on flat buffers: x_i <- W[i,i] x_i + sum_j W[i,j] x_j.
+"""The neighbor-averaging engine: one step x_i <- W[i,i] x_i + sum_j W[i,j] x_j on
+flat buffers, along a topology schedule.
 
 Every buffer goes to each out-neighbor and comes from each in-neighbor, cut into
-chunks of `chunk_bytes` (1 MiB on gloo, 4 MiB on MPI), one message and one tag per
-chunk, through a transport: torch.distributed `batch_isend_irecv` (gloo, NCCL), or on CPU under
-an MPI launcher mpi4py Isend/Irecv on the tensors' memory (zero copy; 2.5-3.5x
-faster than gloo on this machine, see DESIGN.md). --cpu-transport chooses. `start()` posts all
-messages and returns at once, so the caller can compute while they travel (AWC
-overlaps them with the backward pass); `finish()` combines chunk by chunk, each as soon
-as its own messages are done, and advances the schedule by one step.
+chunks of `chunk_bytes`, one message and one tag per chunk, through a transport
+(commbench.comm.transport). `start()` posts all messages and returns at once, so the
+caller can compute while they travel (AWC overlaps them with the backward pass);
+`finish()` combines chunk by chunk, each as soon as its own messages are done, and
+advances the schedule by one step.
 
-Why chunks (issue #3): combining only after the last byte arrived cost 3 passes over
-the whole buffer (x *= w_self; x += w_j r_j per in-neighbor) on top of the transfer,
-1.3-1.4x the raw send/recv at 25 MB on 4 ranks. Per chunk, (a) the combine of chunk c
-runs while chunks c+1.. are still in flight, and (b) a 1 MiB chunk of x and of each
-received buffer stays in cache across the w_self and w_j passes, so memory sees about
-one read of each operand and one write of x instead of 2 + 3·in-degree full passes.
-Chunk c of x is written only after its sends completed (a buffer being sent must not
-change) and its receives arrived.
+Why chunks: (a) the combine of chunk c runs while chunks c+1.. are still in flight,
+and (b) a chunk of x and of each received buffer stays in cache across the w_self
+and w_j passes, so memory sees about one read of each operand and one write of x
+instead of 2 + 3 x in-degree full passes. Chunk c of x is written only after its
+sends completed (a buffer being sent must not change) and its receives arrived.
 
-Shared by neighbor_allreduce (nodes are ranks), hierarchical_neighbor_allreduce
-(nodes are machines, represented by one rank each), `commbench microbench` and
-benchmarks/neighbor_exchange.py.
+Used by neighbor_allreduce (nodes are ranks), hierarchical_neighbor_allreduce (nodes
+are machines, represented by one rank each) and `commbench microbench`.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import (TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Sequence,
-                    Tuple)
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from commbench.errors import UsageError
+from commbench.comm.transport import TRANSPORTS
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from commbench.topology import Schedule
 
-# Message size per transport, measured on 2 cores, 4 ranks (benchmarks/neighbor_exchange.py
-# --chunk-kb): gloo at 25 MB is best with 1 MiB; MPI at 64 MB takes 115 ms with 1 MiB,
-# 105 ms with 4 or 16 MiB (fewer rendezvous, each waited for between combines).
+# Message size per transport: MPI pays a rendezvous per message, which each wait
+# between combines exposes, so it gets fewer, larger ones (benchmarks in README).
 CHUNK_BYTES = {"gloo": 1 << 20, "nccl": 1 << 20, "mpi": 4 << 20}
 
 
@@ -48,84 +40,6 @@ class Plan(NamedTuple):
     self_weight: float
     sources: Tuple[Tuple[int, float], ...]  # (rank, weight) of each in-neighbor
     destinations: Tuple[int, ...]  # rank of each out-neighbor
-
-
-MPI_UNAVAILABLE = ("argument --cpu-transport: mpi needs a job started by an MPI launcher "
-                   "(mpiexec) that set up mpi4py (installed, and no MASTER_ADDR/MASTER_PORT)")
-
-
-def mpi_ready() -> bool:
-    """Whether mpi4py is already imported and MPI initialised (an MPI launcher's
-    rendezvous did it): the MPI transport never starts MPI itself."""
-    mpi = sys.modules.get("mpi4py.MPI")
-    return mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
-
-
-def choose_transport(choice: str, ctx) -> str:
-    """The transport of --cpu-transport `choice` in this job: "mpi", or the process
-    group's backend ("gloo", "nccl"). GPU tensors always go through torch.distributed."""
-    if getattr(ctx.device, "type", ctx.device) != "cpu":
-        return ctx.backend
-    available = ctx.launch.mpi and mpi_ready()
-    if choice == "mpi" and not available:
-        raise UsageError(MPI_UNAVAILABLE)
-    return "mpi" if choice == "mpi" or (choice == "auto" and available) else ctx.backend
-
-
-class TorchTransport:
-    """Point-to-point messages through torch.distributed, all posted in one batch."""
-
-    @staticmethod
-    def post(chunks: List[list]) -> List["Handle"]:
-        """chunks[c]: the ("recv" | "send", tensor, peer, tag) messages of chunk c;
-        returns one handle per chunk, done when all of its messages are."""
-        import torch.distributed as dist
-
-        ops, owner = [], []  # owner[i]: the chunk that op i belongs to
-        for c, messages in enumerate(chunks):
-            for kind, tensor, peer, tag in messages:
-                ops.append(dist.P2POp(dist.irecv if kind == "recv" else dist.isend,
-                                      tensor, peer, tag=tag))
-                owner.append(c)
-        works: List[list] = [[] for _ in chunks]
-        for c, work in zip(owner, dist.batch_isend_irecv(ops) if ops else []):
-            if work is not None:
-                works[c].append(work)
-        return [Handle(lambda w=w: [work.wait() for work in w]) for w in works]
-
-
-class MpiTransport:
-    """The same messages through mpi4py on COMM_WORLD (its ranks are the process
-    group's under an MPI launcher), reading and writing the tensors' memory."""
-
-    @staticmethod
-    def post(chunks: List[list]) -> List["Handle"]:
-        from mpi4py import MPI
-
-        from commbench.failure import mpi_deadline
-
-        def wait_all(requests):
-            with mpi_deadline.watch("neighbor exchange (MPI)"):
-                MPI.Request.Waitall(requests)
-
-        comm, handles = MPI.COMM_WORLD, []
-        for messages in chunks:
-            requests = []
-            for kind, tensor, peer, tag in messages:
-                memory = memoryview(tensor.detach().numpy()).cast("B")  # any dtype, float16 too
-                post = comm.Irecv if kind == "recv" else comm.Isend
-                requests.append(post(memory, peer, tag))
-            handles.append(Handle(lambda r=requests: wait_all(r)))
-        return handles
-
-
-class Handle(NamedTuple):
-    """Completion of one chunk's messages."""
-
-    wait: Callable[[], None]
-
-
-TRANSPORTS = {"mpi": MpiTransport, "gloo": TorchTransport, "nccl": TorchTransport}
 
 
 class NeighborExchange:
@@ -139,7 +53,8 @@ class NeighborExchange:
         float16 copies; the combination is still computed in the buffers' dtype.
         chunk_bytes: size of one message (every rank must pass the same; default:
         CHUNK_BYTES of the transport). transport:
-        "mpi", or "gloo"/"nccl" for torch.distributed (see choose_transport)."""
+        "mpi", or "gloo"/"nccl" for torch.distributed (see
+        commbench.comm.transport.choose_transport)."""
         self.buffers = list(buffers)
         self.schedule = schedule
         self.node = node

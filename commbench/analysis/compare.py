@@ -15,8 +15,10 @@ import json
 import sys
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from commbench import analysis, metrics, tables
-from commbench.analysis import Point, Run
+from commbench import metrics
+from commbench.analysis import runs as analysis
+from commbench.analysis import tables
+from commbench.analysis.runs import Point, Run
 
 TEST = "Welch's t-test on per-iteration total img/sec (S_i), two-sided"
 HEADERS = ["strategy", "topology", "N", "base img/sec", "new img/sec", "ratio", "delta",

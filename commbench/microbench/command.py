@@ -4,11 +4,11 @@ figures and a correctness check, nccl-tests style.
     mpiexec -n 4 python -m commbench microbench --op allreduce,neighbor_allreduce \\
         -b 8 -e 64M -f 2
 
-This module is the harness: flags, timing, checking, printing and the result file.
-For each op and size S (bytes of float32 per rank), the contenders run interleaved
-within each iteration, so load on a shared machine hits all of them alike: the
-commbench row, the code path the plugin runs in training (commbench.microbench_ops),
-and the raw rows, the same exchange with no commbench code (commbench.microbench_raw).
+This module is the command: flags, printing and the result file. For each op and
+size S (bytes of float32 per rank), the contenders run interleaved within each
+iteration (commbench.microbench.harness), so load on a shared machine hits all of
+them alike: the commbench row, the code path the plugin runs in training, and the raw
+rows, the same exchange with no commbench code (both in commbench.microbench.ops).
 
 Every call starts from the same rank-distinct data X_r = (r + 1)·base + r², reset
 outside the timed region, after a barrier; each rank times its own call. Every
@@ -16,92 +16,47 @@ commbench call's output is checked (with -c 1, the default) against the dense
 reference (W_t X)_r of that call's mixing matrix (the average for allreduce); the
 number of wrong results is the #wrong column. Metrics are defined in
 commbench.metrics; the result file is of kind "microbench", its schema documented in
-commbench.microbench_results (which also reads it back for `report` and `plot`).
+commbench.microbench.results (which also reads it back for `report` and `plot`).
 """
 
 from __future__ import annotations
 
-import argparse
-import re
 from typing import Any, Dict, List, Optional
 
-from commbench import microbench_loop, microbench_ops
-from commbench.config import CPU_TRANSPORTS
+from commbench.config import RunConfig, config_from_args
 from commbench.errors import UsageError
-from commbench.microbench_ops import ELEMENT_BYTES
-from commbench.microbench_results import KIND
+from commbench.flags import (add_flags, flag_fields, int_at_least_2, names_from, non_negative_int,
+                             positive_int, size)
+from commbench.microbench import harness
+from commbench.microbench.ops import OPS
+from commbench.microbench.ops.base import ELEMENT_BYTES
+from commbench.microbench.results import KIND
 
-OPS = tuple(microbench_ops.OPS)
-
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}  # as nccl-tests: powers of 1024
-
-
-def parse_size(text: str) -> int:
-    match = re.fullmatch(r"\s*(\d+)\s*([KMGkmg]?)[Bb]?\s*", text)
-    if not match or int(match.group(1)) == 0:
-        raise argparse.ArgumentTypeError(f"must be a positive size such as 8, 4K, 64M or 1G, "
-                                         f"got {text!r}")
-    return int(match.group(1)) * UNITS[match.group(2).upper()]
-
-
-def parse_ops(text: str) -> List[str]:
-    ops = [o.strip() for o in text.split(",") if o.strip()]
-    unknown = [o for o in ops if o not in OPS]
-    if not ops or unknown:
-        raise argparse.ArgumentTypeError(f"must be a comma-separated list of {', '.join(OPS)}; "
-                                         f"got {text!r}")
-    return list(dict.fromkeys(ops))
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
-
-
-def _factor(text: str) -> int:
-    value = int(text)
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"must be an integer of at least 2, got {text!r}")
-    return value
+# The flags microbench shares with `commbench run`, declared there.
+RUN_FLAGS = ("topology", "disable_dynamic_topology", "machine_size", "cpu_transport", "no_cuda",
+             "timeout", "results_dir", "tag")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--op", type=parse_ops, default=["allreduce", "neighbor_allreduce"],
+    parser.add_argument("--op", type=names_from(OPS), default=["allreduce", "neighbor_allreduce"],
                         metavar="OPS", help=f"comma-separated ops: {', '.join(OPS)} "
                         "(default: allreduce,neighbor_allreduce)")
-    parser.add_argument("-b", "--minbytes", type=parse_size, default=8, metavar="SIZE",
+    parser.add_argument("-b", "--minbytes", type=size, default=8, metavar="SIZE",
                         help="smallest size per rank, bytes (K/M/G suffixes; default: 8)")
-    parser.add_argument("-e", "--maxbytes", type=parse_size, default=32 << 20, metavar="SIZE",
+    parser.add_argument("-e", "--maxbytes", type=size, default=32 << 20, metavar="SIZE",
                         help="largest size per rank (default: 32M)")
-    parser.add_argument("-f", "--stepfactor", type=_factor, default=2, metavar="F",
+    parser.add_argument("-f", "--stepfactor", type=int_at_least_2, default=2, metavar="F",
                         help="multiply the size by F at each step (default: 2)")
-    parser.add_argument("-n", "--iters", type=_positive, default=20, metavar="N",
+    parser.add_argument("-n", "--iters", type=positive_int, default=20, metavar="N",
                         help="timed calls per contender and size (default: 20)")
-    parser.add_argument("-w", "--warmup-iters", type=int, default=5, metavar="N",
+    parser.add_argument("-w", "--warmup-iters", type=non_negative_int, default=5, metavar="N",
                         help="untimed calls per contender and size (default: 5)")
     parser.add_argument("-c", "--check", type=int, choices=(0, 1), default=1,
                         help="check every commbench call against the dense reference "
                         "(default: 1)")
     parser.add_argument("--no-raw", action="store_true",
                         help="skip the raw primitives (no ratios)")
-    parser.add_argument("--topology", default="exponential-2", metavar="NAME",
-                        help="topology of the neighbor ops (default: exponential-2)")
-    parser.add_argument("--disable-dynamic-topology", action="store_true",
-                        help="static topology every call instead of the one-peer schedule")
-    parser.add_argument("--machine-size", type=_positive, default=None, metavar="N",
-                        help="simulated machines of N ranks (default: the launcher's)")
-    parser.add_argument("--cpu-transport", choices=CPU_TRANSPORTS, default="auto",
-                        help="how ops move CPU tensors, as in "
-                        "`run`: mpi (mpi4py, under an MPI launcher), gloo, or auto (mpi "
-                        "when available; default)")
-    parser.add_argument("--no-cuda", action="store_true", help="stay on the CPU")
-    parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                        help="how long a collective may wait for a peer (default: 300)")
-    parser.add_argument("--results-dir", default="results", metavar="DIR",
-                        help="directory for the result file (default: results)")
-    parser.add_argument("--tag", default="", help="free-form label stored with the result")
+    add_flags(parser, flag_fields(RunConfig, RUN_FLAGS))
 
 
 def sizes(begin: int, end: int, factor: int) -> List[int]:
@@ -115,26 +70,13 @@ def sizes(begin: int, end: int, factor: int) -> List[int]:
     return list(dict.fromkeys(out))
 
 
-def _run_config(args):
-    """The RunConfig the plugins validate and read their topology settings from."""
-    from commbench.config import RunConfig
-
-    return RunConfig(dist_optimizer="allreduce", topology=args.topology,
-                     disable_dynamic_topology=args.disable_dynamic_topology,
-                     machine_size=args.machine_size, no_cuda=args.no_cuda,
-                     cpu_transport=args.cpu_transport, timeout=args.timeout,
-                     results_dir=args.results_dir, tag=args.tag)
-
-
 def main(args) -> int:
     from commbench import registry, results
-    from commbench.launch.environment import detect_launch
+    from commbench.launch.detect import detect_launch
 
     launch = detect_launch()
-    config = _run_config(args)
+    config = config_from_args(args)  # what the plugins validate and read settings from
     the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
-    if args.warmup_iters < 0:
-        raise UsageError("argument -w/--warmup-iters: must be at least 0")
     plugins = {op: registry.resolve(op) for op in args.op}
     for plugin in plugins.values():  # every rank fails alike, before any communication
         plugin.check(config, launch)
@@ -155,8 +97,8 @@ def main(args) -> int:
     found: List[Dict[str, Any]] = []
     for op in args.op:
         for nbytes in the_sizes:
-            measured = microbench_loop.bench(microbench_ops.OPS[op], plugins[op], ctx, config,
-                                             nbytes // ELEMENT_BYTES, args)
+            measured = harness.bench(OPS[op], plugins[op], ctx, config,
+                                     nbytes // ELEMENT_BYTES, args)
             for line in format_rows(measured):
                 say(line)
             found += measured

@@ -1,7 +1,7 @@
 """The timed loop of `commbench microbench`, the same for every op: one op at one size, its
 contenders (commbench's call, then the raw primitives) interleaved within each call
 so that load on a shared machine hits all of them alike, each output checked, and
-the rows of every rank's samples (schema in commbench.microbench_results; metrics
+the rows of every rank's samples (schema in commbench.microbench.results; metrics
 defined in commbench.metrics).
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from commbench.microbench_ops import Data
+from commbench.microbench.ops.base import Data
 
 
 def bench(op_cls, plugin_cls, ctx, config, count: int, args) -> List[Dict[str, Any]]:
-    """Every contender of one op (a microbench_ops.Op class) at one size of `count`
+    """Every contender of one op (a commbench.microbench.ops class) at one size of `count`
     elements; its rows (on rank 0; [] elsewhere)."""
     op = op_cls(plugin_cls, ctx, config, Data(ctx, count))
     timed = contenders(op, raw=not args.no_raw, check=bool(args.check))

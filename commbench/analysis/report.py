@@ -1,21 +1,18 @@
 """`commbench report PATH...`: one table per group of comparable runs, with
 throughput and its confidence interval, both scaling efficiencies, latency,
 communication overhead and consensus distance.
-
-Other commands (e.g. a sweep) can call `report(paths, fmt)` in-process.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
-from commbench import analysis, tables
-from commbench import microbench_results as microbench
-from commbench.analysis import Group, Point
+from commbench.analysis import runs, tables
+from commbench.analysis.runs import Group, Point
+from commbench.microbench import results as microbench
 
 FORMATS = ("text", "markdown", "csv", "json")
 
@@ -36,7 +33,7 @@ NOTES = [
 HEADERS = ["strategy", "topology", "N", "runs", "total img/sec", "+- 95%", "per worker",
            "E(N)", "E* in-job", "p50 s", "p90 s", "comm", "consensus"]
 ALIGN = "llrrrrrrrrrrr"
-GROUP_COLUMNS = list(analysis.GroupKey._fields)
+GROUP_COLUMNS = list(runs.GroupKey._fields)
 
 
 def add_arguments(parser) -> None:
@@ -59,7 +56,7 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
            out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
     """Write the report of the results under paths; 1 when none is usable."""
     out = out or sys.stdout
-    found = analysis.load_for("report", paths, err or sys.stderr)
+    found = runs.load_for("report", paths, err or sys.stderr)
     if found is None:
         return 1
     groups, benches = found
@@ -85,15 +82,9 @@ def render(groups: List[Group], fmt: str = "text") -> str:
         return tables.csv_text(columns, rows)
     parts = []
     for g in groups:
-        title = g.key.title()
-        heading = f"## {title}" if fmt == "markdown" else f"{title}\n{'=' * len(title)}"
         table = tables.render(HEADERS, [formatted_row(p) for p in g.points], ALIGN, fmt)
-        parts.append(f"{heading}\n\n{baseline_line(g)}\n\n{table}")
-    if fmt == "markdown":
-        notes = "".join(f"- {note}\n" for note in NOTES)
-    else:
-        notes = "".join(textwrap.fill(note, 88, subsequent_indent="  ") + "\n" for note in NOTES)
-    return "\n".join(parts) + "\n" + notes
+        parts.append(f"{tables.heading(g.key.title(), fmt)}\n\n{baseline_line(g)}\n\n{table}")
+    return "\n".join(parts) + "\n" + tables.notes(NOTES, fmt)
 
 
 def baseline_line(group: Group) -> str:

@@ -17,6 +17,12 @@ from typing import Mapping, Optional, Tuple
 
 from commbench.errors import UsageError
 
+# Launchers that start ranks as MPI processes: MPI can carry the rendezvous.
+MPI_LAUNCHERS = ("openmpi", "mpich")
+# Where an MPI library finds its peers by itself: under an MPI launcher, under srun
+# (through PMI), or alone (MPI's singleton start).
+MPI_WORLDS = MPI_LAUNCHERS + ("slurm", "single")
+
 
 @dataclass(frozen=True)
 class LaunchInfo:
@@ -30,7 +36,7 @@ class LaunchInfo:
     @property
     def mpi(self) -> bool:
         """True when an MPI launcher started us, so MPI can carry the rendezvous."""
-        return self.launcher in ("openmpi", "mpich")
+        return self.launcher in MPI_LAUNCHERS
 
 
 # launcher -> (rank, size, local rank, local size, node index) variable names.

@@ -1,0 +1,98 @@
+"""How point-to-point messages move: torch.distributed (gloo, NCCL) or, for CPU
+tensors under an MPI launcher, mpi4py on the tensors' own memory (zero copy).
+`--cpu-transport` chooses; GPU tensors always go through torch.distributed.
+
+A transport posts a list of chunks, each a list of messages, and returns one
+handle per chunk that is done when all of that chunk's messages are, so a caller
+can use each chunk as soon as it arrived.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, List, NamedTuple
+
+from commbench.errors import UsageError
+
+MPI_UNAVAILABLE = ("argument --cpu-transport: mpi needs a job started by an MPI launcher "
+                   "(mpiexec) that set up mpi4py (installed, and no MASTER_ADDR/MASTER_PORT)")
+
+
+def mpi_ready() -> bool:
+    """Whether mpi4py is already imported and MPI initialised (an MPI launcher's
+    rendezvous did it): the MPI transport never starts MPI itself."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
+
+
+def check_cpu_transport(choice: str, launch) -> None:
+    """--cpu-transport mpi without an MPI launcher, refused before init (whether mpi4py
+    was set up shows only after the rendezvous: choose_transport)."""
+    if choice == "mpi" and not launch.mpi:
+        raise UsageError(MPI_UNAVAILABLE)
+
+
+def choose_transport(choice: str, ctx) -> str:
+    """The transport of --cpu-transport `choice` in this job: "mpi", or the process
+    group's backend ("gloo", "nccl")."""
+    if getattr(ctx.device, "type", ctx.device) != "cpu":
+        return ctx.backend
+    available = ctx.launch.mpi and mpi_ready()
+    if choice == "mpi" and not available:
+        raise UsageError(MPI_UNAVAILABLE)
+    return "mpi" if choice == "mpi" or (choice == "auto" and available) else ctx.backend
+
+
+class Handle(NamedTuple):
+    """Completion of one chunk's messages."""
+
+    wait: Callable[[], None]
+
+
+class TorchTransport:
+    """Point-to-point messages through torch.distributed, all posted in one batch."""
+
+    @staticmethod
+    def post(chunks: List[list]) -> List[Handle]:
+        """chunks[c]: the ("recv" | "send", tensor, peer, tag) messages of chunk c."""
+        import torch.distributed as dist
+
+        ops, owner = [], []  # owner[i]: the chunk that op i belongs to
+        for c, messages in enumerate(chunks):
+            for kind, tensor, peer, tag in messages:
+                ops.append(dist.P2POp(dist.irecv if kind == "recv" else dist.isend,
+                                      tensor, peer, tag=tag))
+                owner.append(c)
+        works: List[list] = [[] for _ in chunks]
+        for c, work in zip(owner, dist.batch_isend_irecv(ops) if ops else []):
+            if work is not None:
+                works[c].append(work)
+        return [Handle(lambda w=w: [work.wait() for work in w]) for w in works]
+
+
+class MpiTransport:
+    """The same messages through mpi4py on COMM_WORLD (its ranks are the process
+    group's under an MPI launcher), reading and writing the tensors' memory."""
+
+    @staticmethod
+    def post(chunks: List[list]) -> List[Handle]:
+        from mpi4py import MPI
+
+        from commbench.failure import mpi_deadline
+
+        def wait_all(requests):
+            with mpi_deadline.watch("neighbor exchange (MPI)"):
+                MPI.Request.Waitall(requests)
+
+        comm, handles = MPI.COMM_WORLD, []
+        for messages in chunks:
+            requests = []
+            for kind, tensor, peer, tag in messages:
+                memory = memoryview(tensor.detach().numpy()).cast("B")  # any dtype, float16 too
+                post = comm.Irecv if kind == "recv" else comm.Isend
+                requests.append(post(memory, peer, tag))
+            handles.append(Handle(lambda r=requests: wait_all(r)))
+        return handles
+
+
+TRANSPORTS = {"mpi": MpiTransport, "gloo": TorchTransport, "nccl": TorchTransport}

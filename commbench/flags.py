@@ -1,0 +1,158 @@
+"""Command-line flags: the value checks every command shares, and flags generated
+from dataclass fields, so that a flag, its default, its check and the recorded
+value are declared once (in commbench.config for the run flags, in a plugin's
+Options for its own).
+
+A check converts the text of a value or raises ValueError; argparse then reports
+"argument --x: must be <what it accepts>, got '<text>'" and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from typing import Any, Callable, Iterable, List, Optional
+
+
+def accepting(what: str) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:
+    """Turn a converter into an argparse type whose error says what it accepts."""
+    def decorate(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+        def parse(text: str) -> Any:
+            try:
+                return convert(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        parse.__name__ = convert.__name__
+        parse.accepts = what  # type: ignore[attr-defined]
+        return parse
+    return decorate
+
+
+def _at_least(low: int, text: str) -> int:
+    value = int(text)
+    if value < low:
+        raise ValueError
+    return value
+
+
+@accepting("a positive integer")
+def positive_int(text: str) -> int:
+    return _at_least(1, text)
+
+
+@accepting("an integer >= 0")
+def non_negative_int(text: str) -> int:
+    return _at_least(0, text)
+
+
+@accepting("an integer >= 2")
+def int_at_least_2(text: str) -> int:
+    return _at_least(2, text)
+
+
+@accepting("an integer")
+def integer(text: str) -> int:
+    return int(text)
+
+
+def _number(text: str, ok: Callable[[float], bool]) -> float:
+    value = float(text)
+    if not ok(value):  # nan fails every comparison
+        raise ValueError
+    return value
+
+
+@accepting("a positive number")
+def positive_float(text: str) -> float:
+    return _number(text, lambda v: v > 0)
+
+
+@accepting("a number >= 0")
+def non_negative_float(text: str) -> float:
+    return _number(text, lambda v: v >= 0)
+
+
+@accepting("a percentage >= 0")
+def percentage(text: str) -> float:
+    return _number(text, lambda v: v >= 0)
+
+
+@accepting("a number between 0 and 1")
+def probability(text: str) -> float:
+    return _number(text, lambda v: 0 < v < 1)
+
+
+@accepting("positive integers like 1,2,4")
+def positive_ints(text: str) -> List[int]:
+    counts = [int(n) for n in text.split(",")]
+    if not counts or min(counts) < 1:
+        raise ValueError
+    return counts
+
+
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}  # nccl-tests: powers of 1024
+
+
+@accepting("a positive size such as 8, 4K, 64M or 1G")
+def size(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*([KMGkmg]?)[Bb]?\s*", text)
+    if not match or int(match.group(1)) == 0:
+        raise ValueError
+    return int(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
+
+
+def one_of(choices: Iterable[str]) -> Callable[[str], str]:
+    choices = tuple(choices)
+
+    @accepting("one of " + ", ".join(choices))
+    def choice(text: str) -> str:
+        if text not in choices:
+            raise ValueError
+        return text
+    return choice
+
+
+def names_from(choices: Iterable[str]) -> Callable[[str], List[str]]:
+    """A comma-separated list of names, each one of choices, without repeats."""
+    choices = tuple(choices)
+
+    @accepting("a comma-separated list of " + ", ".join(choices))
+    def names(text: str) -> List[str]:
+        found = [n.strip() for n in text.split(",") if n.strip()]
+        if not found or any(n not in choices for n in found):
+            raise ValueError
+        return list(dict.fromkeys(found))
+    return names
+
+
+def flag(default: Any, help: str, type: Optional[Callable[[str], Any]] = None,
+         metavar: Optional[str] = None) -> Any:
+    """A dataclass field that is also a flag (`batch_size` -> `--batch-size`); a bool
+    field is an on/off switch."""
+    return dataclasses.field(default=default,
+                             metadata={"help": help, "type": type, "metavar": metavar})
+
+
+def flag_fields(cls, names: Optional[Iterable[str]] = None) -> List[dataclasses.Field]:
+    """The fields of dataclass cls that are flags, all or those named, in order."""
+    found = {f.name: f for f in dataclasses.fields(cls) if "help" in f.metadata}
+    return list(found.values()) if names is None else [found[n] for n in names]
+
+
+def option_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def add_flags(parser, fields: Iterable[dataclasses.Field], dest_prefix: str = "") -> None:
+    """One flag per field, on parser (or an argument group of it); each value lands
+    in the parsed namespace under dest_prefix + the field's name."""
+    for f in fields:
+        meta, dest = f.metadata, dest_prefix + f.name
+        if f.type in ("bool", bool):
+            parser.add_argument(option_name(f.name), action="store_true", dest=dest,
+                                help=meta["help"])
+            continue
+        parser.add_argument(option_name(f.name), type=meta["type"] or str, default=f.default,
+                            dest=dest, metavar=meta["metavar"] or f.name.upper(),
+                            help=f"{meta['help']} (default: {f.default})")

@@ -1,0 +1,54 @@
+"""microbench op `allreduce`: one flat bucket of S bytes averaged as the plugin's DDP
+comm hook does (divide by n, then all_reduce: torch.distributed's, or MPI's on CPU
+under an MPI launcher, per --cpu-transport). Not DDP itself: its reducer needs a
+model and a backward pass, and would time those too.
+
+Raw rows: torch `all_reduce` of the tensor (a sum, nothing else); mpi4py `Allreduce`
+in place (only under an MPI launcher).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+from commbench import metrics
+from commbench.microbench.ops.base import Data, Op, Primitive, on_mpi_cpu
+
+
+class Allreduce(Op):
+    name = "allreduce"
+
+    def __init__(self, plugin_cls, ctx, config, data: Data):
+        super().__init__(plugin_cls, ctx, config, data)
+        self.buffer = data.fresh()
+        self.plugin = plugin_cls(ctx, config)
+
+    def run(self) -> None:  # the plugin's comm hook on one bucket: divide, then sum
+        self.plugin.average(self.buffer)
+
+    def traffic(self, call: int) -> Tuple[float, float]:
+        ring = metrics.ring_allreduce_bytes(self.S, self.n)
+        return ring, ring
+
+    def reference(self, call: int) -> List[float]:
+        return [1.0 / self.n] * self.n
+
+    def bandwidths(self, algbw: float) -> Dict[str, float]:
+        return {"busbw": algbw * metrics.allreduce_bus_factor(self.n)}
+
+    def raw(self) -> List[Primitive]:
+        import torch.distributed as dist
+
+        summed = self.data.fresh()
+        found = [Primitive("torch all_reduce", lambda: dist.all_reduce(summed),
+                           self.data.copy_in(summed))]
+        if on_mpi_cpu(self.ctx):
+            from mpi4py import MPI
+
+            flat = self.data.fresh()
+            view = flat.numpy()  # zero copy: MPI reads and writes the tensor's memory
+            comm = MPI.COMM_WORLD
+            found.append(Primitive("MPI Allreduce",
+                                   lambda: comm.Allreduce(MPI.IN_PLACE, view),
+                                   self.data.copy_in(flat)))
+        return found
