@@ -62,6 +62,8 @@ def build_parser() -> Parser:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    """The command. Started as a program (argv None), it ends through end_process."""
+    ending = sys.exit if argv is not None else end_process
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "run")
@@ -74,19 +76,35 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         code = module.main(args)
     except UsageError as e:
-        fail(str(e), UsageError.exit_code)
+        code = say_error(str(e), UsageError.exit_code)
     except KeyboardInterrupt:
-        fail("interrupted", 130)
+        code = say_error("interrupted", 130)
     except BrokenPipeError:  # `commbench list | head`: the reader left, nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+        code = 0
     except Exception as e:  # one line per failing rank, never a traceback wall
         from commbench.failure import describe_and_abort
 
         describe_and_abort(e)
-    sys.exit(code or 0)
+    ending(code or 0)
 
 
-def fail(message: str, code: int) -> None:
+def say_error(message: str, code: int) -> int:
     print(f"commbench: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def end_process(code: int) -> None:
+    """End the process once its job is done or refused. After torch.distributed (and
+    MPI, Horovod, Bluefog) started, without interpreter teardown: their threads can
+    still hold Python objects then, and releasing them while the interpreter finalizes
+    aborts the process ("terminate called without an active exception") after a job
+    that succeeded. So: leave each library in order, flush, and exit at once."""
+    if "torch.distributed" in sys.modules:
+        from commbench.launch.distributed import leave_libraries
+
+        leave_libraries()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from commbench.errors import UsageError
+from commbench.precision import AMP_MODES
 from commbench.flags import (add_flags, flag, flag_fields, integer, non_negative_float,
                              non_negative_int, one_of, option_name, positive_float, positive_int)
 
@@ -48,6 +49,9 @@ class RunConfig:
     independent_init: bool = flag(False, "initialise each worker's model with its own seed "
                                   "instead of broadcasting rank 0's parameters")
     fp16_allreduce: bool = flag(False, "compress communicated tensors to float16")
+    amp: str = flag("off", "mixed precision: the forward pass under autocast in bf16 (CPU or "
+                    "GPU) or fp16 (GPU, with loss scaling)", one_of(AMP_MODES),
+                    "{off,fp16,bf16}")
     cpu_transport: str = flag(
         "auto", "how allreduce and neighbor exchanges move CPU tensors: mpi (mpi4py, "
         "under an MPI launcher), gloo, or auto (mpi when available)",

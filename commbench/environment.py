@@ -78,9 +78,39 @@ def collect(ctx) -> Dict[str, Any]:
         "git_commit": git_commit(),
     }
     if ctx.device.type == "cuda":
-        env["gpu"] = torch.cuda.get_device_name(ctx.device)
-        env["nccl"] = ".".join(map(str, _nccl_version()))
+        env.update(gpu_facts(ctx))
     return env
+
+
+def gpu_facts(ctx) -> Dict[str, Any]:
+    """What makes GPU numbers comparable: the GPUs of every rank, the driver, cuDNN and
+    its settings, NCCL and the variables that steer it."""
+    import torch
+
+    return {
+        "gpu": torch.cuda.get_device_name(ctx.device),
+        "gpus": list(ctx.gpu_names),
+        "gpu_driver": gpu_driver(),
+        "nccl": ".".join(map(str, _nccl_version())),
+        "cudnn": torch.backends.cudnn.version(),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
+                 "cudnn": torch.backends.cudnn.allow_tf32},
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "nccl_variables": {k: v for k, v in sorted(os.environ.items())
+                           if k.startswith(("NCCL_", "TORCH_NCCL_"))},
+    }
+
+
+def gpu_driver() -> Optional[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.split()
+    return lines[0] if out.returncode == 0 and lines else None
 
 
 def _nccl_version():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 from typing import Any, Callable, Iterable, List, Optional
 
@@ -58,17 +59,17 @@ def integer(text: str) -> int:
 
 def _number(text: str, ok: Callable[[float], bool]) -> float:
     value = float(text)
-    if not ok(value):  # nan fails every comparison
+    if not math.isfinite(value) or not ok(value):
         raise ValueError
     return value
 
 
-@accepting("a positive number")
+@accepting("a positive, finite number")
 def positive_float(text: str) -> float:
     return _number(text, lambda v: v > 0)
 
 
-@accepting("a number >= 0")
+@accepting("a finite number >= 0")
 def non_negative_float(text: str) -> float:
     return _number(text, lambda v: v >= 0)
 

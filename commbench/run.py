@@ -10,9 +10,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from typing import Any, Dict, List
 
-from commbench import environment, metrics, registry, results
+from commbench import environment, metrics, precision, registry, results
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
@@ -25,10 +26,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from commbench.launch.distributed import shutdown_distributed
-
     run(config_from_args(args))
-    shutdown_distributed()
     return 0
 
 
@@ -44,6 +42,11 @@ def run(config: RunConfig) -> Dict[str, Any]:
     ctx = init_distributed(launch, config.no_cuda, config.timeout, config.machine_size)
     say = Printer(ctx.rank == 0)
     _check_same_config(ctx, config)
+    precision.check(config.amp, ctx.device.type)
+    if ctx.device.type == "cuda":
+        # As Horovod's synthetic benchmark does: cuDNN picks its fastest kernels for
+        # these fixed shapes during warm-up (recorded in the result's environment).
+        torch.backends.cudnn.benchmark = True
     strategy = strategy_cls(ctx, config)
 
     torch.manual_seed(config.seed + (ctx.rank if config.independent_init else 0))
@@ -59,7 +62,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
         say("Measuring the compute-only reference...")
         reference = _compute_only(model, config, images, labels, sync)
 
-    step = strategy.wrap(model, _optimizer(model, config))
+    step = strategy.wrap(*_trainable(model, config, ctx.device))
     progress = IterationReport(ctx, config, model, strategy_cls.decentralized, say)
     say("Running warmup...")
     warm_up(lambda: step(images, labels), sync, config.num_warmup_batches)
@@ -125,6 +128,10 @@ def _check_same_config(ctx, config: RunConfig) -> None:
                          f"{odd[0]} and rank 0 {what}")
 
 
+# What torch says when a layer's input is smaller than its kernel or pooling window.
+TOO_SMALL = re.compile(r"(input|output|kernel) size", re.IGNORECASE)
+
+
 def _check_image_size(model, images, config: RunConfig) -> None:
     """One image through the model, so that an image too small for it is a clear error
     on every rank now rather than a shape error deep inside the first step."""
@@ -135,16 +142,21 @@ def _check_image_size(model, images, config: RunConfig) -> None:
         with torch.no_grad():
             model(images[:1])
     except RuntimeError as e:
+        first = (str(e).splitlines() or [""])[0]
+        if not TOO_SMALL.search(first):
+            raise  # out of memory, a cuDNN or CUDA error: not the user's image size
         raise UsageError(f"argument --image-size: {config.image_size} is too small for "
-                         f"{config.model} ({str(e).splitlines()[0]})")
+                         f"{config.model} ({first})")
     finally:
         model.train()
 
 
-def _optimizer(model, config: RunConfig):
+def _trainable(model, config: RunConfig, device):
+    """The model and its SGD optimizer, as a plugin gets them (under --amp's autocast)."""
     import torch
 
-    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    return precision.mixed_precision(model, optimizer, config.amp, device)
 
 
 def _compute_only(model, config: RunConfig, images, labels, sync) -> Timings:
@@ -153,7 +165,7 @@ def _compute_only(model, config: RunConfig, images, labels, sync) -> Timings:
     from commbench.optimizers.base import local_step
 
     twin = copy.deepcopy(model)
-    step = local_step(twin, _optimizer(twin, config))
+    step = local_step(*_trainable(twin, config, images.device))
     warm_up(lambda: step(images, labels), sync, config.num_warmup_batches)
     timings = measure(lambda: step(images, labels), sync, config.reference_iters,
                       config.num_batches_per_iter)

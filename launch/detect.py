@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple, Union
 
 from commbench.errors import UsageError
 
@@ -39,16 +39,20 @@ class LaunchInfo:
         return self.launcher in MPI_LAUNCHERS
 
 
-# launcher -> (rank, size, local rank, local size, node index) variable names.
-# The first two must be present for the launcher to be recognised.
-LAUNCHER_VARIABLES: Tuple[Tuple[str, Tuple[Optional[str], ...]], ...] = (
+# launcher -> (rank, size, local rank, local size, node index): each the variable that
+# holds it, or the variables that may, first found wins. The first two must be present
+# for the launcher to be recognised.
+Names = Union[None, str, Tuple[str, ...]]
+LAUNCHER_VARIABLES: Tuple[Tuple[str, Tuple[Names, ...]], ...] = (
     ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")),
     ("horovodrun", ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
                     "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK")),
     ("openmpi", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                  "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK")),
-    # MPICH's Hydra (and Intel MPI) export PMI_*; local values are Hydra's, node index none.
-    ("mpich", ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None)),
+    # PMI_*: MPICH's Hydra and Intel MPI (local values MPI_LOCAL*), Cray MPICH
+    # (PMI_LOCAL_*), and srun --mpi=pmi2, which leaves the local rank to SLURM_LOCALID.
+    ("mpich", ("PMI_RANK", "PMI_SIZE", ("MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"),
+               ("MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"), None)),
     ("slurm", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None, "SLURM_NODEID")),
 )
 
@@ -67,13 +71,15 @@ def detect_launch(environ: Mapping[str, str] = os.environ) -> LaunchInfo:
     return LaunchInfo("single", 0, 1, 0, 1, 0)
 
 
-def _read_int(environ: Mapping[str, str], name: Optional[str]) -> Optional[int]:
-    if name is None or name not in environ:
-        return None
-    try:
-        return int(environ[name])
-    except ValueError:
-        raise UsageError(f"environment variable {name}={environ[name]!r} is not an integer")
+def _read_int(environ: Mapping[str, str], names: Names) -> Optional[int]:
+    for name in (names,) if isinstance(names, str) else names or ():
+        if name in environ:
+            try:
+                return int(environ[name])
+            except ValueError:
+                raise UsageError(f"environment variable {name}={environ[name]!r} is not an "
+                                 "integer")
+    return None
 
 
 def _slurm_local_size(environ: Mapping[str, str], node: Optional[int]) -> Optional[int]:

@@ -14,7 +14,7 @@ import socket
 import subprocess
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from commbench.errors import UsageError
 from commbench.failure import mpi_deadline
@@ -31,6 +31,7 @@ class DistContext:
     hostnames: Tuple[str, ...]  # one per rank
     machine_size: int  # ranks per machine (real, or simulated); 0 if machines differ in size
     simulated_machines: bool
+    gpu_names: Tuple[Optional[str], ...] = ()  # one per rank, on GPUs
 
     @property
     def rank(self) -> int:
@@ -63,8 +64,10 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
 
     use_cuda = torch.cuda.is_available() and not no_cuda
     backend = "nccl" if use_cuda else "gloo"
-    if use_cuda and info.local_rank is not None:
-        torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
+    if use_cuda:
+        _nccl_errors_end_the_job()
+        if info.local_rank is not None and _gpu_index(info.local_rank) < torch.cuda.device_count():
+            torch.cuda.set_device(_gpu_index(info.local_rank))
     options = dict(backend=backend, rank=info.rank, world_size=info.world_size,
                    timeout=timedelta(seconds=timeout))
     if dist.is_initialized():
@@ -75,14 +78,19 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
         addr, port = _rendezvous_address(info)
         dist.init_process_group(init_method=f"tcp://{_bracket(addr)}:{port}", **options)
 
-    # MPI calls (mpi4py transports) get the same patience as torch.distributed's.
+    # MPI calls (mpi4py transports) and subgroups get the same patience as the job's group.
     mpi_deadline.seconds = timeout
-    hostnames = [None] * info.world_size
-    dist.all_gather_object(hostnames, socket.gethostname())
+    _SUBGROUPS.timeout = timedelta(seconds=timeout)
+    hostnames, group = _exchange_hosts(backend)
     info = _fill_node_layout(info, hostnames)
+    gpu_names: Tuple[Optional[str], ...] = ()
     if use_cuda:
-        torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
-        device = torch.device("cuda", torch.cuda.current_device())
+        index = _gpu_index(info.local_rank)
+        gpus = _gather(_claim(index), group)
+        _check_one_gpu_each(hostnames, gpus)
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
+        gpu_names = tuple(name for _, _, name in gpus)
     else:
         device = torch.device("cpu")
         _share_cores(info)
@@ -93,7 +101,93 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
         machine_size = machine_size if info.world_size % machine_size == 0 else 0
     else:
         machine_size = _real_machine_size(info, hostnames)
-    return DistContext(info, device, backend, tuple(hostnames), machine_size, simulated)
+    return DistContext(info, device, backend, tuple(hostnames), machine_size, simulated,
+                       gpu_names)
+
+
+def _nccl_errors_end_the_job() -> None:
+    """NCCL's watchdog ends the job when a collective fails or outlasts --timeout;
+    without it a dead peer leaves the others waiting in a CUDA sync (older torch).
+    Both spellings: torch >= 2.2 reads TORCH_NCCL_*, older torch NCCL_*."""
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
+
+
+def _exchange_hosts(backend: str) -> Tuple[List[str], Any]:
+    """Every rank's hostname, gathered over gloo: a rank must be on its own GPU before
+    the first NCCL operation, and which GPU is its own follows from these hostnames
+    when the launcher did not say. Also the gloo group used (None: the job's own)."""
+    import torch.distributed as dist
+
+    group = None
+    if backend != "gloo":
+        group = dist.new_group(backend="gloo", timeout=_SUBGROUPS.timeout)
+    return _gather(socket.gethostname(), group), group
+
+
+def _gather(mine: Any, group: Any) -> List[Any]:
+    import torch.distributed as dist
+
+    everyone: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine, group=group)
+    return everyone
+
+
+def _gpu_index(local_rank: int) -> int:
+    """This rank's GPU: its local rank, or the only GPU it sees (a launcher that gives
+    each rank its own CUDA_VISIBLE_DEVICES, as `srun --gpus-per-task=1` does)."""
+    import torch
+
+    return 0 if torch.cuda.device_count() == 1 else local_rank
+
+
+def _claim(index: int) -> Tuple[Optional[str], int, Optional[str]]:
+    """(CUDA_VISIBLE_DEVICES, GPU index, GPU name) of this rank: two ranks of one
+    machine with equal visible devices and index would share a GPU."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    name = torch.cuda.get_device_name(index) if index < gpus else None
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), index, name
+
+
+def _check_one_gpu_each(hostnames: List[str], claims: List[Any]) -> None:
+    """Every rank sees every rank's claim, so every rank stops here alike."""
+    for host in dict.fromkeys(hostnames):
+        mine = [(visible, index, name) for h, (visible, index, name) in zip(hostnames, claims)
+                if h == host]
+        gpus = {(visible, index) for visible, index, name in mine if name is not None}
+        if len(gpus) < len(mine):
+            raise UsageError(f"machine {host} runs {len(mine)} ranks but they have only "
+                             f"{len(gpus)} GPU(s) between them: start at most one rank per "
+                             "GPU, or pass --no-cuda")
+
+
+class _Subgroups:
+    """Process groups over parts of the job, made once per job and layout."""
+
+    def __init__(self) -> None:
+        self.timeout: Optional[timedelta] = None
+        self._machines: Dict[int, List[Any]] = {}
+
+    def forget(self) -> None:
+        self._machines.clear()
+
+    def machines(self, machine_size: int, world_size: int) -> List[Any]:
+        """One group per machine of machine_size consecutive ranks. Collective: every
+        rank calls it with the same sizes, in the same order."""
+        import torch.distributed as dist
+
+        if machine_size not in self._machines:
+            options = {"timeout": self.timeout} if self.timeout else {}
+            self._machines[machine_size] = [
+                dist.new_group(list(range(m, m + machine_size)), **options)
+                for m in range(0, world_size, machine_size)]
+        return self._machines[machine_size]
+
+
+_SUBGROUPS = _Subgroups()
+machine_groups = _SUBGROUPS.machines
 
 
 def _rendezvous_address(info: LaunchInfo) -> Tuple[str, int]:
@@ -206,12 +300,22 @@ def _share_cores(info: LaunchInfo) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, info.local_size)))
 
 
-def shutdown_distributed() -> None:
-    """Leave torch.distributed before the interpreter exits. Otherwise torch 1.10's gloo
-    threads can release tensors (Python objects) during interpreter teardown and abort
-    the process ("terminate called without an active exception", exit 134) after a run
-    that succeeded."""
-    import torch.distributed as dist
+def leave_libraries() -> None:
+    """Leave torch.distributed, Horovod, Bluefog and MPI, whichever this process
+    started, in that order (MPI last: the others run on it); every rank of a job that
+    ended alike calls it, so their collective shutdowns meet."""
+    import sys
 
-    if dist.is_initialized():
+    dist = sys.modules.get("torch.distributed")
+    _SUBGROUPS.forget()
+    if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    hvd = sys.modules.get("horovod.torch")
+    if hvd is not None and hvd.is_initialized():
+        hvd.shutdown()
+    bf = sys.modules.get("bluefog.torch")
+    if bf is not None:
+        bf.shutdown()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()

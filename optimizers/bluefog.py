@@ -22,6 +22,7 @@ docs/engines.md for how that was found.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict
 
 from commbench.errors import UsageError
@@ -48,6 +49,13 @@ class _Bluefog(Strategy):
                              "communication (Bluefog's optimizers send the parameters' dtype)")
 
     def _init(self):
+        if self.ctx.device.type == "cuda" and not ops_on_cpu():
+            # Bluefog 0.3.0 as built here has no NCCL and would hand CUDA pointers to an
+            # MPI that is not CUDA-aware; with BLUEFOG_OPS_ON_CPU=1 it copies them to the
+            # host for each operation, which is correct (and is recorded).
+            raise UsageError(f"argument --dist-optimizer: {self.name} on GPUs needs "
+                             "BLUEFOG_OPS_ON_CPU=1 (Bluefog is built without NCCL here), "
+                             "or pass --no-cuda")
         import bluefog.torch as bf
 
         _wait_without_the_gil(bf)
@@ -60,7 +68,14 @@ class _Bluefog(Strategy):
     def facts(self) -> Dict[str, Any]:
         from commbench.environment import package_version
 
-        return {"engine": "bluefog", "bluefog_version": package_version("bluefog")}
+        facts = {"engine": "bluefog", "bluefog_version": package_version("bluefog")}
+        if self.ctx.device.type == "cuda":
+            facts["ops_on_cpu"] = ops_on_cpu()
+        return facts
+
+
+def ops_on_cpu() -> bool:
+    return os.environ.get("BLUEFOG_OPS_ON_CPU") == "1"
 
 
 def _wait_without_the_gil(bf) -> None:

@@ -91,7 +91,9 @@ class GradientAverager:
         import torch
         import torch.distributed as dist
 
-        sent = p.grad.to(torch.float16) if self.fp16 else p.grad
+        # In float16, divide before the sum, as DDP's fp16 hook does: a sum of n
+        # float16 gradients can overflow where their average does not.
+        sent = p.grad.div(self.world_size).to(torch.float16) if self.fp16 else p.grad
         self._pending[id(p)] = (dist.all_reduce(sent, async_op=True), sent)
 
     def wait(self) -> None:
@@ -109,6 +111,7 @@ class GradientAverager:
                 self._launch(p)
             work, sent = self._pending.pop(id(p))
             work.wait()
-            if sent is not p.grad:
-                p.grad.copy_(sent)
-            p.grad.div_(self.world_size)
+            if sent is p.grad:
+                p.grad.div_(self.world_size)
+            else:
+                p.grad.copy_(sent)  # already the average

@@ -73,6 +73,11 @@ class Horovod(Strategy):
         if (hvd.rank(), hvd.size()) != (self.ctx.rank, self.ctx.world_size):
             raise UsageError(f"Horovod sees rank {hvd.rank()} of {hvd.size()} but the "
                              f"launcher said {self.ctx.rank} of {self.ctx.world_size}")
+        if self.ctx.device.type == "cuda" and not hvd.nccl_built():
+            raise UsageError("argument --dist-optimizer: this Horovod was built without GPU "
+                             "operations and would move CUDA tensors through host memory: "
+                             "rebuild it on a machine with a GPU (scripts/install_horovod.sh "
+                             "sets HOROVOD_GPU_OPERATIONS=NCCL there), or pass --no-cuda")
         if self.options.use_adasum and not hvd.mpi_enabled():
             raise UsageError("argument --use-adasum: Horovod's Adasum needs the MPI "
                              "controller (horovodrun --mpi, or mpirun)")
@@ -87,6 +92,8 @@ class Horovod(Strategy):
             "horovod_version": horovod.__version__,
             "controller": "mpi" if hvd.mpi_enabled() else "gloo",
             "cpu_operations": "mpi" if hvd.mpi_enabled() else "gloo",
+            "cuda_built": bool(hvd.cuda_built()),
+            "nccl_built": bool(hvd.nccl_built()),
             "compression": "fp16" if self.config.fp16_allreduce else "none",
             "op": "adasum" if self.options.use_adasum else "average",
             # Horovod implements the hierarchical switch for NCCL (GPU) allreduce; CPU

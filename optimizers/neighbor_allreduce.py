@@ -13,8 +13,16 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from commbench.comm.neighbor_exchange import CHUNK_BYTES
 from commbench.comm.transport import check_cpu_transport, choose_transport
+from commbench.errors import UsageError
 from commbench.optimizers.base import MixingStrategy
+
+
+def torch_older_than(major: int, minor: int) -> bool:
+    import torch
+
+    return tuple(int(part) for part in torch.__version__.split(".")[:2]) < (major, minor)
 
 
 class NeighborAllreduce(MixingStrategy):
@@ -30,6 +38,12 @@ class NeighborAllreduce(MixingStrategy):
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
         self.transport = choose_transport(config.cpu_transport, ctx)
+        if self.transport == "nccl" and torch_older_than(1, 12):
+            # Batched point-to-point with more than 2 ranks hangs NCCL before torch 1.12
+            # (pytorch/pytorch#73960); every rank stops here alike.
+            raise UsageError(f"{self.name} on GPUs needs torch >= 1.12 (its NCCL "
+                             "point-to-point batches hang before); pass --no-cuda or "
+                             "upgrade torch")
 
     def build_mixer(self, buffers):
         from commbench.comm.neighbor_exchange import NeighborExchange
@@ -47,6 +61,7 @@ class NeighborAllreduce(MixingStrategy):
             **super().facts(),
             "fp16": self.config.fp16_allreduce,
             "transport": self.transport,
+            "message_bytes": CHUNK_BYTES[self.transport],  # None: one per buffer and peer
             "spectral_gap": build_topology(self.config.topology, self.nodes()).spectral_gap,
             "machine_size": ctx.machine_size,
             "num_machines": ctx.num_machines,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build Horovod (PyTorch + Gloo + MPI, CPU operations) for the active virtual
-# environment and install it, reusing a wheel built earlier for the same
-# environment. Usage, inside the venv that has torch and the `mpi` extra:
+# Build Horovod (PyTorch + Gloo + MPI; NCCL operations on a machine with a GPU) for
+# the active virtual environment and install it, reusing a wheel built earlier for the
+# same environment. Usage, inside the venv that has torch and the `mpi` extra:
 #
 #     bash scripts/install_horovod.sh            # then: pip install -e ".[horovod]"
 #
@@ -15,6 +15,11 @@
 # - torch >= 2.x headers need C++17/20 while Horovod 0.28.1 hard-codes -std=c++14
 #   after CXXFLAGS (horovod/horovod#3996): a compiler wrapper rewrites the flag.
 #   Horovod's source is not patched.
+# - GPU operations (HOROVOD_GPU_OPERATIONS=NCCL) when torch sees a GPU and nvcc exists,
+#   or when HOROVOD_GPU_OPERATIONS is set already (its value is kept; NCCL is found as
+#   Horovod's build finds it: HOROVOD_NCCL_HOME, or the system's). Without them Horovod
+#   would move CUDA tensors through host memory, so the horovod plugin refuses CUDA
+#   with such a build (--no-cuda still runs).
 # The wheel is cached in $COMMBENCH_WHEEL_CACHE (default ~/.cache/commbench-wheels),
 # keyed by Horovod/torch/Python/Open MPI versions and made relocatable
 # (scripts/wheel_cache.py), so every clone and venv on the machine reuses it.
@@ -29,7 +34,13 @@ fi
 export PATH="$VENV/bin:$PATH"
 command -v mpicxx >/dev/null || { echo "install_horovod.sh: no mpicxx; pip install -e '.[mpi]' first" >&2; exit 2; }
 
-CACHE="$(python "$SCRIPTS/wheel_cache.py" path horovod "$HOROVOD_VERSION")"
+if [ -z "${HOROVOD_GPU_OPERATIONS:-}" ] && command -v nvcc >/dev/null \
+        && python -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+    export HOROVOD_GPU_OPERATIONS=NCCL
+fi
+# The cache key says which operations the wheel has.
+CACHE="$(python "$SCRIPTS/wheel_cache.py" path horovod \
+    "$HOROVOD_VERSION${HOROVOD_GPU_OPERATIONS:+-gpu-$HOROVOD_GPU_OPERATIONS}")"
 
 if ! ls "$CACHE"/horovod-*.whl >/dev/null 2>&1; then
     echo "install_horovod.sh: building Horovod into $CACHE; takes 3-5 minutes on 2 cores"
@@ -61,4 +72,4 @@ SH
     python "$SCRIPTS/wheel_cache.py" store "$WORK/wheels" "$CACHE"
 fi
 python -m pip install "$CACHE"/horovod-*.whl
-python -c 'import horovod.torch as hvd; print("horovod", __import__("horovod").__version__, "mpi:", hvd.mpi_built(), "gloo:", hvd.gloo_built())'
+python -c 'import horovod.torch as hvd; print("horovod", __import__("horovod").__version__, "mpi:", hvd.mpi_built(), "gloo:", hvd.gloo_built(), "nccl:", hvd.nccl_built())'

@@ -124,3 +124,20 @@ def test_horovod_agrees_with_allreduce(tmp_path, workers):
     for r in ranks:
         assert r["moved"] > 1e-4  # the steps changed the parameters
         assert r["max_rel"] < 1e-5 and r["max_abs"] < 1e-4, ranks
+
+
+def test_a_horovod_without_gpu_operations_refuses_cuda(monkeypatch):
+    """Horovod built for the CPU would move CUDA tensors through host memory."""
+    from types import SimpleNamespace
+
+    import torch
+
+    horovod_or_skip()
+    import horovod.torch as hvd
+
+    for name, value in (("init", None), ("rank", 0), ("size", 1), ("nccl_built", 0)):
+        monkeypatch.setattr(hvd, name, lambda value=value: value)
+    ctx = SimpleNamespace(device=torch.device("cuda", 0), rank=0, world_size=1)
+    plugin = registry.resolve("horovod")(ctx, RunConfig(dist_optimizer="horovod"))
+    with pytest.raises(UsageError, match="built without GPU operations"):
+        plugin.wrap(torch.nn.Linear(2, 2), torch.optim.SGD([torch.zeros(1)], lr=0.1))

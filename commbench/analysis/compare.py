@@ -25,7 +25,7 @@ HEADERS = ["strategy", "topology", "N", "base img/sec", "new img/sec", "ratio", 
            "p", "result"]
 ALIGN = "llrrrrrrl"
 # Settings that are part of the match, or that differ without meaning anything.
-MATCHED_SETTINGS = {"model", "batch_size", "image_size", "num_classes", "fp16_allreduce",
+MATCHED_SETTINGS = {"model", "batch_size", "image_size", "num_classes", "fp16_allreduce", "amp",
                     "dist_optimizer", "topology", "disable_dynamic_topology", "atc_style",
                     "results_dir"}
 

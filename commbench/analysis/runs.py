@@ -26,7 +26,8 @@ class GroupKey(NamedTuple):
     batch_size: int
     image_size: int
     num_classes: int
-    precision: str  # "fp32", or "fp16-allreduce" when communication is compressed
+    precision: str  # "fp32" or "amp-bf16"/"amp-fp16" (--amp), "+fp16-allreduce" when
+    #                  communication is compressed ("fp16-allreduce" alone in fp32)
     device: str  # "cpu" or "cuda"
     backend: str
     hardware: str  # GPU name, else CPU name: runs from different machines never pool
@@ -186,7 +187,7 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
     hardware = env.get("gpu") if device == "cuda" else env.get("cpu")
     key = GroupKey(str(config["model"]), int(config["batch_size"]), int(config["image_size"]),
                    int(config.get("num_classes", 1000)),
-                   "fp16-allreduce" if config.get("fp16_allreduce") else "fp32",
+                   precision_of(config),
                    device, str(env.get("backend") or "unknown"), str(hardware or "unknown"),
                    str(config.get("tag") or ""))
     total = summary["total_img_sec"]
@@ -205,6 +206,14 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
         overhead=_float(summary.get("communication_overhead")),
         consensus=tuple(float(c) for c in consensus),
         final_consensus=_float(summary.get("final_consensus_distance")))
+
+
+def precision_of(config: Dict[str, Any]) -> str:
+    amp = config.get("amp") or "off"
+    compute = "fp32" if amp == "off" else f"amp-{amp}"
+    if not config.get("fp16_allreduce"):
+        return compute
+    return "fp16-allreduce" if compute == "fp32" else f"{compute}+fp16-allreduce"
 
 
 def series_of(doc: Dict[str, Any]) -> Series:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from commbench.comm.neighbor_exchange import NeighborExchange
+from commbench.launch.distributed import machine_groups
 
 
 class MachineAveraging:
@@ -22,12 +23,15 @@ class MachineAveraging:
     (first rank of a machine) talks to other machines, through a NeighborExchange
     whose nodes are machines (over `transport`); its step counter follows the machine
     schedule.
+
+    With --fp16-allreduce, x moves by the change the step makes to what it sent,
+    x <- x + (result - sent), rather than being replaced by the float16 result: an
+    update smaller than float16's resolution would otherwise be rounded away every step.
     """
 
     def __init__(self, buffers, schedule, rank: int, machine_size: int, fp16: bool,
                  overlapped: bool, transport: str = "gloo"):
         import torch
-        import torch.distributed as dist
 
         self.buffers = list(buffers)
         self.local = machine_size
@@ -36,21 +40,20 @@ class MachineAveraging:
         self.fp16 = fp16
         if fp16:
             self.comm = [torch.empty_like(b, dtype=torch.float16) for b in self.buffers]
+            self.sent = [torch.empty_like(c) for c in self.comm]
         elif overlapped:
             self.comm = [torch.empty_like(b) for b in self.buffers]
         else:
             self.comm = self.buffers
-        # new_group must be called by every rank for every group, in the same order.
-        groups = [dist.new_group(list(range(m * machine_size, (m + 1) * machine_size)))
-                  for m in range(machines)]
-        self.group = groups[machine]
+        self.group = machine_groups(machine_size, machines * machine_size)[machine]
         self.several_machines = machines > 1
         self.exchange: Optional[NeighborExchange] = None
         if rank == self.leader and self.several_machines:
-            # With fp16 the leader combines in x (full precision) and sends float16
-            # copies; otherwise it combines the machine average in c, without copies.
-            self.exchange = NeighborExchange(self.buffers if fp16 else self.comm, schedule,
-                                             machine, [m * machine_size for m in range(machines)],
+            # With fp16 the leader combines in full precision and sends float16 copies;
+            # otherwise it combines the machine average in c, without copies.
+            self.work = [torch.empty_like(b) for b in self.buffers] if fp16 else self.comm
+            self.exchange = NeighborExchange(self.work, schedule, machine,
+                                             [m * machine_size for m in range(machines)],
                                              fp16=fp16, transport=transport)
         self._works: List = []
 
@@ -60,6 +63,9 @@ class MachineAveraging:
         for c, x in zip(self.comm, self.buffers):
             if c is not x:
                 c.copy_(x)
+        if self.fp16:
+            for sent, c in zip(self.sent, self.comm):
+                sent.copy_(c)
         self._works = [dist.all_reduce(c, group=self.group, async_op=True) for c in self.comm]
 
     def finish(self) -> None:
@@ -69,10 +75,9 @@ class MachineAveraging:
             work.wait()
         self._works = []
         if not self.several_machines:  # every rank holds the sum: average locally
-            for c, x in zip(self.comm, self.buffers):
-                if c is not x:
-                    x.copy_(c)
-                x.div_(self.local)
+            for c in self.comm:
+                c.div_(self.local)
+            self._take_result()
             return
         if self.exchange is not None:
             self._combine_with_other_machines()
@@ -80,18 +85,25 @@ class MachineAveraging:
         for work in [dist.broadcast(c, self.leader, group=self.group, async_op=True)
                      for c in self.comm]:
             work.wait()
-        for c, x in zip(self.comm, self.buffers):
-            if c is not x:
-                x.copy_(c)  # the leader too: every rank of a machine ends identical
+        self._take_result()
+
+    def _take_result(self) -> None:
+        """x <- the result in c (the leader too: a machine's ranks end alike), or with
+        float16, x <- x + (c - sent)."""
+        for i, (c, x) in enumerate(zip(self.comm, self.buffers)):
+            if self.fp16:
+                x.sub_(self.sent[i].sub_(c))
+            elif c is not x:
+                x.copy_(c)
 
     def _combine_with_other_machines(self) -> None:
         if not self.fp16:
             for c in self.comm:
                 c.div_(self.local)
             self.exchange()
-        else:  # fp16: average and combine in x, then round into c for the broadcast
-            for c, x in zip(self.comm, self.buffers):
-                x.copy_(c).div_(self.local)
+        else:  # fp16: average and combine in full precision, round into c to broadcast
+            for c, w in zip(self.comm, self.work):
+                w.copy_(c).div_(self.local)
             self.exchange()
-            for c, x in zip(self.comm, self.buffers):
-                c.copy_(x)
+            for c, w in zip(self.comm, self.work):
+                c.copy_(w)

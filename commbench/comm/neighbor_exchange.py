@@ -30,8 +30,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from commbench.topology import Schedule
 
 # Message size per transport: MPI pays a rendezvous per message, which each wait
-# between combines exposes, so it gets fewer, larger ones (benchmarks in README).
-CHUNK_BYTES = {"gloo": 1 << 20, "nccl": 1 << 20, "mpi": 4 << 20}
+# between combines exposes, so it gets fewer, larger ones. NCCL gets whole buffers (None):
+# batch_isend_irecv returns one Work for the whole batch there, so chunks would not be
+# combined one by one anyway, and large batches of P2P ops are reported to hang NCCL.
+CHUNK_BYTES = {"gloo": 1 << 20, "nccl": None, "mpi": 4 << 20}
 
 
 class Plan(NamedTuple):
@@ -52,7 +54,7 @@ class NeighborExchange:
         group rank that speaks for node k (default: node k is rank k). fp16: send
         float16 copies; the combination is still computed in the buffers' dtype.
         chunk_bytes: size of one message (every rank must pass the same; default:
-        CHUNK_BYTES of the transport). transport:
+        CHUNK_BYTES of the transport; None there: one message per buffer). transport:
         "mpi", or "gloo"/"nccl" for torch.distributed (see
         commbench.comm.transport.choose_transport)."""
         self.buffers = list(buffers)
@@ -66,9 +68,10 @@ class NeighborExchange:
         # so buffers and chunks of one step can never be confused (gloo matches
         # messages by (peer, tag), as MPI does; NCCL ignores tags and keeps order).
         self.chunks: List[Tuple[int, int, int]] = []
-        chunk_bytes = chunk_bytes or CHUNK_BYTES[transport]
+        self.chunk_bytes = chunk_bytes or CHUNK_BYTES[transport]
         for k, b in enumerate(self.buffers):
-            per_chunk = max(1, chunk_bytes // b.element_size())
+            per_chunk = max(1, self.chunk_bytes // b.element_size() if self.chunk_bytes
+                            else b.numel())
             self.chunks += [(k, s, min(s + per_chunk, b.numel()))
                             for s in range(0, b.numel(), per_chunk)]
         self._plans: Dict[int, Plan] = {}

@@ -82,7 +82,7 @@ def main(args) -> int:
         plugin.check(config, launch)
     results.ensure_writable(args.results_dir)
 
-    from commbench.launch.distributed import init_distributed, shutdown_distributed
+    from commbench.launch.distributed import init_distributed
     from commbench.run import Printer
 
     ctx = init_distributed(launch, args.no_cuda, args.timeout, args.machine_size)
@@ -108,7 +108,6 @@ def main(args) -> int:
         doc = result_document(args, ctx, the_sizes, found, wrong)
         path = results.write_result(args.results_dir, doc, f"microbench-n{ctx.world_size}")
         say(f"# Result: {path}")
-    shutdown_distributed()
     return 1 if wrong else 0
 
 

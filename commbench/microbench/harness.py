@@ -51,15 +51,21 @@ def contenders(op, raw: bool, check: bool) -> List[Contender]:
 
 
 def measure(timed: List[Contender], ctx, warmup: int, iters: int) -> List[Any]:
-    """Interleaved calls of every contender; every rank's samples (on every rank)."""
+    """Interleaved calls of every contender; every rank's samples (on every rank).
+    The clock stops after a device sync: a GPU collective returns when it is queued."""
     import torch.distributed as dist
 
+    from commbench.loop import device_sync
+
+    sync = device_sync(ctx.device)
     for call in range(warmup + iters):
         for c in timed:
             c.reset()
+            sync()  # the reset's copies are not the call's work
             dist.barrier()
             start = time.perf_counter()
             c.run()
+            sync()
             elapsed = time.perf_counter() - start
             if c.check is not None and not c.check(call):
                 c.wrong += 1

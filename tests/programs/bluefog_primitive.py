@@ -12,7 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from commbench.launch.distributed import init_distributed, shutdown_distributed
+from commbench.launch.distributed import init_distributed, leave_libraries
 from commbench.launch.detect import detect_launch
 from commbench.optimizers.bluefog import _graph
 from commbench.comm.neighbor_exchange import NeighborExchange
@@ -36,7 +36,7 @@ def main() -> None:
     dist.all_gather_object(everyone, mine)
     if ctx.rank == 0:
         print("PRIMITIVE " + json.dumps(everyone), flush=True)
-    shutdown_distributed()
+    leave_libraries()
 
 
 if __name__ == "__main__":

@@ -312,7 +312,7 @@ def local_gradients(params: List[np.ndarray], data) -> List[np.ndarray]:
 def main() -> int:
     import torch.distributed as dist
 
-    from commbench.launch.distributed import init_distributed, shutdown_distributed
+    from commbench.launch.distributed import init_distributed, leave_libraries
     from commbench.launch.detect import detect_launch
 
     ctx = init_distributed(detect_launch(), no_cuda=True, timeout=120)
@@ -342,7 +342,7 @@ def main() -> int:
             failed = len({what.split(": rank ")[0] for s, what in failures if s == strategy})
             print(f"RESULT {strategy} {checker.checked[strategy]} {failed}")
         sys.stdout.flush()
-    shutdown_distributed()
+    leave_libraries()
     return 1 if failures else 0
 
 

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from commbench import registry
 from commbench.config import add_run_arguments, config_from_args
-from commbench.launch.distributed import init_distributed, shutdown_distributed
+from commbench.launch.distributed import init_distributed, leave_libraries
 from commbench.launch.detect import detect_launch
 from commbench.models import build_model, synthetic_batch
 
@@ -68,7 +68,7 @@ def main() -> None:
     if ctx.rank == 0:
         print("AGREEMENT " + json.dumps(everyone), flush=True)
     sys.stdout.flush()
-    shutdown_distributed()
+    leave_libraries()
 
 
 if __name__ == "__main__":

@@ -46,11 +46,12 @@ class HierarchicalNeighborAllreduce(MixingOp):
     def raw(self) -> List[Primitive]:
         if self.L == 1:
             return neighbor(self.ctx, self.data, self.exchange.plan, self.schedule)
-        return [composite(self.data, self.exchange, self.mixer.group, self.leader)]
+        return [composite(self.ctx.backend, self.data, self.exchange, self.mixer.group,
+                          self.leader)]
 
 
-def composite(data, exchange, group, leader: int) -> Primitive:
-    """Hierarchical averaging from gloo primitives: all_reduce inside the machine
+def composite(backend: str, data, exchange, group, leader: int) -> Primitive:
+    """Hierarchical averaging from torch.distributed primitives: all_reduce inside the machine
     (group), the leader's send/recv along exchange's plan (exchange is None on the
     other ranks), broadcast from the leader inside the machine."""
     import torch.distributed as dist
@@ -59,7 +60,7 @@ def composite(data, exchange, group, leader: int) -> Primitive:
     incoming: List[Any] = []
     calls = [0]
 
-    def gloo_composite():
+    def torch_composite():
         plan = exchange.plan(calls[0]) if exchange is not None else None
         calls[0] += 1
         dist.all_reduce(flat, group=group)
@@ -67,4 +68,4 @@ def composite(data, exchange, group, leader: int) -> Primitive:
             send_recv(flat, incoming, plan)
         dist.broadcast(flat, leader, group=group)
 
-    return Primitive("gloo composite", gloo_composite, data.copy_in(flat))
+    return Primitive(f"{backend} composite", torch_composite, data.copy_in(flat))

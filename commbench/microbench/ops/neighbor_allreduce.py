@@ -3,7 +3,8 @@ buffer the plugin fuses a model into (built by the plugin's own wrap(), schedule
 --topology), and its raw rows, the same exchange with no commbench code:
 
   gloo send/recv            batch_isend_irecv of S to every out-neighbor and from
-                            every in-neighbor, one message each
+                            every in-neighbor, one message each ("nccl send/recv"
+                            on GPUs)
   MPI Neighbor_allgather    mpi4py on a distributed-graph communicator per phase of
                             the schedule (only under an MPI launcher)
   ... + combine             either transfer, then the weighted combine
@@ -61,20 +62,20 @@ def send_recv(payload, incoming: List[Any], plan) -> None:
 
 
 def neighbor(ctx, data, plan_at, schedule) -> List[Primitive]:
-    """Raw gloo send/recv (and MPI Neighbor_allgather) of the same bytes along the
+    """Raw torch.distributed send/recv (and MPI Neighbor_allgather) of the same bytes along the
     same peers as NeighborExchange at each call (plan_at(call) is its Plan), each
     transfer-only and followed by the weighted combine (the whole operation)."""
     payload = data.fresh()
     incoming: List[Any] = []
     calls = [0]
 
-    def gloo_raw():
+    def torch_raw():
         plan = plan_at(calls[0])
         calls[0] += 1
         send_recv(payload, incoming, plan)
 
-    found = [Primitive("gloo send/recv", gloo_raw, no_reset),
-             _gloo_combine(ctx.rank, data, schedule)]
+    found = [Primitive(f"{ctx.backend} send/recv", torch_raw, no_reset),
+             _torch_combine(ctx, data, schedule)]
     if on_mpi_cpu(ctx):
         found.append(Primitive("MPI Neighbor_allgather",
                                _mpi_neighbor(ctx.rank, schedule, payload)[0], no_reset))
@@ -126,11 +127,12 @@ def _checked_reset(impl: str, rank: int, data, x, phases: _Phases) -> Callable[[
     return reset
 
 
-def _gloo_combine(rank: int, data, schedule) -> Primitive:
+def _torch_combine(ctx, data, schedule) -> Primitive:
     """batch_isend_irecv of the whole buffer, one message per neighbor, then combine."""
     import torch
     import torch.distributed as dist
 
+    rank = ctx.rank
     x = data.fresh()
     phases = _Phases(rank, schedule)
     most = max(len(s) for s in phases.sources)
@@ -145,7 +147,7 @@ def _gloo_combine(rank: int, data, schedule) -> Primitive:
             work.wait()
         _combine(x, phases.self_weight[phase], [(r, w) for r, (_, w) in zip(incoming, sources)])
 
-    impl = "gloo send/recv + combine"
+    impl = f"{ctx.backend} send/recv + combine"
     return Primitive(impl, run, _checked_reset(impl, rank, data, x, phases))
 
 
