@@ -33,8 +33,12 @@ class RunConfig:
     num_batches_per_iter: int = flag(10, "batches per timed iteration", positive_int)
     num_iters: int = flag(10, "timed iterations", positive_int)
     reference_iters: int = flag(
-        3, "iterations of the compute-only reference measured in the same job "
-        "(for in-job scaling efficiency; 0 = skip)", non_negative_int)
+        3, "iterations of the compute-only reference measured in the same job, half before "
+        "the run and half after it (for in-job scaling efficiency; 0 = skip)",
+        non_negative_int)
+    reference_seconds: float = flag(
+        1.0, "the least wall-clock time of each half of the compute-only reference",
+        non_negative_float, "SECONDS")
     dist_optimizer: str = flag("allreduce", "communication strategy (see `commbench list`)",
                                metavar="NAME")
     topology: str = flag("exponential-2", "topology of decentralized strategies "

@@ -11,6 +11,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from commbench import allocator
+
 
 def package_version(name: str) -> Optional[str]:
     """Installed version without importing the package (horovod/bluefog are heavy)."""
@@ -28,6 +30,45 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def physical_cores() -> int:
+    """The machine's cores that its processes may use, counting a core once however many
+    hardware threads it has: the unique (package, core) pairs of /proc/cpuinfo among
+    the CPUs of this container's cpuset. Not this process's affinity: an MPI launcher
+    binds each rank to a core of its own."""
+    allowed = _cpuset()
+    cores, processor, package = set(), None, "0"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key == "processor":
+                processor, package = int(value), "0"
+            elif key == "physical id":
+                package = value
+            elif key == "core id" and (allowed is None or processor in allowed):
+                cores.add((package, value))
+    except (OSError, ValueError):
+        cores = set()
+    if cores:
+        return len(cores)
+    return len(allowed) if allowed else (os.cpu_count() or 1)
+
+
+def _cpuset() -> Optional[set]:
+    """The CPUs of this container's cgroup cpuset (v2 or v1), or None."""
+    for name in ("/sys/fs/cgroup/cpuset.cpus.effective",
+                 "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
+        try:
+            text = Path(name).read_text().strip()
+        except OSError:
+            continue
+        cpus = set()
+        for part in filter(None, text.split(",")):
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+        return cpus or None
+    return None
 
 
 def git_commit() -> Optional[str]:
@@ -73,6 +114,8 @@ def collect(ctx) -> Dict[str, Any]:
         "device": ctx.device.type,
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
+        "physical_cores": list(ctx.cores),
+        "malloc": allocator.applied,
         "torch_threads": torch.get_num_threads(),
         "gpu": None,
         "git_commit": git_commit(),

@@ -8,11 +8,19 @@ Reported as mean(S) ± 1.96·std(S), the spread of iterations as Horovod and Blu
 print it, and as mean(S) with a real 95% confidence interval of the mean
 (Student's t, n − 1 degrees of freedom).
 Latency: p50/p75/p90 of seconds per batch, pooled over ranks.
-In-job scaling efficiency: E* = mean(S) / Σ_r c_r, c_r being worker r's
-compute-only throughput measured in the same job with no communication (so the
-workers compete for the machine exactly as in the run).
-Scaling efficiency across jobs: E(N) = Total(N) / (N · Total(1)).
-Communication overhead: 1 − compute-only time per batch / step time per batch.
+In-job scaling efficiency: E* = mean(S) / mean(C), C_j = Σ_r c_rj being the workers'
+compute-only throughput in reference iteration j, measured in the same job with no
+communication by all workers at once (they start together after a barrier, half of
+the reference before the run and half after it, each half at least
+--reference-seconds long), so they compete for the machine as in the run; its 95%
+CI by the delta method on the ratio of the two means.
+Scaling efficiency across jobs: E(N) = Total(N) / (N · Total(1)), Total(1) from the
+same strategy's 1-worker runs (else the compute-only `none`'s), with its CI likewise.
+Communication overhead: 1 − compute-only time per batch / step time per batch (CI
+likewise).
+Numbers not to be trusted are flagged (trust_flags): an efficiency above 100%, a
+negative overhead, a CI wider than 10% of its mean, workers on a machine beyond its
+physical cores, reference windows that did not overlap or drifted.
 Consensus distance: mean over workers of ‖x_r − x̄‖² / ‖x̄‖².
 Repeated runs of one configuration: the mean of the runs' means, with the 95%
 confidence interval over those run means (runs differ more than iterations do).
@@ -29,7 +37,7 @@ concurrently, each carries S). Ratio to a raw primitive: p50 time / its p50 time
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -93,12 +101,37 @@ def scaling_efficiency(total: float, workers: int, single_worker_total: float) -
     return total / (workers * single_worker_total)
 
 
+def ratio_ci95(ratio: float, a_mean: float, a_ci: Optional[float], b_mean: float,
+               b_ci: Optional[float]) -> Optional[float]:
+    """Half-width of the 95% CI of a ratio of two independent means from their own
+    half-widths (delta method); None when either is unknown."""
+    if a_ci is None or b_ci is None or not a_mean or not b_mean:
+        return None
+    return abs(ratio) * math.hypot(a_ci / a_mean, b_ci / b_mean)
+
+
+def ratio_of_means(a: Sequence[float], b: Sequence[float]) -> Tuple[float, Optional[float]]:
+    """mean(a) / mean(b) and the half-width of its 95% CI."""
+    a_mean, b_mean = float(np.mean(a)), float(np.mean(b))
+    ratio = a_mean / b_mean
+    return ratio, ratio_ci95(ratio, a_mean, ci95_halfwidth(a), b_mean, ci95_halfwidth(b))
+
+
+def overlap(windows: Sequence[Sequence[float]]) -> float:
+    """How much of the shortest of the ranks' [start, end] windows all of them share:
+    1 when they ran together, 0 or less when one started after another ended."""
+    starts, ends = [w[0] for w in windows], [w[1] for w in windows]
+    shortest = min(e - s for s, e in zip(starts, ends))
+    return (min(ends) - max(starts)) / shortest if shortest > 0 else 0.0
+
+
 def summarize(batch_size: int, batches_per_iter: int, iteration_seconds, batch_seconds,
-              reference_seconds=None) -> Dict[str, object]:
+              reference_seconds=None, reference_windows=None) -> Dict[str, object]:
     """The summary of one run from the samples of all ranks.
 
     iteration_seconds: [ranks, iterations]; batch_seconds: [ranks, iterations, batches];
-    reference_seconds: [ranks, iterations] of the compute-only reference, or None.
+    reference_seconds: [ranks, iterations] of the compute-only reference, or None;
+    reference_windows: [ranks, halves, (start, end)] of its halves (wall-clock), or None.
     """
     images = batch_size * batches_per_iter
     workers = np.shape(iteration_seconds)[0]
@@ -110,13 +143,78 @@ def summarize(batch_size: int, batches_per_iter: int, iteration_seconds, batch_s
         "latency_seconds_per_batch": percentiles(np.ravel(batch_seconds)),
     }
     if reference_seconds is not None and np.size(reference_seconds):
-        compute_rates = throughputs(images, reference_seconds).mean(axis=1)  # c_r per rank
-        summary["compute_only_img_sec_per_worker"] = float(compute_rates.mean())
-        summary["efficiency_in_job"] = float(total.mean() / compute_rates.sum())
-        step = float(np.mean(iteration_seconds)) / batches_per_iter
-        compute = float(np.mean(reference_seconds)) / batches_per_iter
-        summary["communication_overhead"] = 1.0 - compute / step
+        summary.update(_in_job(images, workers, total, iteration_seconds, reference_seconds,
+                               reference_windows))
     return summary
+
+
+def _in_job(images: int, workers: int, total, iteration_seconds, reference_seconds,
+            windows) -> Dict[str, object]:
+    compute = total_throughput(images, reference_seconds)  # C_j
+    efficiency, efficiency_ci = ratio_of_means(total, compute)
+    # Times per iteration, averaged over ranks: compute-only over step.
+    share, share_ci = ratio_of_means(np.mean(reference_seconds, axis=0),
+                                     np.mean(iteration_seconds, axis=0))
+    found: Dict[str, object] = {
+        "compute_only_img_sec_per_worker": float(compute.mean() / workers),
+        "efficiency_in_job": efficiency, "efficiency_in_job_ci95": efficiency_ci,
+        "communication_overhead": 1.0 - share, "communication_overhead_ci95": share_ci,
+    }
+    if windows:
+        halves = len(windows[0])
+        found["reference_overlap"] = min(overlap([rank[h] for rank in windows])
+                                         for h in range(halves))
+        if halves == 2 and compute.size >= 2:
+            before, after = np.array_split(compute, 2)
+            found["reference_drift"] = float(after.mean() / before.mean() - 1.0)
+    return found
+
+
+# --- what not to trust ---------------------------------------------------------------
+
+NOISY = 0.10  # a 95% CI wider than this fraction of its mean does not rank anything
+LATE = 0.5  # reference windows sharing less than this are not "at the same time"
+DRIFT = 0.10  # compute-only rates before and after the run differing more than this
+
+REMEDY = "run longer (--num-iters, --num-batches-per-iter) or repeat (sweep --repeat K)"
+FLAGS = {
+    "oversubscribed": "more workers on a machine than physical cores: the point measures "
+                      "CPU sharing, not communication",
+    "noisy": f"95% CI wider than {NOISY:.0%} of the mean: {REMEDY}",
+    "E*>100%": "in-job efficiency above 100% is impossible: the reference was measured "
+               f"too short or not at the same time as the run; {REMEDY}",
+    "E(N)>100%": "efficiency above 100% against the 1-worker run: noise, or the 1-worker "
+                 f"run was slowed (e.g. threads); {REMEDY}",
+    "comm<0": f"negative communication overhead is impossible: {REMEDY}",
+    "reference": "the workers' compute-only reference windows did not overlap, or the "
+                 "reference drifted between before and after the run: E* and comm are "
+                 "not comparable",
+}
+
+
+def trust_flags(summary: Dict[str, object], efficiency: Optional[float] = None
+                ) -> List[str]:
+    """The FLAGS codes that apply to a run's (or a combined point's) summary;
+    efficiency: its E(N), where known."""
+    found = []
+    if summary.get("oversubscribed"):
+        found.append("oversubscribed")
+    total = summary.get("total_img_sec") or {}
+    ci, mean = total.get("ci95"), total.get("mean")
+    if ci is None or (mean and ci > NOISY * mean):
+        found.append("noisy")
+    if (summary.get("efficiency_in_job") or 0) > 1.0:
+        found.append("E*>100%")
+    if efficiency is not None and efficiency > 1.0:
+        found.append("E(N)>100%")
+    overhead = summary.get("communication_overhead")
+    if overhead is not None and overhead < 0:
+        found.append("comm<0")
+    overlap_ = summary.get("reference_overlap")
+    drift = summary.get("reference_drift")
+    if (overlap_ is not None and overlap_ < LATE) or (drift is not None and abs(drift) > DRIFT):
+        found.append("reference")
+    return found
 
 
 # --- microbenchmarks (commbench microbench) -----------------------------------------

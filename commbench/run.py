@@ -7,17 +7,18 @@ every rank gathered to rank 0 -> summary -> one result file written by rank 0.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from commbench import environment, metrics, precision, registry, results
+from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.loop import Timings, device_sync, measure, warm_up
+from commbench.reference import ComputeOnly
 from commbench.models import build_model, model_names, synthetic_batch
 
 
@@ -31,6 +32,7 @@ def main(args) -> int:
 
 
 def run(config: RunConfig) -> Dict[str, Any]:
+    steady_malloc()  # first: every measurement of the job in one allocation regime
     launch = detect_launch()
     strategy_cls = validate(config, launch)
     results.ensure_writable(config.results_dir)
@@ -60,7 +62,9 @@ def run(config: RunConfig) -> Dict[str, Any]:
     reference = None
     if config.reference_iters and strategy_cls.name != "none":
         say("Measuring the compute-only reference...")
-        reference = _compute_only(model, config, images, labels, sync)
+        reference = ComputeOnly(lambda twin: _trainable(twin, config, ctx.device), model,
+                                config, images, labels, sync)
+        reference.half()
 
     step = strategy.wrap(*_trainable(model, config, ctx.device))
     progress = IterationReport(ctx, config, model, strategy_cls.decentralized, say)
@@ -69,6 +73,9 @@ def run(config: RunConfig) -> Dict[str, Any]:
     say("Running benchmark...")
     timings = measure(lambda: step(images, labels), sync, config.num_iters,
                       config.num_batches_per_iter, after_iteration=progress)
+    if reference is not None:
+        say("Measuring the compute-only reference again...")
+        reference.half()
 
     samples = _gather_samples(ctx, timings, reference, model, progress.consensus)
     if ctx.rank != 0:
@@ -159,19 +166,6 @@ def _trainable(model, config: RunConfig, device):
     return precision.mixed_precision(model, optimizer, config.amp, device)
 
 
-def _compute_only(model, config: RunConfig, images, labels, sync) -> Timings:
-    """Time training with no communication on a copy of the model, so that the
-    strategy's run starts from the same state it would have started from anyway."""
-    from commbench.optimizers.base import local_step
-
-    twin = copy.deepcopy(model)
-    step = local_step(*_trainable(twin, config, images.device))
-    warm_up(lambda: step(images, labels), sync, config.num_warmup_batches)
-    timings = measure(lambda: step(images, labels), sync, config.reference_iters,
-                      config.num_batches_per_iter)
-    return timings  # the twin goes with this frame
-
-
 class IterationReport:
     """After each timed iteration (outside the timed region): the mean throughput
     and loss over all workers, and for decentralized strategies the consensus
@@ -227,7 +221,9 @@ def _gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[
         "iteration_seconds": timings.iteration_seconds,
         "batch_seconds": timings.batch_seconds,
         "loss": timings.loss,
-        "reference_seconds": reference.iteration_seconds if reference else None,
+        "reference_seconds": reference.timings.iteration_seconds if reference else None,
+        "reference_batch_seconds": reference.timings.batch_seconds if reference else None,
+        "reference_windows": reference.windows if reference else None,
         "parameter_digest": hashlib.sha256(flat.tobytes()).hexdigest()[:16],
     }
     everyone: List[Any] = [None] * ctx.world_size
@@ -235,7 +231,8 @@ def _gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[
     samples = {key: [rank[key] for rank in everyone] for key in mine}
     samples["parameter_digests"] = samples.pop("parameter_digest")
     if reference is None:
-        samples["reference_seconds"] = None
+        for key in ("reference_seconds", "reference_batch_seconds", "reference_windows"):
+            samples[key] = None
     samples["consensus_distance"] = consensus or None
     return samples
 
@@ -243,7 +240,8 @@ def _gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[
 def _result_document(config: RunConfig, ctx, strategy, samples) -> Dict[str, Any]:
     summary = metrics.summarize(config.batch_size, config.num_batches_per_iter,
                                 samples["iteration_seconds"], samples["batch_seconds"],
-                                samples["reference_seconds"])
+                                samples["reference_seconds"], samples["reference_windows"])
+    summary["oversubscribed"] = oversubscribed(ctx)
     summary["parameters_identical"] = len(set(samples["parameter_digests"])) == 1
     summary["final_loss"] = sum(r[-1] for r in samples["loss"]) / ctx.world_size
     summary["final_consensus_distance"] = (samples["consensus_distance"] or [None])[-1]
@@ -253,6 +251,16 @@ def _result_document(config: RunConfig, ctx, strategy, samples) -> Dict[str, Any
                          "decentralized": type(strategy).decentralized, **strategy.facts()},
                environment=environment.collect(ctx), samples=samples, summary=summary)
     return doc
+
+
+def oversubscribed(ctx) -> Optional[Dict[str, Any]]:
+    """The most loaded machine when CPU workers outnumber its physical cores (each
+    worker then shares cores and the run measures CPU sharing, not communication)."""
+    if ctx.device.type != "cpu":
+        return None  # more ranks than GPUs on a machine is refused at start-up
+    host, workers, cores = max(ctx.machine_load(), key=lambda m: m[1] / m[2])
+    return {"machine": host, "workers": workers, "physical_cores": cores} \
+        if workers > cores else None
 
 
 def _result_stem(config: RunConfig, ctx, strategy) -> str:
@@ -269,6 +277,11 @@ def _print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     say(f"Batch size: {config.batch_size} per {kind}")
     say(f"Number of {kind}s: {ctx.world_size} (launcher: {ctx.launch.launcher}, "
         f"{ctx.num_machines} machine(s))")
+    crowded = oversubscribed(ctx)
+    if crowded:
+        say(f"Oversubscribed: {crowded['workers']} workers on {crowded['machine']}, which has "
+            f"{crowded['physical_cores']} physical core(s): this run measures CPU sharing, "
+            "not communication")
     say(f"Strategy: {strategy.name} - {strategy.summary}")
     transport = strategy.facts().get("transport", ctx.backend)
     moved = f" (CPU tensors move over {transport})" if transport != ctx.backend else ""
@@ -286,9 +299,21 @@ def _print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
     lat = summary["latency_seconds_per_batch"]
     say("Latency per batch: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in lat.items()))
     if "efficiency_in_job" in summary:
+        efficiency = percent(summary["efficiency_in_job"], summary.get("efficiency_in_job_ci95"))
+        overhead = percent(summary["communication_overhead"],
+                           summary.get("communication_overhead_ci95"))
         say(f"Compute-only: {summary['compute_only_img_sec_per_worker']:.1f} img/sec per "
-            f"{kind}; in-job scaling efficiency {100 * summary['efficiency_in_job']:.1f}%; "
-            f"communication overhead {100 * summary['communication_overhead']:.1f}%")
+            f"{kind}; in-job scaling efficiency {efficiency}; communication overhead {overhead}")
+    for flag in metrics.trust_flags(summary):
+        say(f"NOT TO BE TRUSTED ({flag}): {metrics.FLAGS[flag]}")
+
+
+def percent(value: float, ci) -> str:
+    """A fraction as a percentage, with its 95% CI where known."""
+    shown = f"{100 * value:.1f}%"
+    if ci is None:
+        return shown
+    return f"{shown} (95% CI {100 * (value - ci):.1f}..{100 * (value + ci):.1f}%)"
 
 
 def total_line(summary: Dict[str, Any], kind: str) -> str:

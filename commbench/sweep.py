@@ -8,6 +8,7 @@ timeout; then the report and the charts of exactly the runs it made.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import os
 import shlex
@@ -22,14 +23,14 @@ from typing import Dict, List, Optional
 
 from commbench.config import RunConfig
 from commbench.errors import UsageError
-from commbench.flags import add_flags, flag_fields, positive_float, positive_ints
+from commbench.flags import add_flags, flag_fields, positive_float, positive_int, positive_ints
 from commbench.results import RECEIPT
 
-# Small enough that 1,2,4 workers x 3 strategies finish in a few minutes on 2 cores,
-# where starting the jobs (Python, torch, MPI) is much of the time.
+# A few minutes for 1,2,4 workers x 3 strategies on 2 cores, and long enough that two
+# sweeps agree on every total and ranking (benchmarks/quick_sweep_stability.py).
 QUICK = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16",
-         "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "4",
-         "--reference-iters", "1"]
+         "--num-warmup-batches", "20", "--num-batches-per-iter", "5", "--num-iters", "10",
+         "--reference-iters", "4"]
 TAIL_LINES = 15
 
 
@@ -39,6 +40,7 @@ class Job:
     strategy: str
     command: List[str]
     skip_reason: Optional[str] = None
+    repeat: int = 1  # which of the configuration's --repeat runs
     ok: bool = False
     seconds: float = 0.0
     result: Optional[Path] = None
@@ -60,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, flag_fields(RunConfig, ["results_dir"]))
     parser.add_argument("--plots-dir", default="charts", metavar="DIR",
                         help="where the charts go (default: charts)")
+    parser.add_argument("--repeat", type=positive_int, default=1, metavar="K",
+                        help="run every configuration K times, round-robin (default: 1)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the launcher commands, run nothing")
     parser.epilog = "Any other `commbench run` flag is passed to every job."
@@ -72,11 +76,12 @@ PASSES_RUN_FLAGS = True
 def main(args) -> int:
     flags = (QUICK if args.quick else []) + args.run_flags
     strategies = [s for s in args.dist_optimizer.split(",") if s]
-    jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir)
+    jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir, args.repeat)
     if args.dry_run:
         for job in jobs:
             print(f"# skipped: {job.strategy} on {job.workers}: {job.skip_reason}"
-                  if job.skip_reason else shell_line(job.command))
+                  if job.skip_reason else shell_line(job.command)
+                  + (f"  # repeat {job.repeat}/{args.repeat}" if args.repeat > 1 else ""))
         return 0
     Path(args.results_dir).mkdir(parents=True, exist_ok=True)
     run_jobs(jobs, args.job_timeout, _job_environment(args.quick))
@@ -92,8 +97,10 @@ def main(args) -> int:
 
 
 def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: str,
-         results_dir: str) -> List[Job]:
-    """One job per (strategy, worker count); impossible ones carry a skip reason."""
+         results_dir: str, repeat: int = 1) -> List[Job]:
+    """One job per (strategy, worker count), `repeat` times round-robin (every
+    configuration once, then again: drift of the machine spreads over all of them);
+    impossible ones carry a skip reason, once."""
     from commbench.cli import build_parser
     from commbench.config import config_from_args
     from commbench.launch.detect import LaunchInfo
@@ -110,7 +117,8 @@ def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: s
         except UsageError as e:
             job.skip_reason = str(e)
         jobs.append(job)
-    return jobs
+    return [dataclasses.replace(j, repeat=r + 1) for r in range(repeat) for j in jobs
+            if r == 0 or not j.skip_reason]
 
 
 def launch_command(launcher: str, workers: int, run_flags: List[str]) -> List[str]:
@@ -156,7 +164,8 @@ def run_jobs(jobs: List[Job], timeout: float, env: Dict[str, str]) -> None:
                   flush=True)
     start = time.monotonic()
     for index, job in enumerate(runnable, 1):
-        print(f"[{index}/{len(runnable)}] {job.strategy} on {job.workers} worker(s): "
+        again = f" (repeat {job.repeat})" if job.repeat > 1 else ""
+        print(f"[{index}/{len(runnable)}] {job.strategy} on {job.workers} worker(s){again}: "
               f"{shell_line(job.command)}", flush=True)
         output = _run_one(job, timeout, env)
         if job.ok:
@@ -197,16 +206,19 @@ def _run_one(job: Job, timeout: float, env: Dict[str, str]) -> str:
 
 def headline(path: Path) -> str:
     """A job's total img/sec and in-job efficiency, read from its result file."""
+    from commbench.metrics import trust_flags
     from commbench.results import read_result
-    from commbench.run import total_line
+    from commbench.run import percent, total_line
 
     doc = read_result(path)
     summary = doc["summary"]
     kind = "GPU" if (doc.get("environment") or {}).get("device") == "cuda" else "worker"
     line = total_line(summary, kind)
     if "efficiency_in_job" in summary:
-        line += f", in-job efficiency {100 * summary['efficiency_in_job']:.1f}%"
-    return line
+        line += (", in-job efficiency "
+                 f"{percent(summary['efficiency_in_job'], summary.get('efficiency_in_job_ci95'))}")
+    flags = trust_flags(summary)
+    return line + (f" [NOT TO BE TRUSTED: {', '.join(flags)}]" if flags else "")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

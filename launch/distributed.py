@@ -32,6 +32,13 @@ class DistContext:
     machine_size: int  # ranks per machine (real, or simulated); 0 if machines differ in size
     simulated_machines: bool
     gpu_names: Tuple[Optional[str], ...] = ()  # one per rank, on GPUs
+    cores: Tuple[int, ...] = ()  # physical cores of each rank's machine
+
+    def machine_load(self) -> List[Tuple[str, int, int]]:
+        """(hostname, workers on it, its physical cores) of every machine."""
+        hosts = list(dict.fromkeys(self.hostnames))
+        return [(h, self.hostnames.count(h), self.cores[self.hostnames.index(h)])
+                for h in hosts]
 
     @property
     def rank(self) -> int:
@@ -81,7 +88,8 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
     # MPI calls (mpi4py transports) and subgroups get the same patience as the job's group.
     mpi_deadline.seconds = timeout
     _SUBGROUPS.timeout = timedelta(seconds=timeout)
-    hostnames, group = _exchange_hosts(backend)
+    hosts, group = _exchange_hosts(backend)
+    hostnames = [h for h, _ in hosts]
     info = _fill_node_layout(info, hostnames)
     gpu_names: Tuple[Optional[str], ...] = ()
     if use_cuda:
@@ -102,7 +110,7 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
     else:
         machine_size = _real_machine_size(info, hostnames)
     return DistContext(info, device, backend, tuple(hostnames), machine_size, simulated,
-                       gpu_names)
+                       gpu_names, tuple(c for _, c in hosts))
 
 
 def _nccl_errors_end_the_job() -> None:
@@ -113,16 +121,19 @@ def _nccl_errors_end_the_job() -> None:
     os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
 
 
-def _exchange_hosts(backend: str) -> Tuple[List[str], Any]:
-    """Every rank's hostname, gathered over gloo: a rank must be on its own GPU before
-    the first NCCL operation, and which GPU is its own follows from these hostnames
-    when the launcher did not say. Also the gloo group used (None: the job's own)."""
+def _exchange_hosts(backend: str) -> Tuple[List[Tuple[str, int]], Any]:
+    """Every rank's hostname and its machine's physical cores, gathered over gloo: a
+    rank must be on its own GPU before the first NCCL operation, and which GPU is its
+    own follows from these hostnames when the launcher did not say. Also the gloo group
+    used (None: the job's own)."""
     import torch.distributed as dist
+
+    from commbench.environment import physical_cores
 
     group = None
     if backend != "gloo":
         group = dist.new_group(backend="gloo", timeout=_SUBGROUPS.timeout)
-    return _gather(socket.gethostname(), group), group
+    return [tuple(h) for h in _gather((socket.gethostname(), physical_cores()), group)], group
 
 
 def _gather(mine: Any, group: Any) -> List[Any]:

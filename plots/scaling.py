@@ -24,6 +24,8 @@ NONE_COLOR = "0.45"  # the compute-only `none` strategy: a reference, drawn in g
 # squashes the small counts into the floor; log-log keeps ideal scaling a straight line.
 LOG_Y_ABOVE = 8
 LABEL_GAP = 9  # points between the centres of two efficiency labels
+CHAR_INCHES = 0.075  # width of a legend character at font size 9
+DOUBT = {"E(N)>100%", "E*>100%", "noisy", "oversubscribed"}  # flags that put E in doubt
 
 
 def figure(group: "Group", styles: Optional[Dict["Series", dict]] = None) -> "Figure":
@@ -37,16 +39,20 @@ def figure(group: "Group", styles: Optional[Dict["Series", dict]] = None) -> "Fi
     fig = Figure(figsize=(5.0 * panels, 4.6), layout="constrained")
     axes = fig.subplots(1, panels)
     style = styles or palette(group.series)
-    efficiency_name = "E(N)" if group.baseline is not None else "E*"
+    efficiency_name = "E(N)" if group.baselines else "E*"
     _throughput(axes[0], group, style, efficiency_name)
     _efficiency(axes[1], group, style, efficiency_name)
     if consensus:
         _consensus(axes[2], consensus, style)
     fig.suptitle(group.key.title(), fontsize=11)
     handles, labels = axes[0].get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("ideal"))
+    order = sorted(range(len(labels)),
+                   key=lambda i: labels[i].startswith(("ideal", "oversubscribed")))
+    # As many columns as the longest label lets fit across the figure.
+    fits = int(5.0 * panels / (CHAR_INCHES * (max(map(len, labels)) + 6)))
     fig.legend([handles[i] for i in order], [labels[i] for i in order],
-               loc="outside lower center", ncol=min(4, len(labels)), fontsize=9, frameon=False)
+               loc="outside lower center", ncol=max(1, min(4, len(labels), fits)), fontsize=9,
+               frameon=False)
     return fig
 
 
@@ -109,10 +115,17 @@ def _throughput(ax: "Axes", group: "Group", style, efficiency_name: str) -> None
         yerr = [p.ci or 0.0 for p in points]
         ax.errorbar(x, y, yerr=yerr, capsize=3, linewidth=1.6, markersize=5, label=s.label(),
                     **style[s])
+        _hollow(ax, [(p.workers, p.total) for p in points if p.oversubscribed], style[s])
         for p in points:
             e = _efficiency_of(p, efficiency_name)
             if e is not None:
-                labels.append((p.workers, p.total, f"{100 * e:.0f}%", style[s]["color"]))
+                doubt = "!" if DOUBT & set(p.flags) else ""
+                labels.append((p.workers, p.total, f"{100 * e:.0f}%{doubt}",
+                               style[s]["color"]))
+    if any(p.oversubscribed for p in group.points):
+        ax.plot([], [], linestyle="none", marker="o", markersize=9, markerfacecolor="white",
+                markeredgecolor="black",
+                label="oversubscribed: more workers than cores (CPU sharing)")
     ideal, source = group.ideal()
     if ideal:
         xs = sorted(ideal)
@@ -126,8 +139,17 @@ def _throughput(ax: "Axes", group: "Group", style, efficiency_name: str) -> None
     else:
         ax.set_ylim(bottom=0)
     ax.set_ylabel("total img/sec")
-    ax.set_title(f"Total throughput (bars: 95% CI, labels: {efficiency_name})", fontsize=10)
+    ax.set_title(f"Total throughput (bars: 95% CI, labels: {efficiency_name}; "
+                 "!: not to be trusted)", fontsize=10)
     _label_points(ax, labels)
+
+
+def _hollow(ax: "Axes", xy: List[Tuple[int, float]], style: dict) -> None:
+    """Oversubscribed points: hollow, over the filled marker (CPU sharing, not
+    communication)."""
+    if xy:
+        ax.plot(*zip(*xy), linestyle="none", marker=style["marker"], markersize=9,
+                markerfacecolor="white", markeredgecolor=style["color"], zorder=3)
 
 
 def _label_points(ax: "Axes", labels: List[Tuple[int, float, str, str]]) -> None:
@@ -151,17 +173,19 @@ def _label_points(ax: "Axes", labels: List[Tuple[int, float, str, str]]) -> None
 def _efficiency(ax: "Axes", group: "Group", style, efficiency_name: str) -> None:
     top = 1.0
     for s in group.series:
-        pairs = [(p.workers, _efficiency_of(p, efficiency_name)) for p in _points(group, s)]
-        pairs = [(n, 100 * e) for n, e in pairs if e is not None]
+        known = [(p, _efficiency_of(p, efficiency_name)) for p in _points(group, s)]
+        known = [(p, 100 * e) for p, e in known if e is not None]
+        pairs = [(p.workers, e) for p, e in known]
         if pairs:
             ax.plot(*zip(*pairs), linewidth=1.6, markersize=5, **style[s])
+            _hollow(ax, [(p.workers, e) for p, e in known if p.oversubscribed], style[s])
             top = max(top, max(e for _, e in pairs) / 100)
     ax.axhline(100, color="black", linestyle="--", linewidth=1, alpha=0.6)
     _workers_axis(ax, group.workers)
     ax.set_ylim(0, 100 * top * 1.1)
     ax.set_ylabel("scaling efficiency (%)")
     if efficiency_name == "E(N)":
-        ax.set_title("E(N) = Total(N) / (N × Total(1))", fontsize=10)
+        ax.set_title("E(N) = Total(N) / (N × the same strategy's Total(1))", fontsize=10)
     else:
         ax.set_title("E* = Total / compute-only rate in the same job", fontsize=10)
 

@@ -48,16 +48,19 @@ def test_a_malformed_run_is_skipped_not_a_crash(tmp_path):
     assert runs == [] and len(notes) == 1 and "malformed" in notes[0]
 
 
-def test_fixture_runs_form_one_group_with_a_pooled_one_worker_baseline():
+def test_fixture_runs_form_one_group_each_strategy_against_its_own_one_worker_run():
     groups, _ = analysis.analyse([RUNS])
     assert len(groups) == 1
     group = groups[0]
     assert group.key.model == "resnet18" and group.key.batch_size == 8
     assert group.key.precision == "fp32" and group.key.backend == "gloo"
-    singles = [r.total for p in group.points if p.workers == 1 for r in p.runs]
-    assert group.baseline == pytest.approx(np.mean(singles)) and group.baseline_runs == 2
-    for p in group.points:
-        assert p.efficiency == pytest.approx(p.total / (p.workers * group.baseline))
+    singles = {p.series.strategy: p.total for p in group.points if p.workers == 1}
+    assert set(singles) == {"allreduce", "none"}
+    for p in group.points:  # E(N) like with like: the same strategy's Total(1), else none's
+        total1 = singles.get(p.series.strategy, singles["none"])
+        assert p.efficiency == pytest.approx(p.total / (p.workers * total1))
+        assert group.baselines[p.series].total == pytest.approx(total1)
+    assert group.baseline.source.strategy == "none"  # the chart's ideal line
     assert group.workers == [1, 2, 4]
     assert group.series[-1].strategy == "none"  # the reference is listed last
 

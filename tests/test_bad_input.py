@@ -1,7 +1,6 @@
 """Bad input, every kind, gets one line naming the flag and what it accepts, exit 2,
 no traceback; on every rank under a launcher, before any communication."""
 
-import dataclasses
 import json
 import os
 import shutil

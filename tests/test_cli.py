@@ -19,6 +19,7 @@ RUN_FLAGS = [
     "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
     "--lr", "--machine-size", "--model", "--momentum", "--no-cuda", "--num-batches-per-iter",
     "--num-classes", "--num-iters", "--num-warmup-batches", "--reference-iters",
+    "--reference-seconds",
     "--results-dir", "--seed", "--tag", "--timeout", "--topology", "--use-adasum",
 ]
 
@@ -48,7 +49,8 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
     fixture = next((REPO / "tests" / "data" / "runs").glob("*-allreduce-n2-*.json"))
     recorded = json.loads(fixture.read_text())["config"]
     config = config_from_args(build_parser().parse_args(["run"]))
-    assert set(config.to_dict()) - set(recorded) == {"amp"}  # the one flag added since
+    added_since = {"amp", "reference_seconds"}
+    assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 
 

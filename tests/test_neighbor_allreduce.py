@@ -104,7 +104,10 @@ def test_facts_and_schedule_follow_bluefogs_benchmark():
             static.facts()["fp16"]) == ("static", False, "atc", True)
 
 
-def test_cpu_transport_mpi_needs_an_mpi_launcher_in_one_line():
+def test_cpu_transport_mpi_needs_an_mpi_launcher_in_one_line(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch, "__version__", "2.14.1")  # NCCL below: torch 1.10 refuses it
     # Before init: not started by an MPI launcher.
     with pytest.raises(UsageError) as caught:
         NeighborAllreduce.check(RunConfig(cpu_transport="mpi"),

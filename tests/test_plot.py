@@ -62,13 +62,19 @@ def test_legend_has_one_entry_per_strategy_plus_the_ideal_line():
                       "2 ranks/machine)",
                       "neighbor_allreduce (exponential-2, dynamic, AWC)",
                       "neighbor_allreduce (ring, static, AWC)",
-                      "none", "ideal: N × 1-worker throughput"]
+                      "none", "oversubscribed: more workers than cores (CPU sharing)",
+                      "ideal: N × none 1-worker throughput"]
     throughput, efficiency = fig.axes[0], fig.axes[1]
     assert list(throughput.get_xticks()) == [1, 2, 4]
     assert throughput.get_xscale() == "log"
     # each point is labelled with its efficiency E(N)
     notes = [t.get_text() for t in throughput.texts]
-    assert len(notes) == len(group.points) and all(n.endswith("%") for n in notes)
+    assert len(notes) == len(group.points) and all(n.rstrip("!").endswith("%") for n in notes)
+    doubted = {p.workers for p in group.points if {"noisy", "E(N)>100%"} & set(p.flags)}
+    assert any(n.endswith("!") for n in notes) == bool(doubted)
+    # an oversubscribed point is drawn a second time, hollow
+    hollow = [line for line in throughput.get_lines() if line.get_markerfacecolor() == "white"]
+    assert hollow and all(4 in line.get_xdata() for line in hollow if len(line.get_xdata()))
     assert efficiency.get_ylabel() == "scaling efficiency (%)"
 
 
@@ -78,6 +84,7 @@ def test_consensus_panel_has_a_line_per_decentralized_configuration():
     fig = scaling.figure(group)
     assert legend_labels(fig) == ["neighbor_allreduce (exponential-2, dynamic, AWC)",
                                   "neighbor_allreduce (ring, static, AWC)",
+                                  "oversubscribed: more workers than cores (CPU sharing)",
                                   "ideal: N × in-job compute-only rate"]
     consensus = fig.axes[2]
     assert consensus.get_xlabel() == "iteration" and consensus.get_yscale() == "log"
@@ -90,7 +97,8 @@ def test_without_consensus_there_are_two_panels_and_without_one_worker_the_in_jo
             if r.series.strategy == "allreduce" and r.workers > 1]
     fig = scaling.figure(analysis.group_runs(runs)[0])
     assert len(fig.axes) == 2
-    assert legend_labels(fig) == ["allreduce", "ideal: N × in-job compute-only rate"]
+    assert legend_labels(fig) == ["allreduce", "oversubscribed: more workers than cores (CPU sharing)",
+                                  "ideal: N × in-job compute-only rate"]
     assert "E*" in fig.axes[1].get_title()
 
 

@@ -32,8 +32,9 @@ def test_report_matches_the_golden_output(fmt, golden):
 def test_report_says_which_efficiency_is_which():
     _, text, _ = run_report([RUNS])
     assert "E(N) = Total(N) / (N x Total(1))" in text
-    assert "E* = Total / sum of the workers' compute-only rates" in text
-    assert "Total(1) = " in text
+    assert "E* = Total / the workers' compute-only rate" in text
+    assert "Total(1) is the same strategy's" in text
+    assert "Total(1), each strategy's own 1-worker runs: allreduce " in text
 
 
 def test_csv_has_one_row_per_configuration_and_raw_numbers():
@@ -55,7 +56,11 @@ def test_json_lists_the_files_behind_every_row():
     rows = doc["groups"][0]["rows"]
     files = {f for row in rows for f in row["files"]}
     assert code == 0 and len(files) == len(list(RUNS.glob("*.json")))
-    assert doc["groups"][0]["baseline_runs"] == 2
+    baselines = doc["groups"][0]["baselines"]
+    assert baselines["allreduce"]["runs"] == 1 and baselines["allreduce"]["from"] == "allreduce"
+    assert baselines["neighbor_allreduce (ring, static, AWC)"]["from"] == "none"
+    rows = {(r["strategy"], r["workers"]): r for r in rows}
+    assert rows[("none", 4)]["oversubscribed"] is True and "oversubscribed" in rows[("none", 4)]["flags"]
 
 
 def test_junk_is_skipped_one_warning_line_each_and_the_rest_reported():

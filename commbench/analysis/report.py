@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
+from commbench import metrics
 from commbench.analysis import runs, tables
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
@@ -20,10 +21,12 @@ NOTES = [
     "N: workers. runs: result files combined into the row (repeats of one configuration).",
     "+- 95%: confidence interval of the mean total img/sec: over the iterations of one "
     "run, over the runs' means when a configuration was repeated.",
-    "E(N) = Total(N) / (N x Total(1)), across jobs; Total(1) is the mean of the group's "
-    "1-worker runs of any strategy (one worker does not communicate).",
-    "E* = Total / sum of the workers' compute-only rates measured in the same job "
-    "(in-job; the `none` strategy measures no reference).",
+    "E(N) = Total(N) / (N x Total(1)), across jobs; Total(1) is the same strategy's "
+    "1-worker runs (what it does minus the communication), or the compute-only `none`'s "
+    "for a strategy without one.",
+    "E* = Total / the workers' compute-only rate measured in the same job, by all workers "
+    "at once, before and after the run (in-job; the `none` strategy measures no "
+    "reference).",
     "p50/p90: seconds per batch, pooled over ranks. comm: communication overhead, "
     "1 - compute-only time / step time.",
     "consensus: final consensus distance, mean over workers of |x_r - mean x|^2 / "
@@ -31,8 +34,9 @@ NOTES = [
 ]
 
 HEADERS = ["strategy", "topology", "N", "runs", "total img/sec", "+- 95%", "per worker",
-           "E(N)", "E* in-job", "p50 s", "p90 s", "comm", "consensus"]
-ALIGN = "llrrrrrrrrrrr"
+           "E(N)", "E* in-job", "p50 s", "p90 s", "comm", "consensus", "not to be trusted"]
+ALIGN = "llrrrrrrrrrrrl"
+MARK = "!"  # after a number that a flag of its row puts in doubt
 GROUP_COLUMNS = list(runs.GroupKey._fields)
 
 
@@ -84,22 +88,29 @@ def render(groups: List[Group], fmt: str = "text") -> str:
     for g in groups:
         table = tables.render(HEADERS, [formatted_row(p) for p in g.points], ALIGN, fmt)
         parts.append(f"{tables.heading(g.key.title(), fmt)}\n\n{baseline_line(g)}\n\n{table}")
-    return "\n".join(parts) + "\n" + tables.notes(NOTES, fmt)
+    flags = dict.fromkeys(f for g in groups for p in g.points for f in p.flags)
+    flagged = [f"{MARK}: a number its row's flags put in doubt. Flags: "
+               + "; ".join(f"{flag}: {metrics.FLAGS[flag]}" for flag in flags)] if flags else []
+    return "\n".join(parts) + "\n" + tables.notes(NOTES + flagged, fmt)
 
 
 def baseline_line(group: Group) -> str:
-    if group.baseline is None:
+    if not group.baselines:
         return "No 1-worker run in this group: no Total(1), so no E(N); E* is measured in-job."
-    runs = group.baseline_runs
-    return (f"Total(1) = {group.baseline:.1f} img/sec: the mean of {runs} "
-            f"run{'s' if runs > 1 else ''} with 1 worker.")
+    own = sorted({b.source: b for b in group.baselines.values()}.values(),
+                 key=lambda b: b.source.order())
+    listed = ", ".join(f"{b.source.label()} {b.total:.1f}" for b in own)
+    borrowed = any(b.source != s for s, b in group.baselines.items())
+    return (f"Total(1), each strategy's own 1-worker runs: {listed} img/sec"
+            + ("; the others against none's." if borrowed else "."))
 
 
 # Raw numbers of one row, for --format csv and json.
 ROW_FIELDS = ("strategy", "topology", "workers", "runs", "total_img_sec", "total_img_sec_ci95",
-              "ci95_over", "img_sec_per_worker", "efficiency", "efficiency_in_job",
-              "p50_seconds_per_batch", "p90_seconds_per_batch", "communication_overhead",
-              "final_consensus_distance")
+              "ci95_over", "img_sec_per_worker", "efficiency", "efficiency_ci95",
+              "efficiency_in_job", "efficiency_in_job_ci95", "p50_seconds_per_batch",
+              "p90_seconds_per_batch", "communication_overhead", "communication_overhead_ci95",
+              "final_consensus_distance", "oversubscribed", "flags")
 
 
 def point_record(p: Point) -> Dict[str, Any]:
@@ -107,26 +118,48 @@ def point_record(p: Point) -> Dict[str, Any]:
         "strategy": p.series.strategy, "topology": p.series.settings(), "workers": p.workers,
         "runs": len(p.runs), "total_img_sec": p.total, "total_img_sec_ci95": p.ci,
         "ci95_over": p.ci_over, "img_sec_per_worker": p.per_worker,
-        "efficiency": p.efficiency, "efficiency_in_job": p.efficiency_in_job,
+        "efficiency": p.efficiency, "efficiency_ci95": p.efficiency_ci,
+        "efficiency_in_job": p.efficiency_in_job,
+        "efficiency_in_job_ci95": p.efficiency_in_job_ci,
         "p50_seconds_per_batch": p.latency.get("p50"),
         "p90_seconds_per_batch": p.latency.get("p90"),
-        "communication_overhead": p.overhead, "final_consensus_distance": p.final_consensus,
+        "communication_overhead": p.overhead, "communication_overhead_ci95": p.overhead_ci,
+        "final_consensus_distance": p.final_consensus, "oversubscribed": p.oversubscribed,
+        "flags": " ".join(p.flags),
     }
 
 
 def group_record(g: Group) -> Dict[str, Any]:
-    return {"key": g.key._asdict(), "title": g.key.title(), "baseline_img_sec": g.baseline,
-            "baseline_runs": g.baseline_runs,
+    base = g.baseline
+    return {"key": g.key._asdict(), "title": g.key.title(),
+            "baseline_img_sec": base.total if base else None,
+            "baseline_runs": base.runs if base else 0,
+            "baselines": {s.label(): {"img_sec": b.total, "ci95": b.ci, "runs": b.runs,
+                                      "from": b.source.label()}
+                          for s, b in sorted(g.baselines.items(), key=lambda sb: sb[0].order())},
             "rows": [dict(point_record(p), files=[str(r.path) for r in p.runs])
                      for p in g.points]}
 
 
+# Which flags put which column in doubt.
+DOUBTS = {"total": ("noisy", "oversubscribed"), "E(N)": ("E(N)>100%", "noisy", "oversubscribed"),
+          "E*": ("E*>100%", "reference", "oversubscribed"),
+          "comm": ("comm<0", "reference", "oversubscribed")}
+
+
 def formatted_row(p: Point) -> List[str]:
+    flags = p.flags
+
+    def mark(text: str, column: str) -> str:
+        doubtful = text != "-" and any(f in flags for f in DOUBTS[column])
+        return text + MARK if doubtful else text
+
     return [p.series.strategy, p.series.settings() or "-", str(p.workers), str(len(p.runs)),
-            f"{p.total:.1f}", _num(p.ci, "{:.1f}"), f"{p.per_worker:.1f}",
-            _pct(p.efficiency), _pct(p.efficiency_in_job), _num(p.latency.get("p50"), "{:.4f}"),
-            _num(p.latency.get("p90"), "{:.4f}"), _pct(p.overhead),
-            _num(p.final_consensus, "{:.3g}")]
+            mark(f"{p.total:.1f}", "total"), _num(p.ci, "{:.1f}"), f"{p.per_worker:.1f}",
+            mark(_pct(p.efficiency), "E(N)"), mark(_pct(p.efficiency_in_job), "E*"),
+            _num(p.latency.get("p50"), "{:.4f}"), _num(p.latency.get("p90"), "{:.4f}"),
+            mark(_pct(p.overhead), "comm"), _num(p.final_consensus, "{:.3g}"),
+            " ".join(flags) or "-"]
 
 
 def _num(value: Optional[float], pattern: str) -> str:

@@ -94,9 +94,13 @@ class Run:
     latency: Dict[str, float]
     compute_only: Optional[float]  # img/sec per worker, measured in the same job
     efficiency_in_job: Optional[float]
+    efficiency_in_job_ci: Optional[float]
     overhead: Optional[float]
+    overhead_ci: Optional[float]
     consensus: Tuple[float, ...]  # per iteration; () for global strategies
     final_consensus: Optional[float]
+    oversubscribed: bool  # more workers on a machine than physical cores
+    flags: Tuple[str, ...]  # metrics.trust_flags of its summary
 
     @property
     def match_key(self) -> Tuple:
@@ -117,22 +121,57 @@ class Point:
     latency: Dict[str, float]
     compute_only: Optional[float]
     efficiency_in_job: Optional[float]
+    efficiency_in_job_ci: Optional[float]
     overhead: Optional[float]
+    overhead_ci: Optional[float]
     final_consensus: Optional[float]
     consensus: np.ndarray  # mean over runs per iteration
-    efficiency: Optional[float] = None  # E(N), set when the group has a 1-worker baseline
+    oversubscribed: bool
+    efficiency: Optional[float] = None  # E(N), set when a Total(1) applies (Baseline)
+    efficiency_ci: Optional[float] = None
 
     @property
     def per_worker(self) -> float:
         return self.total / self.workers
+
+    @property
+    def flags(self) -> List[str]:
+        """What not to trust about this point (metrics.FLAGS codes), judged on its
+        combined numbers (a repeat can settle what one run could not)."""
+        summary = {"total_img_sec": {"mean": self.total, "ci95": self.ci},
+                   "efficiency_in_job": self.efficiency_in_job,
+                   "communication_overhead": self.overhead,
+                   "oversubscribed": self.oversubscribed}
+        found = metrics.trust_flags(summary, self.efficiency)
+        late = any("reference" in r.flags for r in self.runs)
+        return found + ["reference"] * late
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Total(1) of a series: the same strategy's 1-worker runs, which do what the
+    series does minus the communication, so E(N) measures what communication and
+    scaling cost; for a strategy without one, the compute-only `none`'s."""
+
+    total: float
+    ci: Optional[float]
+    runs: int
+    source: Series
 
 
 @dataclass
 class Group:
     key: GroupKey
     points: List[Point]
-    baseline: Optional[float]  # Total(1): mean of the group's 1-worker runs
-    baseline_runs: int
+    baselines: Dict[Series, Baseline]  # the Total(1) each series' E(N) is measured against
+
+    @property
+    def baseline(self) -> Optional[Baseline]:
+        """The Total(1) of the ideal line: the compute-only `none`'s, else the first
+        series' own."""
+        own = [b for s, b in self.baselines.items() if b.source == s]
+        ordered = sorted(own, key=lambda b: (b.source.strategy != "none", b.source.order()))
+        return ordered[0] if ordered else None
 
     @property
     def series(self) -> List[Series]:
@@ -148,7 +187,8 @@ class Group:
         From Total(1) when a 1-worker run exists; otherwise N times the in-job
         compute-only rate at N (which is what E* compares against)."""
         if self.baseline is not None:
-            return {n: n * self.baseline for n in self.workers}, "N × 1-worker throughput"
+            return ({n: n * self.baseline.total for n in self.workers},
+                    f"N × {self.baseline.source.strategy} 1-worker throughput")
         ideal = {}
         for n in self.workers:
             rates = [r.compute_only for p in self.points if p.workers == n for r in p.runs
@@ -196,6 +236,7 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
         images = key.batch_size * int(config["num_batches_per_iter"])
         totals = tuple(metrics.total_throughput(images, samples["iteration_seconds"]).tolist())
     consensus = samples.get("consensus_distance") or ()
+    crowded = oversubscribed(doc)
     return Run(
         path=Path(path), doc=doc, key=key, series=series_of(doc), workers=int(summary["workers"]),
         total=float(total["mean"]), total_ci=_float(total.get("ci95")), totals=totals,
@@ -203,9 +244,26 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
         latency={k: float(v) for k, v in summary["latency_seconds_per_batch"].items()},
         compute_only=_float(summary.get("compute_only_img_sec_per_worker")),
         efficiency_in_job=_float(summary.get("efficiency_in_job")),
+        efficiency_in_job_ci=_float(summary.get("efficiency_in_job_ci95")),
         overhead=_float(summary.get("communication_overhead")),
+        overhead_ci=_float(summary.get("communication_overhead_ci95")),
         consensus=tuple(float(c) for c in consensus),
-        final_consensus=_float(summary.get("final_consensus_distance")))
+        final_consensus=_float(summary.get("final_consensus_distance")),
+        oversubscribed=crowded,
+        flags=tuple(metrics.trust_flags({**summary, "oversubscribed": crowded})))
+
+
+def oversubscribed(doc: Dict[str, Any]) -> bool:
+    """More CPU workers on a machine than it has cores, as the run recorded it, or
+    for results from before it did, from their hostnames and core counts."""
+    summary, env = doc["summary"], doc.get("environment") or {}
+    if "oversubscribed" in summary:
+        return bool(summary["oversubscribed"])
+    hosts = env.get("hostnames") or []
+    cores = env.get("cpu_count")
+    if env.get("device") != "cpu" or not hosts or not cores:
+        return False
+    return max(hosts.count(h) for h in hosts) > cores
 
 
 def precision_of(config: Dict[str, Any]) -> str:
@@ -249,14 +307,30 @@ def combine(runs: List[Run]) -> Point:
         latency = {k: _mean([r.latency.get(k) for r in runs]) for k in first.latency}
     curves = [r.consensus for r in runs if r.consensus]
     length = min((len(c) for c in curves), default=0)
+    efficiency, efficiency_ci = _combined([r.efficiency_in_job for r in runs],
+                                          [r.efficiency_in_job_ci for r in runs])
+    overhead, overhead_ci = _combined([r.overhead for r in runs], [r.overhead_ci for r in runs])
     return Point(
         series=first.series, workers=first.workers, runs=runs, total=float(np.mean(means)),
         ci=ci, ci_over=ci_over, totals=np.array([s for r in runs for s in r.totals]),
         latency=latency, compute_only=_mean([r.compute_only for r in runs]),
-        efficiency_in_job=_mean([r.efficiency_in_job for r in runs]),
-        overhead=_mean([r.overhead for r in runs]),
+        efficiency_in_job=efficiency, efficiency_in_job_ci=efficiency_ci,
+        overhead=overhead, overhead_ci=overhead_ci,
         final_consensus=_mean([r.final_consensus for r in runs]),
-        consensus=np.mean([c[:length] for c in curves], axis=0) if length else np.array([]))
+        consensus=np.mean([c[:length] for c in curves], axis=0) if length else np.array([]),
+        oversubscribed=any(r.oversubscribed for r in runs))
+
+
+def _combined(values: List[Optional[float]], cis: List[Optional[float]]
+              ) -> Tuple[Optional[float], Optional[float]]:
+    """A quantity over repeated runs: the mean of the runs' values with the 95% CI over
+    them; one run: its value with its own CI."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return None, None
+    if len(known) == 1:
+        return known[0], cis[values.index(known[0])]
+    return float(np.mean(known)), metrics.ci95_halfwidth(known)
 
 
 def group_runs(runs: Iterable[Run]) -> List[Group]:
@@ -269,15 +343,28 @@ def group_runs(runs: Iterable[Run]) -> List[Group]:
         cells = by_key[key]
         points = [combine(sorted(cells[c], key=lambda r: str(r.path)))
                   for c in sorted(cells, key=lambda c: (c[0].order(), c[1]))]
-        # One worker does not communicate, whatever the strategy: every 1-worker run
-        # of the group measures Total(1), so they are pooled into one baseline.
-        singles = [r.total for p in points if p.workers == 1 for r in p.runs]
-        baseline = float(np.mean(singles)) if singles else None
-        if baseline:
-            for p in points:
-                p.efficiency = metrics.scaling_efficiency(p.total, p.workers, baseline)
-        groups.append(Group(key, points, baseline if baseline else None, len(singles)))
+        baselines = _baselines(points)
+        for p in points:
+            base = baselines.get(p.series)
+            if base is not None and base.total > 0:
+                p.efficiency = metrics.scaling_efficiency(p.total, p.workers, base.total)
+                p.efficiency_ci = metrics.ratio_ci95(p.efficiency, p.total, p.ci, base.total,
+                                                     base.ci)
+        groups.append(Group(key, points, baselines))
     return groups
+
+
+def _baselines(points: List[Point]) -> Dict[Series, Baseline]:
+    """Each series' Total(1): its own 1-worker point, else the compute-only `none`'s."""
+    own = {p.series: Baseline(p.total, p.ci, len(p.runs), p.series)
+           for p in points if p.workers == 1}
+    fallback = next((b for s, b in own.items() if s.strategy == "none"), None)
+    found = {}
+    for series in {p.series for p in points}:
+        base = own.get(series, fallback)
+        if base is not None:
+            found[series] = base
+    return found
 
 
 def analyse(paths: Iterable[Union[str, Path]],

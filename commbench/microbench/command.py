@@ -72,8 +72,10 @@ def sizes(begin: int, end: int, factor: int) -> List[int]:
 
 def main(args) -> int:
     from commbench import registry, results
+    from commbench.allocator import steady_malloc
     from commbench.launch.detect import detect_launch
 
+    steady_malloc()
     launch = detect_launch()
     config = config_from_args(args)  # what the plugins validate and read settings from
     the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)

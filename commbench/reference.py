@@ -1,0 +1,65 @@
+"""The compute-only reference of a run: training with no communication, measured in the
+same job, so that in-job scaling efficiency E* and the communication overhead compare
+the run with what the same workers compute on the same machine at the same time.
+
+For that to hold, all workers measure it together and long enough: a barrier starts
+each half, every worker runs the same number of iterations, chosen so that a half
+lasts at least --reference-seconds (and holds at least half of --reference-iters), and
+one half is measured before the run and one after it, so drift and start-up effects
+show (metrics.summarize compares the halves and the workers' windows).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any, Callable, List
+
+from commbench.loop import Timings, measure, warm_up
+
+
+class ComputeOnly:
+    """The reference on a copy of the model (the run starts from the state it would
+    have started from anyway): build it, then call half() before and after the run."""
+
+    def __init__(self, trainable: Callable[[Any], tuple], model, config, images, labels,
+                 sync: Callable[[], None]):
+        from commbench.optimizers.base import local_step
+
+        self.twin = copy.deepcopy(model)
+        step = local_step(*trainable(self.twin))
+        self.step = lambda: step(images, labels)
+        self.sync, self.batches = sync, config.num_batches_per_iter
+        warm_up(self.step, sync, config.num_warmup_batches)
+        self.iterations = self._iterations_per_half(config)
+        self.timings = Timings()
+        self.windows: List[List[float]] = []  # [start, end] of each half, wall-clock
+
+    def _iterations_per_half(self, config) -> int:
+        """Enough iterations for --reference-seconds on the slowest worker, agreed by
+        all, so that every worker's window covers the others'."""
+        import torch
+        import torch.distributed as dist
+
+        start = time.perf_counter()
+        self.step()
+        self.sync()
+        seconds = (time.perf_counter() - start) * self.batches  # one iteration, estimated
+        slowest = torch.tensor([seconds], dtype=torch.float64)
+        if dist.get_backend() == "nccl":
+            slowest = slowest.cuda()
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        wanted = config.reference_seconds / max(float(slowest), 1e-9)
+        return max(math.ceil(config.reference_iters / 2), math.ceil(wanted))
+
+    def half(self) -> None:
+        """One half of the reference, all workers starting together."""
+        import torch.distributed as dist
+
+        dist.barrier()
+        start = time.time()
+        done = measure(self.step, self.sync, self.iterations, self.batches)
+        self.windows.append([start, time.time()])
+        self.timings.iteration_seconds += done.iteration_seconds
+        self.timings.batch_seconds += done.batch_seconds
