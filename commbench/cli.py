@@ -67,7 +67,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "run")
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except UsageError as e:  # an installed plugin whose flags clash: every command says so
+        ending(say_error(str(e), UsageError.exit_code))
+        return
     args, extra = parser.parse_known_args(argv)
     module = importlib.import_module(SUBCOMMANDS[args.command][0])
     if extra and not getattr(module, "PASSES_RUN_FLAGS", False):

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from commbench.errors import UsageError
-from commbench.precision import AMP_MODES
 from commbench.flags import (add_flags, flag, flag_fields, integer, non_negative_float,
                              non_negative_int, one_of, option_name, positive_float, positive_int)
+from commbench.precision import AMP_MODES
 
 CPU_TRANSPORTS = ("auto", "gloo", "mpi")
 

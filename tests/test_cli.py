@@ -108,3 +108,26 @@ def test_list_shows_strategies_and_why_not():
     done = commbench("list")
     assert done.returncode == 0
     assert "allreduce" in done.stdout and "none" in done.stdout and "usable" in done.stdout
+
+
+def test_a_plugin_whose_flag_clashes_with_run_is_one_line(monkeypatch, capsys):
+    from dataclasses import dataclass
+
+    from commbench import registry
+    from commbench.cli import main
+    from commbench.flags import flag
+    from commbench.optimizers.base import Strategy
+
+    @dataclass(frozen=True)
+    class Clashing:
+        model: str = flag("x", "a flag run already has")
+
+    class Plugin(Strategy):
+        name, summary, Options = "clashing", "declares --model", Clashing
+
+    monkeypatch.setattr(registry, "loadable", lambda: {"clashing": Plugin})
+    with pytest.raises(SystemExit) as exit_:
+        main(["list"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == ("commbench: error: plugin 'clashing' declares --model, "
+                                       "which is a flag of commbench run\n")
