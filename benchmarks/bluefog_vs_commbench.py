@@ -2,8 +2,7 @@
 on the same model, batch, topology and schedule, same job, alternating rounds.
 Runs in the Bluefog environment (scripts/setup_bluefog_env.sh):
 
-    .venv-bluefog/bin/bfrun --prefix .venv-bluefog/libexec/ompi5/ -np 4 \
-        --extra-mpi-flags="--oversubscribe" .venv-bluefog/bin/python \
+    .venv-bluefog/bin/bfrun -np 4 --extra-mpi-flags="--oversubscribe" .venv-bluefog/bin/python \
         benchmarks/bluefog_vs_commbench.py [--model resnet50 --image-size 32]
 
 Prints each round and the ratio of total img/sec (commbench / Bluefog), as the ratio

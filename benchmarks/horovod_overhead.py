@@ -3,8 +3,7 @@ Horovod loop (the shape of Horovod's pytorch_synthetic_benchmark.py), same
 configuration, same job, alternating rounds.
 
     horovodrun -np 2 -H localhost:2 --gloo python benchmarks/horovod_overhead.py [--rounds 5]
-    horovodrun -np 2 -H localhost:2 --mpi --binding-args="--bind-to none --map-by slot" \
-        python benchmarks/horovod_overhead.py [--rounds 5] [run flags]
+    horovodrun -np 2 python benchmarks/horovod_overhead.py [--rounds 5] [run flags]
 
 Prints each round and the ratio of total img/sec (commbench / hand-written), as the
 ratio of medians and as the median of the paired rounds; the target is >= 0.98.

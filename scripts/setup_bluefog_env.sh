@@ -4,8 +4,8 @@
 # extras), so that the `bluefog.*` plugins and commbench's core can be tested there.
 #
 #     bash scripts/setup_bluefog_env.sh [VENV_DIR]      # default: .venv-bluefog
-#     VENV_DIR/bin/bfrun --prefix VENV_DIR/libexec/ompi5/ -np 4 VENV_DIR/bin/python \
-#         -m commbench --dist-optimizer=bluefog.neighbor_allreduce --model squeezenet1_1
+#     . VENV_DIR/bin/activate
+#     bfrun -np 4 python -m commbench --dist-optimizer=bluefog.neighbor_allreduce
 #
 # Why a separate environment: Bluefog 0.3.0 (its last release) compiles against
 # torch's C++ API of its time; it does not build against any torch that supports
@@ -57,20 +57,8 @@ fi
 "${PIP[@]}" install -q --no-deps "$CACHE"/bluefog-*.whl
 # Bluefog's run-time dependencies; networkx 3 removed APIs that Bluefog 0.3.0 uses.
 "${PIP[@]}" install -q "networkx<3" cloudpickle psutil six tqdm
-# bfrun (like horovodrun 0.28) passes -bind-to/-map-by with one dash, which Open MPI 5's
-# mpirun rejects ("Executable: none"). bfrun's --prefix names the directory of the
-# mpirun to use: this one spells the two options the way Open MPI 5 accepts them.
-#     bfrun --prefix "$VENV/libexec/ompi5/" -np 4 python -m commbench ...
-mkdir -p "$VENV/libexec/ompi5"
-cat > "$VENV/libexec/ompi5/mpirun" <<'SH'
-#!/usr/bin/env bash
-args=()
-for a in "$@"; do
-    case "$a" in -bind-to) a=--bind-to ;; -map-by) a=--map-by ;; esac
-    args+=("$a")
-done
-exec "$(dirname "$0")/../../bin/mpirun" "${args[@]}"
-SH
-chmod +x "$VENV/libexec/ompi5/mpirun"
+# bfrun passes -bind-to/-map-by with one dash, which Open MPI 5's mpirun rejects; the
+# front respells them, so `bfrun -np 4 python -m commbench ...` runs as typed.
+"$VENV/bin/commbench" setup-mpirun
 "$VENV/bin/python" -c 'import bluefog, torch, bluefog.torch; print("bluefog", bluefog.__version__, "torch", torch.__version__)'
 echo "$VENV/bin/python"

@@ -60,11 +60,9 @@ def bfrun(n, args, timeout=75, cwd=None):
     bin_dir = Path(python).parent
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": "",
            "VIRTUAL_ENV": str(bin_dir.parent)}
-    # --prefix: the mpirun shim of setup_bluefog_env.sh (bfrun's one-dash -bind-to and
-    # -map-by are rejected by Open MPI 5).
-    cmd = [str(bin_dir / "bfrun"), "--prefix", f"{bin_dir.parent}/libexec/ompi5/", "-np", str(n),
-           python, *args]
-    return run(cmd, timeout, env=env, cwd=cwd)
+    # As typed (`bfrun -np N python ...`): its one-dash -bind-to/-map-by reach Open MPI 5
+    # through the front that setup_bluefog_env.sh installs (`commbench setup-mpirun`).
+    return run(["bfrun", "-np", str(n), "python", *args], timeout, env=env, cwd=cwd)
 
 
 def completed(done):

@@ -18,7 +18,7 @@ from commbench import registry
 from commbench.config import RunConfig
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo
-from launchers import BIN, PYTHON, TINY_RUN, mpiexec, only_result, run
+from launchers import BIN, TINY_RUN, mpiexec, only_result, run
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
@@ -32,14 +32,12 @@ def horovod_or_skip():
         pytest.skip(why)
 
 
-def horovodrun(n, args, controller, timeout=240, cwd=None):
-    """horovodrun with a hard timeout (launchers.run kills every rank it started)."""
+def horovodrun(options, args, timeout=240, cwd=None):
+    """`horovodrun OPTIONS python ARGS` as a user types it (this environment's python
+    first on PATH), with a hard timeout (launchers.run kills every rank it started)."""
     exe = str(BIN / "horovodrun") if (BIN / "horovodrun").exists() else shutil.which("horovodrun")
-    cmd = [exe, "-np", str(n), "-H", f"localhost:{n}", f"--{controller}"]
-    if controller == "mpi":
-        # Horovod 0.28.1 passes -bind-to/-map-by with one dash, which Open MPI 5 rejects.
-        cmd += ["--binding-args=--bind-to none --map-by slot"]
-    return run(cmd + [PYTHON, *args], timeout, cwd=cwd)
+    env = {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    return run([exe, *options, "python", *args], timeout, env=env, cwd=cwd)
 
 
 # --- everywhere ---------------------------------------------------------------------
@@ -65,18 +63,22 @@ def test_refused_under_torchrun_before_any_communication():
 
 @pytest.mark.mpi
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("controller, workers, extra", [
-    ("gloo", 4, []),
-    ("mpi", 2, ["--fp16-allreduce", "--hierarchical-allreduce"]),
+@pytest.mark.parametrize("options, controller, extra", [
+    (["-np", "4", "-H", "localhost:4", "--gloo"], "gloo", []),
+    # The card's line as typed: MPI mode (Horovod's default when built with MPI), its
+    # one-dash -bind-to/-map-by taken by the front of `commbench setup-mpirun`.
+    (["-np", "2"], "mpi", ["--fp16-allreduce", "--hierarchical-allreduce"]),
+    (["-np", "2", "-H", "localhost:2"], "mpi", []),
 ])
-def test_horovodrun_writes_a_normal_result(tmp_path, controller, workers, extra):
+def test_horovodrun_writes_a_normal_result(tmp_path, options, controller, extra):
     horovod_or_skip()
-    done = horovodrun(workers, ["-m", "commbench", "--dist-optimizer=horovod",
-                                "--results-dir", str(tmp_path), *TINY_RUN, *extra],
-                      controller, cwd=tmp_path)
+    workers = int(options[1])
+    done = horovodrun(options, ["-m", "commbench", "--dist-optimizer=horovod",
+                                "--results-dir", str(tmp_path), *TINY_RUN, *extra], cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     doc = only_result(tmp_path)
-    # horovodrun --mpi starts the ranks through mpirun, which exports only its own variables.
+    # In MPI mode horovodrun starts the ranks through mpirun, which exports only its own
+    # variables.
     assert doc["environment"]["launcher"] == {"gloo": "horovodrun", "mpi": "openmpi"}[controller]
     assert doc["environment"]["world_size"] == workers == doc["summary"]["workers"]
     assert doc["environment"]["packages"]["horovod"]
