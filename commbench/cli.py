@@ -26,6 +26,8 @@ SUBCOMMANDS = {
     "compare": ("commbench.analysis.compare", "A/B comparison of two sets of result files"),
     "microbench": ("commbench.microbench.command", "communication-only size sweeps: time, "
                    "algbw/busbw, ratio to raw primitives (start it under a launcher)"),
+    "cluster": ("commbench.cluster.command", "emulate machines with capped links on this host "
+                "(network namespaces): up, down, status"),
     "setup-mpirun": ("commbench.launch.mpirun_front", "let this environment's Open MPI 5 "
                      "mpirun take Open MPI 4's -bind-to/-map-by (horovodrun, bfrun)"),
 }

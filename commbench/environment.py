@@ -3,6 +3,7 @@ file, so that `compare` can say which of them differ between two runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -92,6 +93,17 @@ def mpi_library() -> Optional[str]:
     return MPI.Get_library_version().strip("\x00 \n").splitlines()[0]
 
 
+def emulated_network() -> Optional[Dict[str, Any]]:
+    """The emulated cluster this process runs on (commbench cluster: machines, slots,
+    link rate, and the host they share), or None on a real machine."""
+    text = os.environ.get("COMMBENCH_EMULATED_NETWORK")
+    try:
+        found = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def collect(ctx) -> Dict[str, Any]:
     import torch
 
@@ -115,6 +127,7 @@ def collect(ctx) -> Dict[str, Any]:
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "physical_cores": list(ctx.cores),
+        "emulated_network": emulated_network(),
         "malloc": allocator.applied,
         "torch_threads": torch.get_num_threads(),
         "gpu": None,

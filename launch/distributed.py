@@ -33,12 +33,15 @@ class DistContext:
     simulated_machines: bool
     gpu_names: Tuple[Optional[str], ...] = ()  # one per rank, on GPUs
     cores: Tuple[int, ...] = ()  # physical cores of each rank's machine
+    # the real machine of each rank: its hostname, or on an emulated cluster the host
+    # all emulated machines share
+    physical_hosts: Tuple[str, ...] = ()
 
     def machine_load(self) -> List[Tuple[str, int, int]]:
-        """(hostname, workers on it, its physical cores) of every machine."""
-        hosts = list(dict.fromkeys(self.hostnames))
-        return [(h, self.hostnames.count(h), self.cores[self.hostnames.index(h)])
-                for h in hosts]
+        """(machine, workers on it, its physical cores) of every real machine: the host,
+        on an emulated cluster, since all its machines share its cores."""
+        hosts = self.physical_hosts or self.hostnames
+        return [(h, hosts.count(h), self.cores[hosts.index(h)]) for h in dict.fromkeys(hosts)]
 
     @property
     def rank(self) -> int:
@@ -89,7 +92,8 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
     mpi_deadline.seconds = timeout
     _SUBGROUPS.timeout = timedelta(seconds=timeout)
     hosts, group = _exchange_hosts(backend)
-    hostnames = [h for h, _ in hosts]
+    hostnames = [h for h, _, _ in hosts]
+    physical_hosts = tuple(p for _, _, p in hosts)
     info = _fill_node_layout(info, hostnames)
     gpu_names: Tuple[Optional[str], ...] = ()
     if use_cuda:
@@ -101,7 +105,7 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
         gpu_names = tuple(name for _, _, name in gpus)
     else:
         device = torch.device("cpu")
-        _share_cores(info)
+        _share_cores(physical_hosts.count(physical_hosts[info.rank]))
 
     simulated = machine_size is not None
     if simulated:
@@ -110,7 +114,7 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
     else:
         machine_size = _real_machine_size(info, hostnames)
     return DistContext(info, device, backend, tuple(hostnames), machine_size, simulated,
-                       gpu_names, tuple(c for _, c in hosts))
+                       gpu_names, tuple(c for _, c, _ in hosts), physical_hosts)
 
 
 def _nccl_errors_end_the_job() -> None:
@@ -121,19 +125,21 @@ def _nccl_errors_end_the_job() -> None:
     os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
 
 
-def _exchange_hosts(backend: str) -> Tuple[List[Tuple[str, int]], Any]:
-    """Every rank's hostname and its machine's physical cores, gathered over gloo: a
-    rank must be on its own GPU before the first NCCL operation, and which GPU is its
-    own follows from these hostnames when the launcher did not say. Also the gloo group
-    used (None: the job's own)."""
+def _exchange_hosts(backend: str) -> Tuple[List[Tuple[str, int, str]], Any]:
+    """Every rank's hostname, its machine's physical cores and its real machine,
+    gathered over gloo: a rank must be on its own GPU before the first NCCL operation,
+    and which GPU is its own follows from these hostnames when the launcher did not
+    say. Also the gloo group used (None: the job's own)."""
     import torch.distributed as dist
 
-    from commbench.environment import physical_cores
+    from commbench.environment import emulated_network, physical_cores
 
     group = None
     if backend != "gloo":
         group = dist.new_group(backend="gloo", timeout=_SUBGROUPS.timeout)
-    return [tuple(h) for h in _gather((socket.gethostname(), physical_cores()), group)], group
+    name = socket.gethostname()
+    real = (emulated_network() or {}).get("host", name)
+    return [tuple(h) for h in _gather((name, physical_cores(), real), group)], group
 
 
 def _gather(mine: Any, group: Any) -> List[Any]:
@@ -298,8 +304,9 @@ def _real_machine_size(info: LaunchInfo, hostnames: List[str]) -> int:
     return counts.pop() if len(counts) == 1 and contiguous else 0
 
 
-def _share_cores(info: LaunchInfo) -> None:
-    """Give each co-located CPU worker its share of the cores.
+def _share_cores(workers_on_this_host: int) -> None:
+    """Give each CPU worker its share of its real machine's cores (on an emulated
+    cluster: the host's, shared by the workers of every emulated machine).
 
     torch uses every core by default, so N workers on one machine would each run
     N-fold oversubscribed. torchrun sets OMP_NUM_THREADS=1 for the same reason;
@@ -308,7 +315,7 @@ def _share_cores(info: LaunchInfo) -> None:
     import torch
 
     if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, info.local_size)))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, workers_on_this_host)))
 
 
 def leave_libraries() -> None:

@@ -190,10 +190,11 @@ def _runs(count: int) -> str:
 
 
 def _title(matching: Tuple) -> str:
-    model, batch, image, classes, precision, device, backend = matching
+    model, batch, image, classes, precision, device, backend, network = matching
     parts = [model, f"batch {batch} per worker", f"{image}x{image} images"]
     parts += [f"{classes} classes"] if classes != 1000 else []
-    return ", ".join(parts + [precision, device, backend])
+    parts += [precision, device, backend]
+    return ", ".join(parts + ([f"{network} network"] if network else []))
 
 
 def _row(p: Dict[str, Any]) -> List[str]:

@@ -30,6 +30,7 @@ class GroupKey(NamedTuple):
     #                  communication is compressed ("fp16-allreduce" alone in fp32)
     device: str  # "cpu" or "cuda"
     backend: str
+    network: str  # "" on real machines; "emulated, <rate> links" on an emulated cluster
     hardware: str  # GPU name, else CPU name: runs from different machines never pool
     tag: str
 
@@ -39,6 +40,8 @@ class GroupKey(NamedTuple):
         if self.num_classes != 1000:
             parts.append(f"{self.num_classes} classes")
         parts += [self.precision, f"{self.device} ({self.hardware})", self.backend]
+        if self.network:
+            parts.append(f"{self.network} network")
         if self.tag:
             parts.append(f"tag {self.tag}")
         return ", ".join(parts)
@@ -48,13 +51,15 @@ class GroupKey(NamedTuple):
         if self.num_classes != 1000:
             parts.append(f"{self.num_classes}cls")
         parts += [self.precision, self.device, self.backend]
+        if self.network:
+            parts.append(self.network.replace("emulated, ", "emulated-").replace(" links", ""))
         if self.tag:
             parts.append(self.tag)
         return "-".join(parts)
 
     def matching(self) -> Tuple:
         """The part `compare` matches on: arms may differ in hardware and tag."""
-        return tuple(self)[:7]
+        return tuple(self)[:8]
 
 
 class Series(NamedTuple):
@@ -228,7 +233,8 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
     key = GroupKey(str(config["model"]), int(config["batch_size"]), int(config["image_size"]),
                    int(config.get("num_classes", 1000)),
                    precision_of(config),
-                   device, str(env.get("backend") or "unknown"), str(hardware or "unknown"),
+                   device, str(env.get("backend") or "unknown"), network_of(env),
+                   str(hardware or "unknown"),
                    str(config.get("tag") or ""))
     total = summary["total_img_sec"]
     totals: Tuple[float, ...] = ()
@@ -274,6 +280,12 @@ def precision_of(config: Dict[str, Any]) -> str:
     return "fp16-allreduce" if compute == "fp32" else f"{compute}+fp16-allreduce"
 
 
+def network_of(env: Dict[str, Any]) -> str:
+    """The network runs must share to be compared: '' for real machines."""
+    emulated = env.get("emulated_network")
+    return f"emulated, {emulated.get('link')} links" if isinstance(emulated, dict) else ""
+
+
 def series_of(doc: Dict[str, Any]) -> Series:
     """The strategy and the topology settings its plugin recorded. Run flags such as
     --topology are not consulted: a strategy that ignores them (`none`) records none.
@@ -287,6 +299,8 @@ def series_of(doc: Dict[str, Any]) -> Series:
     machines = ""
     if "machine_size" in strategy and config.get("machine_size"):
         machines = f"{config['machine_size']} ranks/machine"
+    elif network_of(doc.get("environment") or {}):  # a layout the user chose by -H
+        machines = f"{doc['environment'].get('machine_size') or 'uneven'} ranks/machine"
     return Series(name, str(strategy.get("topology") or ""), str(dynamic or ""),
                   str(strategy.get("style") or "").upper(), machines)
 

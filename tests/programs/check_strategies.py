@@ -25,7 +25,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -169,9 +169,11 @@ class Checker:
         from commbench.topology import build_schedule, build_topology
 
         n, s = self.n, "hierarchical_neighbor_allreduce"
-        for local in divisors(n):
+        real = self.ctx.num_machines > 1 and not self.ctx.simulated_machines
+        for local in [self.ctx.machine_size] if real else divisors(n):
             machines = n // local
-            ctx = self.machines(local)
+            ctx = self.ctx if real else self.machines(local)  # the launcher's machines, or
+            #                                                    simulated ones of each size
 
             def kron(w_machines):  # machines' W, each machine averaged inside
                 return np.kron(w_machines, np.full((local, local), 1.0 / local))
@@ -317,20 +319,26 @@ def main() -> int:
 
     ctx = init_distributed(detect_launch(), no_cuda=True, timeout=120)
     checker = Checker(ctx)
+    wanted = set(sys.argv[1:]) or set(STRATEGIES)  # the strategies named, else all
     for transport in ("gloo", "mpi"):
         checker.transport = transport
-        checker.neighbor_allreduce()
-        checker.hierarchical()
-    checker.transport = "gloo"
-    checker.gradient_averaging("gradient_allreduce")
-    from commbench.optimizers.gradient_allreduce import GradientAverager
+        if "neighbor_allreduce" in wanted:
+            checker.neighbor_allreduce()
+        if "hierarchical_neighbor_allreduce" in wanted:
+            checker.hierarchical()
+    if "gradient_allreduce" in wanted:
+        checker.transport = "gloo"
+        checker.gradient_averaging("gradient_allreduce")
+        from commbench.optimizers.gradient_allreduce import GradientAverager
 
-    GradientAverager.use_post_accumulate_grad_hook = False  # the torch < 2.1 hooks
-    checker.gradient_averaging("gradient_allreduce")
-    checker.gradient_averaging("allreduce")
-    checker.transport = "mpi"  # DDP's buckets through the MPI averager (no fp16 on MPI)
-    checker.gradient_averaging("allreduce", fp16_cases=(False,))
-    checker.large_bucket()
+        GradientAverager.use_post_accumulate_grad_hook = False  # the torch < 2.1 hooks
+        checker.gradient_averaging("gradient_allreduce")
+    if "allreduce" in wanted:
+        checker.transport = "gloo"
+        checker.gradient_averaging("allreduce")
+        checker.transport = "mpi"  # DDP's buckets through the MPI averager (no fp16 on MPI)
+        checker.gradient_averaging("allreduce", fp16_cases=(False,))
+        checker.large_bucket()
     everyone: List = [None] * ctx.world_size
     dist.all_gather_object(everyone, checker.failures)
     failures = [f for rank in everyone for f in rank]
@@ -374,7 +382,11 @@ def run_checks(n: int, timeout: float = 420) -> Outcome:
     """Run this program under `mpiexec -n n` once per pytest session."""
     from launchers import mpiexec
 
-    proc = mpiexec(n, [os.path.abspath(__file__)], timeout=timeout)
+    return outcome(mpiexec(n, [os.path.abspath(__file__)], timeout=timeout))
+
+
+def outcome(proc) -> Outcome:
+    """What a finished check job found."""
     results, failures = {}, {s: [] for s in STRATEGIES}
     for line in proc.stdout.splitlines():
         result = re.fullmatch(r"RESULT (\S+) (\d+) (\d+)", line.strip())
@@ -387,14 +399,14 @@ def run_checks(n: int, timeout: float = 420) -> Outcome:
     return Outcome(proc.returncode, output, results, failures)
 
 
-def assert_strategy_clean(n: int, strategy: str) -> None:
-    outcome = run_checks(n)
-    if strategy not in outcome.results:
-        raise AssertionError(f"the check job on {n} ranks did not finish:\n{outcome.output}")
-    checked, failed = outcome.results[strategy]
+def assert_strategy_clean(n: int, strategy: str, found: Optional[Outcome] = None) -> None:
+    found = found or run_checks(n)
+    if strategy not in found.results:
+        raise AssertionError(f"the check job on {n} ranks did not finish:\n{found.output}")
+    checked, failed = found.results[strategy]
     assert checked > 0, f"no case of {strategy} was checked on {n} ranks"
     assert failed == 0, (f"{failed} of {checked} cases of {strategy} on {n} ranks differ from "
-                         f"the dense reference:\n" + "\n".join(outcome.failures[strategy][:20]))
+                         f"the dense reference:\n" + "\n".join(found.failures[strategy][:20]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,61 @@
+"""`commbench cluster up|down|status`: an emulated cluster of machines with capped
+links on this host (see commbench/cluster/network.py for what it is made of)."""
+
+from __future__ import annotations
+
+from commbench.cluster import network
+
+DEFAULT_NAME = "cb"
+
+
+def add_arguments(parser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True,
+                                parser_class=type(parser))
+    up = sub.add_parser("up", help="make a cluster and print how to launch on it")
+    up.add_argument("--machines", type=int, default=2, help="emulated machines (default 2)")
+    up.add_argument("--slots", type=int, default=2,
+                    help="ranks per machine in the printed launch lines (default 2)")
+    up.add_argument("--link", default="1gbit",
+                    help="each machine's NIC rate, both directions, as tc spells it "
+                         "(default 1gbit; e.g. 200mbit, 10gbit)")
+    for action in (up, sub.add_parser("down", help="remove a cluster and all it made")):
+        action.add_argument("--name", default=DEFAULT_NAME,
+                            help=f"the cluster's name, prefix of all it makes "
+                                 f"(default {DEFAULT_NAME})")
+    sub.add_parser("status", help="the clusters that are up, and their pieces")
+
+
+def main(args) -> int:
+    if args.action == "up":
+        cluster = network.up(args.name, args.machines, args.slots, args.link)
+        print(describe(cluster))
+        return 0
+    if args.action == "down":
+        removed = network.down(args.name)
+        print(f"cluster {args.name}: " + (f"removed {', '.join(removed)}" if removed
+                                          else "nothing of it exists"))
+        return 0
+    found = network.clusters()
+    if not found:
+        print("no emulated cluster is up")
+    for cluster in found:
+        print(f"cluster {cluster.name}: {cluster.machines} machines x {cluster.slots} slots, "
+              f"{cluster.link} links, subnet {cluster.subnet}")
+        for piece, there in network.status(cluster).items():
+            print(f"  {piece}: {'up' if there else 'MISSING'}")
+    return 0
+
+
+def describe(c: network.Cluster) -> str:
+    n = c.machines * c.slots
+    return "\n".join([
+        f"cluster {c.name}: {c.machines} machines ({', '.join(c.machine(i) for i in range(c.machines))})"
+        f" x {c.slots} slots, each linked at {c.link} both ways (no latency added),"
+        f" subnet {c.subnet}, host at {c.host_address} on {c.bridge}",
+        "Launch on it from a shell with its ssh first on PATH:",
+        f"  . {c.directory / 'env.sh'}",
+        f"  mpirun -H {c.hosts} -np {n} python -m commbench --dist-optimizer=allreduce",
+        f"  horovodrun -np {n} -H {c.hosts} python -m commbench --dist-optimizer=horovod",
+        f"  bfrun -np {n} -H {c.hosts} python -m commbench --dist-optimizer=neighbor_allreduce",
+        f"Remove it: commbench cluster down --name {c.name}",
+    ])

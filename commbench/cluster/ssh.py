@@ -1,0 +1,81 @@
+"""The `ssh` of an emulated cluster: `ssh [options] HOST COMMAND...` runs COMMAND in
+HOST's namespaces (its network, its hostname, its /etc/hosts), as ssh would run it on
+that machine: through the user's shell, with the words of COMMAND joined by spaces.
+
+It is first on the PATH of a shell that sourced the cluster's env.sh, so every launcher
+that reaches machines through ssh (Open MPI's daemons, horovodrun's host check and its
+gloo launcher, bfrun) reaches the emulated ones, with no launcher-specific agent.
+ssh's options are accepted and ignored: there is no remote login to configure.
+
+Inside a machine the environment is the caller's (one host, one filesystem), plus
+COMMBENCH_EMULATED_NETWORK (what results record, and how ranks know they share the
+host's cores with every other machine) and GLOO_SOCKET_IFNAME (the machine's NIC).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+# ssh(1) options that take a value; any other option is a flag (letters may combine).
+WITH_VALUE = set("BbcDEeFIiJLlmOopQRSWw")
+NIC = "eth0"
+
+
+def split(argv: List[str]) -> Tuple[Optional[str], List[str]]:
+    """(host, command words) of an ssh command line."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and len(argv[i]) > 1:
+        word = argv[i]
+        if word == "--":
+            i += 1
+            break
+        letters = word[1:]
+        for j, letter in enumerate(letters):
+            if letter in WITH_VALUE:
+                i += 1 if j + 1 < len(letters) else 2  # -p22 or -p 22
+                break
+        else:
+            i += 1
+    if i >= len(argv):
+        return None, []
+    return argv[i].rsplit("@", 1)[-1], argv[i + 1:]
+
+
+def main() -> None:
+    from commbench.cluster.network import load
+
+    directory = Path(os.path.abspath(sys.argv[0])).parent.parent
+    cluster = load(directory.name)
+    host, words = split(sys.argv[1:])
+    if cluster is None:
+        fail(f"the emulated cluster of {directory} is down (commbench cluster status)")
+    if host is None:
+        fail("usage: ssh [options] HOST [COMMAND...]")
+    shell = os.environ.get("SHELL") or "/bin/sh"
+    command = " ".join(words) if words else f"exec {shell} -l"
+    names = {cluster.machine(i): i for i in range(cluster.machines)}
+    names.update({cluster.address(i): i for i in range(cluster.machines)})
+    if host in names:
+        i = names[host]
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=NIC, COMMBENCH_EMULATED_NETWORK=json.dumps(
+            dict(cluster.describe(), host=socket.gethostname())))
+        os.execvpe("nsenter", ["nsenter", f"--uts={cluster.uts(i)}", "--", "ip", "netns",
+                               "exec", cluster.netns(i), shell, "-c", command], env)
+    if host in ("localhost", "127.0.0.1", cluster.host_address, socket.gethostname()):
+        os.execvp(shell, [shell, "-c", command])
+    fail(f"Could not resolve hostname {host}: not a machine of emulated cluster "
+         f"{cluster.name} ({', '.join(names_of(cluster))})")
+
+
+def names_of(cluster) -> List[str]:
+    return [cluster.machine(i) for i in range(cluster.machines)]
+
+
+def fail(message: str) -> None:
+    print(f"ssh: {message}", file=sys.stderr)
+    sys.exit(255)

@@ -1,0 +1,160 @@
+"""`commbench cluster`: emulated machines (network namespaces with their own hostnames)
+joined by capped links — made and removed cleanly, refused without privileges or over
+names that are not its own, and real to every layer: MPI's launcher places ranks on
+the machines, commbench sees them as machines, and the links are capped.
+
+Needs root (or CAP_NET_ADMIN): elsewhere these tests skip, saying why; under CI they
+fail instead, since CI runs as root.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commbench.cluster import network
+from commbench.errors import UsageError
+from launchers import BIN, TINY_RUN, only_result, run
+from programs.check_strategies import assert_strategy_clean, outcome
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+def privileged_or_skip():
+    try:
+        network.check_privileges()
+    except UsageError as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must test emulated clusters: {e}")
+        pytest.skip(str(e))
+
+
+@pytest.fixture
+def name():
+    """A cluster name of this test alone, removed at the end whatever happened."""
+    privileged_or_skip()
+    made = f"t{os.getpid() % 100000}"
+    yield made
+    network.down(made)
+
+
+def ours(name):
+    """Every namespace and link on the host whose name is the cluster's."""
+    found = network.existing_netns() | network.existing_links()
+    return {n for n in found if n.split("@")[0].startswith(f"{name}-")}
+
+
+def on_machine(cluster, host, command):
+    return subprocess.run([str(cluster.bin / "ssh"), host, command], capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_up_makes_machines_with_their_own_names_and_capped_links_and_down_removes_all(name):
+    cluster = network.up(name, machines=2, slots=2, link="300mbit")
+    assert ours(name) == {f"{name}-br", f"{name}-m0", f"{name}-m1"}
+    assert all(network.status(cluster).values())
+    m0 = on_machine(cluster, "m0", "hostname; getent hosts m1; ip -br addr show eth0")
+    assert m0.returncode == 0, m0.stderr
+    hostname, m1, nic = m0.stdout.splitlines()
+    assert hostname == "m0" and m1.split() == [cluster.address(1), "m1"]
+    assert cluster.address(0) in nic
+    # ssh's own options are taken and ignored, as launchers pass them
+    assert on_machine(cluster, "-o", "").returncode != 0
+    done = subprocess.run([str(cluster.bin / "ssh"), "-o", "StrictHostKeyChecking=no", "-p",
+                           "22", "-x", "root@m1", "hostname"], capture_output=True, text=True)
+    assert done.stdout == "m1\n", done.stderr
+    unknown = on_machine(cluster, "m7", "true")
+    assert unknown.returncode == 255 and "not a machine of emulated cluster" in unknown.stderr
+    # the cap, on both ends of each link
+    for where in (["-n", f"{name}-m0"], []):
+        dev = "eth0" if where else f"{name}-m0"
+        qdisc = subprocess.run(["tc", *where, "qdisc", "show", "dev", dev],
+                               capture_output=True, text=True).stdout
+        assert "tbf" in qdisc and "rate 300Mbit" in qdisc, qdisc
+    with pytest.raises(UsageError, match=f"cluster {name} is already up"):
+        network.up(name, machines=2, slots=2, link="300mbit")
+    assert network.down(name)
+    assert ours(name) == set() and not cluster.directory.exists()
+    assert not (network.NETNS_ETC / f"{name}-m0").exists()
+    assert network.down(name) == []  # idempotent
+
+
+def test_refuses_names_it_did_not_make(name):
+    subprocess.run(["ip", "netns", "add", f"{name}-m0"], check=True)  # someone else's
+    try:
+        with pytest.raises(UsageError, match="not a commbench cluster's"):
+            network.up(name, machines=1, slots=1, link="1gbit")
+        assert network.load(name) is None
+        assert f"{name}-m0" in network.existing_netns()
+    finally:
+        subprocess.run(["ip", "netns", "delete", f"{name}-m0"], check=True)
+
+
+def test_bad_input_and_missing_privileges_are_one_line():
+    def cluster(*args, drop=False):
+        cmd = [sys.executable, "-m", "commbench", "cluster", *args]
+        if drop:  # root without CAP_NET_ADMIN
+            cmd = ["setpriv", "--bounding-set", "-net_admin", "--inh-caps", "-net_admin", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+    privileged_or_skip()
+    done = cluster("up", "--name", "tnop", drop=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "needs root (or CAP_NET_ADMIN)" in done.stderr
+    for args, says in ((["--link", "fast"], "give a rate as tc spells it"),
+                       (["--name", "Bad-Name"], "1-8 lowercase letters"),
+                       (["--machines", "0"], "--machines must be")):
+        done = cluster("up", *args)
+        assert done.returncode == 2 and says in done.stderr and done.stderr.count("\n") == 1
+
+
+def launch(cluster, cmd, timeout=300, cwd=None):
+    """A launcher line typed in a shell that sourced the cluster's env.sh."""
+    env = {"PATH": f"{cluster.bin}:{BIN}:{os.environ['PATH']}"}
+    return run(cmd, timeout, env=env, cwd=cwd)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_path):
+    cluster = network.up(name, machines=2, slots=2, link="1gbit")
+    done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "4", "python", "-m",
+                            "commbench", "--dist-optimizer=hierarchical_neighbor_allreduce",
+                            *TINY_RUN], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Number of workers: 4 (launcher: openmpi, 2 machine(s))" in done.stdout
+    doc = only_result(tmp_path / "results")
+    env = doc["environment"]
+    assert env["hostnames"] == ["m0", "m0", "m1", "m1"]
+    assert env["machine_size"] == 2 and env["simulated_machines"] is False
+    assert env["emulated_network"]["machines"] == 2 and env["emulated_network"]["link"] == "1gbit"
+    assert doc["strategy"]["num_machines"] == 2 and not doc["strategy"]["simulated_machines"]
+    # all machines share the host's cores: its oversubscription counts them together
+    host = env["emulated_network"]["host"]
+    cores = env["physical_cores"][0]
+    if 4 > cores:
+        assert doc["summary"]["oversubscribed"] == {"machine": host, "workers": 4,
+                                                    "physical_cores": cores}
+    # hierarchical averaging on real machines against the dense reference
+    check = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "4", "python",
+                             str(PROGRAMS / "check_strategies.py"),
+                             "hierarchical_neighbor_allreduce"], cwd=tmp_path)
+    assert_strategy_clean(4, "hierarchical_neighbor_allreduce", outcome(check))
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+def test_the_link_is_capped_at_its_rate(name, tmp_path):
+    cluster = network.up(name, machines=2, slots=1, link="400mbit")
+    done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "2", "python", "-m",
+                            "commbench", "microbench", "--op", "allreduce", "-b", "16M",
+                            "-e", "16M", "-n", "5", "-w", "1", "-c", "0"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(next((tmp_path / "results").glob("*.json")).read_text())
+    rate = 400e6 / 8
+    rows = {(r["op"], r["impl"]): r for r in doc["rows"]}
+    busbw = rows[("allreduce", "torch all_reduce")]["summary"]["busbw"]  # bytes/s
+    assert 0.6 * rate < busbw < 1.05 * rate, busbw / rate
