@@ -185,6 +185,11 @@ class BluefogNeighborAllreduce(_BluefogMixing):
                "static or dynamic); MPI launchers only")
 
 
+# Releases whose hierarchical_neighbor_allreduce_nonblocking passes the out-neighbors
+# as a list and no dst_weighting flag, where their op takes a dict and the flag.
+BROKEN_HIERARCHICAL = {"0.3.0"}
+
+
 class BluefogHierarchicalNeighborAllreduce(_BluefogMixing):
     name = "bluefog.hierarchical_neighbor_allreduce"
     summary = ("Bluefog's own optimizer with hierarchical neighbor allreduce (machines are "
@@ -201,6 +206,13 @@ class BluefogHierarchicalNeighborAllreduce(_BluefogMixing):
         if config.machine_size is not None:
             raise UsageError(f"argument --machine-size: {cls.name} takes its machines from "
                              "MPI (shared-memory groups); they cannot be simulated")
+        from commbench.environment import package_version
+
+        if package_version("bluefog") in BROKEN_HIERARCHICAL:
+            raise UsageError(f"{cls.name} cannot run with Bluefog "
+                             f"{package_version('bluefog')}: its Python calls the C++ "
+                             "hierarchical neighbor allreduce with an outdated argument list, "
+                             "which fails on the first step (see docs/engines.md)")
 
     def __init__(self, ctx, config):
         if ctx.machine_size == 0 or ctx.num_machines < 2:

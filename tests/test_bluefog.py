@@ -53,16 +53,18 @@ def bluefog_python():
     pytest.skip(why)
 
 
-def bfrun(n, args, timeout=75, cwd=None):
-    """bfrun with a hard timeout: a job that hangs fails (launchers.run kills every
-    rank it started)."""
+def bfrun(n, args, timeout=75, cwd=None, hosts=None, path_first=None):
+    """`bfrun -np N [-H HOSTS] python ARGS` as typed in the Bluefog environment (and,
+    given path_first, a shell that put that directory first on PATH), with a hard
+    timeout: a job that hangs fails (launchers.run kills every rank it started)."""
     python = bluefog_python()
     bin_dir = Path(python).parent
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": "",
-           "VIRTUAL_ENV": str(bin_dir.parent)}
-    # As typed (`bfrun -np N python ...`): its one-dash -bind-to/-map-by reach Open MPI 5
-    # through the front that setup_bluefog_env.sh installs (`commbench setup-mpirun`).
-    return run(["bfrun", "-np", str(n), "python", *args], timeout, env=env, cwd=cwd)
+    path = os.pathsep.join(filter(None, [path_first, str(bin_dir), os.environ["PATH"]]))
+    env = {"PATH": path, "PYTHONPATH": "", "VIRTUAL_ENV": str(bin_dir.parent)}
+    # Its one-dash -bind-to/-map-by reach Open MPI 5 through the front that
+    # setup_bluefog_env.sh installs (`commbench setup-mpirun`).
+    hosts = ["-H", hosts] if hosts else []
+    return run(["bfrun", "-np", str(n), *hosts, "python", *args], timeout, env=env, cwd=cwd)
 
 
 def completed(done):
@@ -126,10 +128,10 @@ def test_bfrun_writes_a_normal_result(tmp_path, engine, extra):
         assert 0 <= doc["summary"]["final_consensus_distance"] < 1
 
 
-def agreement(tmp_path, workers, first, second, extra=()):
+def agreement(tmp_path, workers, first, second, extra=(), **where):
     done = completed(bfrun(workers, [str(PROGRAMS / "engine_agreement.py"), first, second,
                                      *SMALL, "--steps", "2", "--timeout", "60", *extra],
-                           cwd=tmp_path))
+                           cwd=tmp_path, **where))
     line = next(l for l in done.stdout.splitlines() if l.startswith("AGREEMENT "))
     ranks = json.loads(line.split(" ", 1)[1])
     assert len(ranks) == workers

@@ -56,21 +56,23 @@ def test_up_makes_machines_with_their_own_names_and_capped_links_and_down_remove
     cluster = network.up(name, machines=2, slots=2, link="300mbit")
     assert ours(name) == {f"{name}-br", f"{name}-m0", f"{name}-m1"}
     assert all(network.status(cluster).values())
-    m0 = on_machine(cluster, "m0", "hostname; getent hosts m1; ip -br addr show eth0")
-    assert m0.returncode == 0, m0.stderr
-    hostname, m1, nic = m0.stdout.splitlines()
-    assert hostname == "m0" and m1.split() == [cluster.address(1), "m1"]
+    m0, m1 = cluster.machine(0), cluster.machine(1)
+    assert (m0, m1) == (f"{name}-m0", f"{name}-m1")
+    found = on_machine(cluster, m0, f"hostname; getent hosts {m1}; ip -br addr show {cluster.nic}")
+    assert found.returncode == 0, found.stderr
+    hostname, other, nic = found.stdout.splitlines()
+    assert hostname == m0 and other.split() == [cluster.address(1), m1]
     assert cluster.address(0) in nic
     # ssh's own options are taken and ignored, as launchers pass them
     assert on_machine(cluster, "-o", "").returncode != 0
     done = subprocess.run([str(cluster.bin / "ssh"), "-o", "StrictHostKeyChecking=no", "-p",
-                           "22", "-x", "root@m1", "hostname"], capture_output=True, text=True)
-    assert done.stdout == "m1\n", done.stderr
+                           "22", "-x", f"root@{m1}", "hostname"], capture_output=True, text=True)
+    assert done.stdout == f"{m1}\n", done.stderr
     unknown = on_machine(cluster, "m7", "true")
     assert unknown.returncode == 255 and "not a machine of emulated cluster" in unknown.stderr
     # the cap, on both ends of each link
     for where in (["-n", f"{name}-m0"], []):
-        dev = "eth0" if where else f"{name}-m0"
+        dev = cluster.nic if where else f"{name}-m0"
         qdisc = subprocess.run(["tc", *where, "qdisc", "show", "dev", dev],
                                capture_output=True, text=True).stdout
         assert "tbf" in qdisc and "rate 300Mbit" in qdisc, qdisc
@@ -128,7 +130,7 @@ def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_p
     assert "Number of workers: 4 (launcher: openmpi, 2 machine(s))" in done.stdout
     doc = only_result(tmp_path / "results")
     env = doc["environment"]
-    assert env["hostnames"] == ["m0", "m0", "m1", "m1"]
+    assert env["hostnames"] == [f"{name}-m0"] * 2 + [f"{name}-m1"] * 2
     assert env["machine_size"] == 2 and env["simulated_machines"] is False
     assert env["emulated_network"]["machines"] == 2 and env["emulated_network"]["link"] == "1gbit"
     assert doc["strategy"]["num_machines"] == 2 and not doc["strategy"]["simulated_machines"]
@@ -158,3 +160,42 @@ def test_the_link_is_capped_at_its_rate(name, tmp_path):
     rows = {(r["op"], r["impl"]): r for r in doc["rows"]}
     busbw = rows[("allreduce", "torch all_reduce")]["summary"]["busbw"]  # bytes/s
     assert 0.6 * rate < busbw < 1.05 * rate, busbw / rate
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("controller", ["mpi", "gloo"])
+def test_horovodrun_as_typed_on_the_machines(name, tmp_path, controller):
+    from test_horovod import horovod_or_skip
+
+    horovod_or_skip()
+    cluster = network.up(name, machines=2, slots=1, link="1gbit")
+    gloo = ["--gloo"] if controller == "gloo" else []
+    done = launch(cluster, ["horovodrun", *gloo, "-np", "2", "-H", cluster.hosts, "python",
+                            "-m", "commbench", "--dist-optimizer=horovod", *TINY_RUN],
+                  cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    doc = only_result(tmp_path / "results")
+    assert doc["environment"]["hostnames"] == [cluster.machine(0), cluster.machine(1)]
+    assert doc["strategy"]["controller"] == controller
+    assert doc["environment"]["emulated_network"]["link"] == "1gbit"
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+def test_bfrun_as_typed_on_the_machines(name, tmp_path):
+    from test_bluefog import TINY_RUN as BLUEFOG_RUN
+    from test_bluefog import bfrun, completed
+
+    cluster = network.up(name, machines=2, slots=2, link="1gbit")
+    where = dict(hosts=cluster.hosts, path_first=str(cluster.bin))
+    completed(bfrun(4, ["-m", "commbench", "--dist-optimizer=bluefog.neighbor_allreduce",
+                        *BLUEFOG_RUN], timeout=240, cwd=tmp_path, **where))
+    doc = only_result(tmp_path / "results")
+    assert doc["environment"]["hostnames"] == [cluster.machine(0)] * 2 + [cluster.machine(1)] * 2
+    assert doc["environment"]["emulated_network"]["machines"] == 2
+    # Bluefog 0.3.0's hierarchical optimizer cannot run: one line on every rank, at once
+    done = bfrun(4, ["-m", "commbench", "--dist-optimizer=bluefog.hierarchical_neighbor_allreduce",
+                     *BLUEFOG_RUN], timeout=240, cwd=tmp_path, **where)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.count("outdated argument list") == 4

@@ -4,9 +4,9 @@
 What one cluster named NAME is, all of it under its own names:
 - a bridge NAME-br on the host, holding the cluster's one host address (.254 of its
   subnet), so that launchers typed on the host reach the machines;
-- per machine i: a network namespace NAME-mi whose eth0 (address .i+1) is one end of a
-  veth pair, the other end NAME-mi on the bridge; a persistent UTS namespace (hostname
-  mi) bound to a file in the state directory; /etc/netns/NAME-mi/hosts, which
+- per machine i: a network namespace NAME-mi whose NIC NAME-br (address .i+1; see
+  Cluster.nic) is one end of a veth pair, the other end NAME-mi on the bridge; a persistent UTS namespace (hostname
+  NAME-mi) bound to a file in the state directory; /etc/netns/NAME-mi/hosts, which
   `ip netns exec` puts in place of /etc/hosts, so machines find each other by name;
 - a tbf qdisc on both ends of every link: the machine's NIC rate, each direction;
 - the state directory /run/commbench/clusters/NAME: state.json (written before anything
@@ -62,9 +62,19 @@ class Cluster:
     def bridge(self) -> str:
         return f"{self.name}-br"
 
+    @property
+    def nic(self) -> str:
+        """Each machine's network interface. Named as the host's end of the network (the
+        bridge), as on a real cluster where every machine, the launching one too, has
+        the same NIC name: launchers that find the common interface of the machines
+        then find the host's address on it (horovodrun's gloo rendezvous does)."""
+        return self.bridge
+
     def machine(self, i: int) -> str:
-        """Hostname of machine i."""
-        return f"m{i}"
+        """Hostname of machine i: the cluster's name in it, so that two clusters'
+        machines never share a name (launchers cache what they learn of a host by
+        name: horovodrun its interfaces)."""
+        return f"{self.name}-m{i}"
 
     def netns(self, i: int) -> str:
         return f"{self.name}-m{i}"
@@ -209,13 +219,13 @@ def _make(c: Cluster) -> None:
         tool("ip", "netns", "add", ns)
         tool("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
         tool("ip", "link", "set", inside, "netns", ns)
-        tool("ip", "-n", ns, "link", "set", inside, "name", "eth0")
-        tool("ip", "-n", ns, "addr", "add", f"{c.address(i)}/{prefix}", "dev", "eth0")
-        tool("ip", "-n", ns, "link", "set", "eth0", "up")
+        tool("ip", "-n", ns, "link", "set", inside, "name", c.nic)
+        tool("ip", "-n", ns, "addr", "add", f"{c.address(i)}/{prefix}", "dev", c.nic)
+        tool("ip", "-n", ns, "link", "set", c.nic, "up")
         tool("ip", "-n", ns, "link", "set", "lo", "up")
         tool("ip", "link", "set", outside, "master", c.bridge)
         tool("ip", "link", "set", outside, "up")
-        for where in (["-n", ns, "qdisc", "add", "dev", "eth0"],  # the machine's sending
+        for where in (["-n", ns, "qdisc", "add", "dev", c.nic],  # the machine's sending
                       ["qdisc", "add", "dev", outside]):  # and receiving
             tool("tc", *where, "root", "tbf", *tbf(c.link))
         c.uts(i).touch()

@@ -23,27 +23,34 @@ from typing import List, Optional, Tuple
 
 # ssh(1) options that take a value; any other option is a flag (letters may combine).
 WITH_VALUE = set("BbcDEeFIiJLlmOopQRSWw")
-NIC = "eth0"
 
 
 def split(argv: List[str]) -> Tuple[Optional[str], List[str]]:
-    """(host, command words) of an ssh command line."""
-    i = 0
-    while i < len(argv) and argv[i].startswith("-") and len(argv[i]) > 1:
+    """(host, command words) of an ssh command line. Like OpenSSH, options may also
+    follow the host (horovodrun writes `ssh -o ... HOST -p PORT ... COMMAND`)."""
+    host, i = None, 0
+    while i < len(argv):
         word = argv[i]
         if word == "--":
             i += 1
+            if host is None and i < len(argv):
+                host, i = argv[i], i + 1
             break
-        letters = word[1:]
-        for j, letter in enumerate(letters):
-            if letter in WITH_VALUE:
-                i += 1 if j + 1 < len(letters) else 2  # -p22 or -p 22
-                break
+        if word.startswith("-") and len(word) > 1:
+            letters = word[1:]
+            for j, letter in enumerate(letters):
+                if letter in WITH_VALUE:
+                    i += 1 if j + 1 < len(letters) else 2  # -p22 or -p 22
+                    break
+            else:
+                i += 1
+        elif host is None:
+            host, i = word, i + 1
         else:
-            i += 1
-    if i >= len(argv):
+            break
+    if host is None:
         return None, []
-    return argv[i].rsplit("@", 1)[-1], argv[i + 1:]
+    return host.rsplit("@", 1)[-1], argv[i:]
 
 
 def main() -> None:
@@ -62,7 +69,7 @@ def main() -> None:
     names.update({cluster.address(i): i for i in range(cluster.machines)})
     if host in names:
         i = names[host]
-        env = dict(os.environ, GLOO_SOCKET_IFNAME=NIC, COMMBENCH_EMULATED_NETWORK=json.dumps(
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.nic, COMMBENCH_EMULATED_NETWORK=json.dumps(
             dict(cluster.describe(), host=socket.gethostname())))
         os.execvpe("nsenter", ["nsenter", f"--uts={cluster.uts(i)}", "--", "ip", "netns",
                                "exec", cluster.netns(i), shell, "-c", command], env)
