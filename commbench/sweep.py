@@ -19,11 +19,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from commbench.config import RunConfig
 from commbench.errors import UsageError
-from commbench.flags import add_flags, flag_fields, positive_float, positive_int, positive_ints
+from commbench.flags import (accepting, add_flags, flag_fields, positive_float, positive_int,
+                             positive_ints)
 from commbench.results import RECEIPT
 
 # A few minutes for 1,2,4 workers x 3 strategies on 2 cores, and long enough that two
@@ -41,6 +42,7 @@ class Job:
     command: List[str]
     skip_reason: Optional[str] = None
     repeat: int = 1  # which of the configuration's --repeat runs
+    link: Optional[str] = None  # the emulated cluster's link rate it runs on (--emulate)
     ok: bool = False
     seconds: float = 0.0
     result: Optional[Path] = None
@@ -64,6 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the charts go (default: charts)")
     parser.add_argument("--repeat", type=positive_int, default=1, metavar="K",
                         help="run every configuration K times, round-robin (default: 1)")
+    parser.add_argument("--emulate", type=layouts, metavar="MxS,...",
+                        help="run on an emulated cluster instead (needs root; see `commbench "
+                             "cluster`): each layout M machines x S ranks per machine, e.g. "
+                             "1x1,2x2,4x1; takes the place of --np")
+    parser.add_argument("--link", type=link_rates, default=["1gbit"], metavar="RATE,...",
+                        help="with --emulate: each machine's link rate, one cluster per rate "
+                             "(default: 1gbit)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the launcher commands, run nothing")
     parser.epilog = "Any other `commbench run` flag is passed to every job."
@@ -73,18 +82,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 PASSES_RUN_FLAGS = True
 
 
+@accepting("layouts MxS (machines x ranks per machine), comma-separated, e.g. 2x2,4x1")
+def layouts(text: str) -> List[Tuple[int, int]]:
+    found = [tuple(int(n) for n in part.lower().split("x")) for part in text.split(",")]
+    if not found or any(len(f) != 2 or min(f) < 1 for f in found):
+        raise ValueError
+    return list(dict.fromkeys(found))
+
+
+@accepting("link rates as tc spells them, comma-separated, e.g. 1gbit,200mbit")
+def link_rates(text: str) -> List[str]:
+    from commbench.cluster.network import RATE
+
+    found = [r.strip() for r in text.split(",") if r.strip()]
+    if not found or not all(RATE.match(r) for r in found):
+        raise ValueError
+    return list(dict.fromkeys(found))
+
+
 def main(args) -> int:
     flags = (QUICK if args.quick else []) + args.run_flags
     strategies = [s for s in args.dist_optimizer.split(",") if s]
-    jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir, args.repeat)
+    cluster = f"s{os.getpid() % 10**6}"  # this sweep's own: two sweeps never share one
+    if args.emulate:
+        jobs = plan_emulated(args.emulate, args.link, cluster, strategies, flags,
+                             args.results_dir, args.repeat)
+    else:
+        jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir, args.repeat)
     if args.dry_run:
-        for job in jobs:
-            print(f"# skipped: {job.strategy} on {job.workers}: {job.skip_reason}"
-                  if job.skip_reason else shell_line(job.command)
-                  + (f"  # repeat {job.repeat}/{args.repeat}" if args.repeat > 1 else ""))
+        for link in dict.fromkeys(j.link for j in jobs):
+            if link:
+                machines, slots = _cluster_shape(args.emulate)
+                print(f"# commbench cluster up --name {cluster} --machines {machines} "
+                      f"--slots {slots} --link {link}")
+            for job in (j for j in jobs if j.link == link):
+                print(f"# skipped: {job.strategy} on {job.workers}: {job.skip_reason}"
+                      if job.skip_reason else shell_line(job.command)
+                      + (f"  # repeat {job.repeat}/{args.repeat}" if args.repeat > 1 else ""))
+            if link:
+                print(f"# commbench cluster down --name {cluster}")
         return 0
     Path(args.results_dir).mkdir(parents=True, exist_ok=True)
-    run_jobs(jobs, args.job_timeout, _job_environment(args.quick))
+    env = _job_environment(args.quick)
+    if args.emulate:
+        run_emulated(jobs, args.job_timeout, env, cluster, _cluster_shape(args.emulate))
+    else:
+        run_jobs(jobs, args.job_timeout, env)
     made = [str(j.result) for j in jobs if j.result]
     if made:
         _commbench("report", *made)
@@ -101,24 +144,84 @@ def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: s
     """One job per (strategy, worker count), `repeat` times round-robin (every
     configuration once, then again: drift of the machine spreads over all of them);
     impossible ones carry a skip reason, once."""
-    from commbench.cli import build_parser
-    from commbench.config import config_from_args
     from commbench.launch.detect import LaunchInfo
-    from commbench.run import validate
 
     jobs = []
     for strategy, workers in itertools.product(strategies, counts):
-        job_flags = [f"--dist-optimizer={strategy}", *flags, "--results-dir", results_dir]
-        # The run parser rejects a bad flag here, once, instead of in every job.
-        config = config_from_args(build_parser().parse_args(["run", *job_flags]))
-        job = Job(workers, strategy, launch_command(launcher, workers, job_flags))
-        try:
-            validate(config, LaunchInfo(launcher, 0, workers, 0, workers, 0))
-        except UsageError as e:
-            job.skip_reason = str(e)
-        jobs.append(job)
+        job_flags = _job_flags(strategy, flags, results_dir)
+        jobs.append(Job(workers, strategy, launch_command(launcher, workers, job_flags),
+                        _skip_reason(job_flags, LaunchInfo(launcher, 0, workers, 0, workers, 0))))
+    return _repeated(jobs, repeat)
+
+
+def _job_flags(strategy: str, flags: List[str], results_dir: str) -> List[str]:
+    return [f"--dist-optimizer={strategy}", *flags, "--results-dir", results_dir]
+
+
+def _skip_reason(job_flags: List[str], launch) -> Optional[str]:
+    """Why the job cannot run, as `commbench run` would say it; None if it can.
+    The run parser rejects a bad flag here, once, instead of in every job."""
+    from commbench.cli import build_parser
+    from commbench.config import config_from_args
+    from commbench.run import validate
+
+    try:
+        validate(config_from_args(build_parser().parse_args(["run", *job_flags])), launch)
+    except UsageError as e:
+        return str(e)
+    return None
+
+
+def _repeated(jobs: List[Job], repeat: int) -> List[Job]:
     return [dataclasses.replace(j, repeat=r + 1) for r in range(repeat) for j in jobs
             if r == 0 or not j.skip_reason]
+
+
+def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
+                  strategies: List[str], flags: List[str], results_dir: str,
+                  repeat: int = 1) -> List[Job]:
+    """plan() on an emulated cluster: per link rate, one job per (strategy, layout),
+    each through mpirun on the layout's machines. Not bound to cores: every emulated
+    machine would bind its ranks to the same host cores."""
+    from commbench.cluster.network import Cluster
+    from commbench.launch.detect import LaunchInfo
+
+    on = Cluster(cluster, *_cluster_shape(shapes), "", "")
+    jobs = []
+    for link, strategy, (m, s) in itertools.product(links, strategies, shapes):
+        job_flags = _job_flags(strategy, flags, results_dir)
+        hosts = ",".join(f"{on.machine(i)}:{s}" for i in range(m))
+        command = [_tool("mpirun"), "-H", hosts, "-np", str(m * s), "--bind-to", "none",
+                   sys.executable, "-m", "commbench", *job_flags]
+        reason = _skip_reason(job_flags, LaunchInfo("openmpi", 0, m * s, 0, s, 0))
+        jobs.append(Job(m * s, strategy, command, reason, link=link))
+    return _repeated(jobs, repeat)
+
+
+def _cluster_shape(shapes: List[Tuple[int, int]]) -> Tuple[int, int]:
+    return max(m for m, _ in shapes), max(s for _, s in shapes)
+
+
+def run_emulated(jobs: List[Job], timeout: float, env: Dict[str, str], name: str,
+                 shape: Tuple[int, int]) -> None:
+    """run_jobs on one emulated cluster per link rate, each removed at the end: on
+    success, failure, Ctrl-C or SIGTERM (after a SIGKILL: `commbench cluster down
+    --name NAME`)."""
+    import signal
+
+    from commbench.cluster import network
+
+    network.check_privileges()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    for link in dict.fromkeys(j.link for j in jobs):
+        print(f"Emulated cluster {name}: {shape[0]} machines x {shape[1]} slots at {link} "
+              f"(if this sweep is killed: commbench cluster down --name {name})", flush=True)
+        try:
+            cluster = network.up(name, shape[0], shape[1], link)
+            run_jobs([j for j in jobs if j.link == link], timeout,
+                     {**env, "PATH": f"{cluster.bin}{os.pathsep}{env.get('PATH', '')}"})
+        finally:
+            network.down(name)
 
 
 def launch_command(launcher: str, workers: int, run_flags: List[str]) -> List[str]:

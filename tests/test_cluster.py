@@ -199,3 +199,51 @@ def test_bfrun_as_typed_on_the_machines(name, tmp_path):
                      *BLUEFOG_RUN], timeout=240, cwd=tmp_path, **where)
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.count("outdated argument list") == 4
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(900)
+def test_an_emulated_sweep_records_its_network_and_removes_its_cluster(tmp_path):
+    privileged_or_skip()
+    done = run([sys.executable, "-m", "commbench", "sweep", "--emulate", "1x1,2x1", "--link",
+                "1gbit", "--dist-optimizer", "allreduce", *TINY_RUN, "--results-dir",
+                str(tmp_path / "results"), "--plots-dir", str(tmp_path / "charts")], 600,
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    name = next(line.split()[2].rstrip(":") for line in done.stdout.splitlines()
+                if line.startswith("Emulated cluster "))
+    assert network.load(name) is None and ours(name) == set()
+    docs = [json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")]
+    assert sorted(d["environment"]["world_size"] for d in docs) == [1, 2]
+    assert all(d["environment"]["emulated_network"]["link"] == "1gbit" for d in docs)
+    assert "emulated, 1gbit links network" in done.stdout  # the report's group title
+    assert list((tmp_path / "charts").glob("*emulated-1gbit*.png"))
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+def test_down_after_a_killed_sweep_leaves_nothing(tmp_path):
+    import signal
+    import time
+
+    privileged_or_skip()
+    proc = subprocess.Popen([sys.executable, "-m", "commbench", "sweep", "--emulate", "2x1",
+                             "--dist-optimizer", "allreduce", "--model", "resnet18",
+                             "--image-size", "32", "--num-iters", "200", "--results-dir",
+                             str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    name = proc.stdout.readline().split()[2].rstrip(":")  # "Emulated cluster NAME: ..."
+    try:
+        deadline = time.monotonic() + 120
+        while f"{name}-m0" not in network.existing_netns():
+            assert time.monotonic() < deadline, "the sweep's cluster never came up"
+            time.sleep(0.5)
+        time.sleep(5)  # its job runs on the machines
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        done = subprocess.run([sys.executable, "-m", "commbench", "cluster", "down", "--name",
+                               name], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert ours(name) == set() and network.load(name) is None
+    assert not (network.NETNS_ETC / f"{name}-m0").exists()

@@ -18,10 +18,13 @@ def add_arguments(parser) -> None:
     up.add_argument("--link", default="1gbit",
                     help="each machine's NIC rate, both directions, as tc spells it "
                          "(default 1gbit; e.g. 200mbit, 10gbit)")
-    for action in (up, sub.add_parser("down", help="remove a cluster and all it made")):
+    down = sub.add_parser("down", help="remove a cluster and all it made")
+    for action in (up, down):
         action.add_argument("--name", default=DEFAULT_NAME,
                             help=f"the cluster's name, prefix of all it makes "
                                  f"(default {DEFAULT_NAME})")
+    down.add_argument("--all", action="store_true",
+                      help="remove every emulated cluster that is up (or left by a crash)")
     sub.add_parser("status", help="the clusters that are up, and their pieces")
 
 
@@ -31,9 +34,11 @@ def main(args) -> int:
         print(describe(cluster))
         return 0
     if args.action == "down":
-        removed = network.down(args.name)
-        print(f"cluster {args.name}: " + (f"removed {', '.join(removed)}" if removed
-                                          else "nothing of it exists"))
+        names = [c.name for c in network.clusters()] if args.all else [args.name]
+        for name in names:
+            removed = network.down(name)
+            print(f"cluster {name}: " + (f"removed {', '.join(removed)}" if removed
+                                         else "nothing of it exists"))
         return 0
     found = network.clusters()
     if not found:
@@ -54,7 +59,10 @@ def describe(c: network.Cluster) -> str:
         f" subnet {c.subnet}, host at {c.host_address} on {c.bridge}",
         "Launch on it from a shell with its ssh first on PATH:",
         f"  . {c.directory / 'env.sh'}",
-        f"  mpirun -H {c.hosts} -np {n} python -m commbench --dist-optimizer=allreduce",
+        f"  mpirun -H {c.hosts} -np {n} --bind-to none python -m commbench "
+        f"--dist-optimizer=allreduce",
+        "  (--bind-to none: every machine's ranks would otherwise be bound to the same "
+        "host cores)",
         f"  horovodrun -np {n} -H {c.hosts} python -m commbench --dist-optimizer=horovod",
         f"  bfrun -np {n} -H {c.hosts} python -m commbench --dist-optimizer=neighbor_allreduce",
         f"Remove it: commbench cluster down --name {c.name}",
