@@ -247,3 +247,25 @@ def test_down_after_a_killed_sweep_leaves_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert ours(name) == set() and network.load(name) is None
     assert not (network.NETNS_ETC / f"{name}-m0").exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_a_rank_killed_on_an_emulated_machine_ends_the_job(name, tmp_path):
+    import time
+
+    cluster = network.up(name, machines=2, slots=1, link="1gbit")
+    tests = str(Path(__file__).resolve().parent)
+    start = time.monotonic()
+    done = run(["mpirun", "-H", cluster.hosts, "-np", "2", "--bind-to", "none", "python", "-m",
+                "commbench", "--dist-optimizer=fault_plugins:Killed", "--results-dir",
+                str(tmp_path), *TINY_RUN], 120, cwd=tmp_path,
+               env={"PATH": f"{cluster.bin}:{BIN}:{os.environ['PATH']}", "PYTHONPATH": tests})
+    assert done.returncode != 0 and time.monotonic() - start < 60
+    text = done.stdout + done.stderr
+    # Open MPI says rank 1 died, or rank 0, which lost its peer first, says so and aborts
+    assert ("rank 1" in text and "signal 9" in text) or "rank 0:" in text, text[-2000:]
+    assert not list(tmp_path.glob("*.json"))
+    pids = subprocess.run(["ip", "netns", "pids", cluster.netns(0)], capture_output=True,
+                          text=True).stdout.split()
+    assert pids == [], "ranks or daemons outlived the job on the machine"
