@@ -269,3 +269,28 @@ def test_a_rank_killed_on_an_emulated_machine_ends_the_job(name, tmp_path):
     pids = subprocess.run(["ip", "netns", "pids", cluster.netns(0)], capture_output=True,
                           text=True).stdout.split()
     assert pids == [], "ranks or daemons outlived the job on the machine"
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_one_torchrun_per_machine(name, tmp_path):
+    from launchers import free_port, kill_tree, launcher_env
+
+    cluster = network.up(name, machines=2, slots=1, link="1gbit")
+    port = free_port()
+    env = launcher_env({"PATH": f"{cluster.bin}:{BIN}:{os.environ['PATH']}"})
+    procs = [subprocess.Popen(
+        ["ssh", cluster.machine(i), "torchrun", "--nnodes", "2", "--node-rank", str(i),
+         "--nproc-per-node", "1", "--master-addr", cluster.machine(0), "--master-port",
+         str(port), "-m", "commbench", "--dist-optimizer=allreduce", *TINY_RUN],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+        start_new_session=True) for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            kill_tree(p.pid)
+    assert [p.returncode for p in procs] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    doc = only_result(tmp_path / "results")
+    assert doc["environment"]["launcher"] == "torchrun"
+    assert doc["environment"]["hostnames"] == [cluster.machine(0), cluster.machine(1)]
