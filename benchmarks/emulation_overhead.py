@@ -57,8 +57,27 @@ def main():
                       f"ratio {inside / outside:.3f}", flush=True)
     finally:
         network.down(name)
+    low, high = interval(ratios)
     print(f"inside/outside, median of {len(ratios)} paired rounds: "
-          f"{statistics.median(ratios):.3f} (target >= 0.95)")
+          f"{statistics.median(ratios):.3f}; 95% CI of the geometric mean {low:.3f}..{high:.3f} "
+          f"(target >= 0.95)")
+    if low < 0.95 < high:
+        print("NOT DECIDED: the interval spans the target; the machine's noise is larger than "
+              "the effect (more --rounds, a quieter machine)")
+
+
+def interval(ratios):
+    """95% CI of the geometric mean ratio (t on the log ratios)."""
+    import math
+
+    from scipy import stats
+
+    logs = [math.log(r) for r in ratios]
+    if len(logs) < 2:
+        return ratios[0], ratios[0]
+    half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    mean = statistics.mean(logs)
+    return math.exp(mean - half), math.exp(mean + half)
 
 
 if __name__ == "__main__":
