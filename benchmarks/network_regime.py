@@ -44,8 +44,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--link", default="1gbit,200mbit")
     parser.add_argument("--out", default="network-regime")
+    parser.add_argument("--draw-only", action="store_true",
+                        help="redraw OUT/network-regime.png from OUT/table.json")
     args = parser.parse_args()
     out = Path(args.out)
+    if args.draw_only:
+        draw(json.loads((out / "table.json").read_text()), out / "network-regime.png")
+        return
     results = str(out / "results")
     name = f"n{os.getpid() % 10**6}"
     links = args.link.split(",")
@@ -72,21 +77,65 @@ def main():
                       flush=True)
         finally:
             network.down(name)
-    print()
-    print(f"{'link':<8} {'layout':<7} {'strategy':<44} {'img/s':>7} {'MB/step/machine':>16}")
+    table = []
     for link, job, moved in rows:
         doc = read_result(job.result)
         config, summary = doc["config"], doc["summary"]
         steps = config["num_warmup_batches"] + config["num_iters"] * config["num_batches_per_iter"]
         machines = len(set(doc["environment"]["hostnames"]))
         label = job.strategy + (" (static)" if "--disable-dynamic-topology" in job.command else "")
-        layout = f"{machines}x{job.workers // machines}"
-        print(f"{link:<8} {layout:<7} {label:<44} {summary['total_img_sec']['mean']:7.1f} "
-              f"{moved / steps / machines / 1e6:16.1f}")
+        table.append({"link": link, "layout": f"{machines}x{job.workers // machines}",
+                      "strategy": label, "img_sec": summary["total_img_sec"]["mean"],
+                      "ci95": summary["total_img_sec"].get("ci95"),
+                      "mb_per_step_per_machine": moved / steps / machines / 1e6})
+    (out / "table.json").write_text(json.dumps(table, indent=1))
+    print()
+    print(f"{'link':<8} {'layout':<7} {'strategy':<44} {'img/s':>7} {'MB/step/machine':>16}")
+    for row in table:
+        print(f"{row['link']:<8} {row['layout']:<7} {row['strategy']:<44} {row['img_sec']:7.1f} "
+              f"{row['mb_per_step_per_machine']:16.1f}")
+    print("MB/step/machine: bytes the machines sent over their links during the job, per "
+          "machine and training step: the strategy's own traffic plus start-up and "
+          "commbench's once-per-iteration consensus measurement (decentralized strategies).")
+    draw(table, out / "network-regime.png")
     made = [str(job.result) for _, job, _ in rows]
     subprocess.run([sys.executable, "-m", "commbench", "report", *made], check=False)
     subprocess.run([sys.executable, "-m", "commbench", "plot", *made, "-o",
                     str(out / "charts")], check=False)
+
+
+def draw(table, path: Path) -> None:
+    """Bars of total img/sec per strategy, one panel per link rate, one bar per layout,
+    each labelled with the MB its machines sent per step."""
+    from matplotlib.figure import Figure
+
+    links = list(dict.fromkeys(r["link"] for r in table))
+    strategies = [s for s in dict.fromkeys(r["strategy"] for r in table) if s != "none"]
+    layouts = [layout for layout in dict.fromkeys(r["layout"] for r in table)
+               if layout != "1x1"]
+    fig = Figure(figsize=(6.5 * len(links), 4.8), layout="constrained")
+    for ax, link in zip(fig.subplots(1, len(links), squeeze=False)[0], links):
+        width = 0.8 / len(layouts)
+        for k, layout in enumerate(layouts):
+            rows = {r["strategy"]: r for r in table
+                    if r["link"] == link and r["layout"] == layout}
+            xs = [i + (k - (len(layouts) - 1) / 2) * width for i in range(len(strategies))]
+            heights = [rows[s]["img_sec"] if s in rows else 0 for s in strategies]
+            bars = ax.bar(xs, heights, width, label=f"{layout} (machines x ranks)",
+                          yerr=[rows[s]["ci95"] or 0 if s in rows else 0 for s in strategies])
+            ax.bar_label(bars, [f"{rows[s]['mb_per_step_per_machine']:.0f} MB" if s in rows
+                                else "" for s in strategies], fontsize=7, padding=2)
+        ax.set_xticks(range(len(strategies)),
+                      [s.replace("_neighbor_allreduce", "_nar").replace(" (", "\n(")
+                       for s in strategies], fontsize=8)
+        ax.set_title(f"{link} links: total img/sec (label: MB sent per step per machine)",
+                     fontsize=10)
+        ax.set_ylabel("total img/sec, 4 workers")
+        ax.legend(fontsize=8)
+    fig.suptitle("resnet18 32 px, batch 32, 4 CPU workers on 2 host cores (oversubscribed: "
+                 "compare strategies, not absolute speed)", fontsize=10)
+    fig.savefig(path, dpi=110)
+    print(f"chart: {path}")
 
 
 if __name__ == "__main__":
