@@ -18,7 +18,7 @@ from typing import IO, Any, Dict, List, Optional, Tuple
 from commbench import metrics
 from commbench.analysis import runs as analysis
 from commbench.analysis import tables
-from commbench.analysis.runs import Point, Run
+from commbench.analysis.runs import Point, Run, emulated
 
 TEST = "Welch's t-test on per-iteration total img/sec (S_i), two-sided"
 HEADERS = ["strategy", "topology", "N", "base img/sec", "new img/sec", "ratio", "delta",
@@ -194,7 +194,7 @@ def _title(matching: Tuple) -> str:
     parts = [model, f"batch {batch} per worker", f"{image}x{image} images"]
     parts += [f"{classes} classes"] if classes != 1000 else []
     parts += [precision, device, backend]
-    return ", ".join(parts + ([f"{network} network"] if network else []))
+    return ", ".join(parts + ([emulated(network)] if network else []))
 
 
 def _row(p: Dict[str, Any]) -> List[str]:

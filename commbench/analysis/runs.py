@@ -30,7 +30,7 @@ class GroupKey(NamedTuple):
     #                  communication is compressed ("fp16-allreduce" alone in fp32)
     device: str  # "cpu" or "cuda"
     backend: str
-    network: str  # "" on real machines; "emulated, <rate> links" on an emulated cluster
+    network: str  # "" on real machines; the link rate (tc's spelling) on an emulated cluster
     hardware: str  # GPU name, else CPU name: runs from different machines never pool
     tag: str
 
@@ -41,7 +41,7 @@ class GroupKey(NamedTuple):
             parts.append(f"{self.num_classes} classes")
         parts += [self.precision, f"{self.device} ({self.hardware})", self.backend]
         if self.network:
-            parts.append(f"{self.network} network")
+            parts.append(emulated(self.network))
         if self.tag:
             parts.append(f"tag {self.tag}")
         return ", ".join(parts)
@@ -52,7 +52,7 @@ class GroupKey(NamedTuple):
             parts.append(f"{self.num_classes}cls")
         parts += [self.precision, self.device, self.backend]
         if self.network:
-            parts.append(self.network.replace("emulated, ", "emulated-").replace(" links", ""))
+            parts.append(f"emulated-{self.network}")
         if self.tag:
             parts.append(self.tag)
         return "-".join(parts)
@@ -281,9 +281,15 @@ def precision_of(config: Dict[str, Any]) -> str:
 
 
 def network_of(env: Dict[str, Any]) -> str:
-    """The network runs must share to be compared: '' for real machines."""
-    emulated = env.get("emulated_network")
-    return f"emulated, {emulated.get('link')} links" if isinstance(emulated, dict) else ""
+    """The network runs must share to be compared: '' for real machines, else the
+    emulated cluster's link rate."""
+    found = env.get("emulated_network")
+    return str(found.get("link")) if isinstance(found, dict) else ""
+
+
+def emulated(link: str) -> str:
+    """How titles name an emulated network."""
+    return f"emulated, {link} links network"
 
 
 def series_of(doc: Dict[str, Any]) -> Series:

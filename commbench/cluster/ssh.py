@@ -76,11 +76,7 @@ def main() -> None:
     if host in ("localhost", "127.0.0.1", cluster.host_address, socket.gethostname()):
         os.execvp(shell, [shell, "-c", command])
     fail(f"Could not resolve hostname {host}: not a machine of emulated cluster "
-         f"{cluster.name} ({', '.join(names_of(cluster))})")
-
-
-def names_of(cluster) -> List[str]:
-    return [cluster.machine(i) for i in range(cluster.machines)]
+         f"{cluster.name} ({cluster.hosts})")
 
 
 def fail(message: str) -> None:
