@@ -55,3 +55,30 @@ def measure(step: Callable[[], "object"], sync: Callable[[], None], iterations: 
         if after_iteration is not None:
             after_iteration(i, timings)
     return timings
+
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+def measure_phases(model, optimizer, images, labels, sync: Callable[[], None],
+                   batches: int) -> List[List[float]]:
+    """Seconds of each phase of `batches` compute-only training steps, [batch][phase]
+    in the order of PHASES (the forward pass includes the loss). Each phase ends with
+    a device sync, so the split is the device's, not the launch queue's; the syncs
+    make these steps slower than unsplit ones, so only their shares are meaningful."""
+    import torch.nn.functional as F
+
+    split = []
+    for _ in range(batches):
+        optimizer.zero_grad()
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(images), labels)
+        sync()
+        t1 = time.perf_counter()
+        loss.backward()
+        sync()
+        t2 = time.perf_counter()
+        optimizer.step()
+        sync()
+        split.append([t1 - t0, t2 - t1, time.perf_counter() - t2])
+    return split

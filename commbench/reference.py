@@ -7,6 +7,9 @@ each half, every worker runs the same number of iterations, chosen so that a hal
 lasts at least --reference-seconds (and holds at least half of --reference-iters), and
 one half is measured before the run and one after it, so drift and start-up effects
 show (metrics.summarize compares the halves and the workers' windows).
+
+It also splits a few of its steps into forward, backward and optimizer phases: where
+in a step communication can start (`commbench simulate` places it there).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import math
 import time
 from typing import Any, Callable, List
 
-from commbench.loop import Timings, measure, warm_up
+from commbench.loop import Timings, measure, measure_phases, warm_up
 
 
 class ComputeOnly:
@@ -28,11 +31,14 @@ class ComputeOnly:
         from commbench.optimizers.base import local_step
 
         self.twin = copy.deepcopy(model)
-        step = local_step(*trainable(self.twin))
+        twin, optimizer = trainable(self.twin)
+        step = local_step(twin, optimizer)
         self.step = lambda: step(images, labels)
         self.sync, self.batches = sync, config.num_batches_per_iter
         warm_up(self.step, sync, config.num_warmup_batches)
         self.iterations = self._iterations_per_half(config)
+        self.phase_seconds = measure_phases(twin, optimizer, images, labels, sync,
+                                            self.batches)
         self.timings = Timings()
         self.windows: List[List[float]] = []  # [start, end] of each half, wall-clock
 

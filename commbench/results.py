@@ -12,7 +12,10 @@ Schema (version 1), a `run` result:
     environment       versions, hosts, devices, launcher, sizes, git commit
     samples           raw per-rank data: iteration_seconds [rank][iter],
                       batch_seconds [rank][iter][batch], reference_seconds
-                      [rank][iter] or null, loss [rank][iter],
+                      [rank][iter] or null, reference_batch_seconds [rank][iter]
+                      [batch], reference_windows [rank][half] ([start, end]),
+                      reference_phase_seconds [rank][batch][forward, backward,
+                      optimizer] (commbench.loop.PHASES), loss [rank][iter],
                       consensus_distance [iter] or null, parameter_digests [rank]
     summary           commbench.metrics.summarize() of the samples, plus
                       parameters_identical, final_loss, final_consensus_distance

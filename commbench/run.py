@@ -224,6 +224,7 @@ def _gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[
         "reference_seconds": reference.timings.iteration_seconds if reference else None,
         "reference_batch_seconds": reference.timings.batch_seconds if reference else None,
         "reference_windows": reference.windows if reference else None,
+        "reference_phase_seconds": reference.phase_seconds if reference else None,
         "parameter_digest": hashlib.sha256(flat.tobytes()).hexdigest()[:16],
     }
     everyone: List[Any] = [None] * ctx.world_size
@@ -231,7 +232,8 @@ def _gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[
     samples = {key: [rank[key] for rank in everyone] for key in mine}
     samples["parameter_digests"] = samples.pop("parameter_digest")
     if reference is None:
-        for key in ("reference_seconds", "reference_batch_seconds", "reference_windows"):
+        for key in ("reference_seconds", "reference_batch_seconds", "reference_windows",
+                    "reference_phase_seconds"):
             samples[key] = None
     samples["consensus_distance"] = consensus or None
     return samples

@@ -83,25 +83,33 @@ def mpiexec_path() -> str:
     return path
 
 
-# Open MPI 5's launcher sometimes fails to start its PMIx server (a race in PMIx's
-# start-up, also seen in other projects' CI) before any rank exists; nothing of the
-# job ran, so starting it again is the same test.
-LAUNCHER_DID_NOT_START = "The PMIx server's listener thread failed to start"
+# Failures of the machine, not of the job, after which starting it again is the same
+# test: Open MPI 5's launcher sometimes fails to start its PMIx server (a race in PMIx's
+# start-up, also seen in other projects' CI) before any rank exists, and the dynamic
+# loader can be refused the memory map of a shared library (seen once in CI on a
+# freshly installed scipy extension). Nothing else is retried.
+MACHINE_FAILURES = ("The PMIx server's listener thread failed to start",
+                    "failed to map segment from shared object")
+
+
+def run_once_more_if_the_machine_failed(cmd: List[str], timeout: float,
+                                        **kw) -> subprocess.CompletedProcess:
+    done = run(cmd, timeout, **kw)
+    if done.returncode != 0 and any(f in done.stderr for f in MACHINE_FAILURES):
+        done = run(cmd, timeout, **kw)
+    return done
 
 
 def mpiexec(n: int, args: List[str], timeout: float = 180, **kw) -> subprocess.CompletedProcess:
     """`mpiexec -n N python ARGS...` (oversubscribed: CI has 2 cores)."""
     cmd = [mpiexec_path(), "-n", str(n), "--oversubscribe", "--bind-to", "none", PYTHON, *args]
-    done = run(cmd, timeout, **kw)
-    if done.returncode != 0 and LAUNCHER_DID_NOT_START in done.stderr:
-        done = run(cmd, timeout, **kw)
-    return done
+    return run_once_more_if_the_machine_failed(cmd, timeout, **kw)
 
 
 def torchrun(n: int, args: List[str], timeout: float = 180, **kw) -> subprocess.CompletedProcess:
     cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(n),
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
-    return run(cmd, timeout, **kw)
+    return run_once_more_if_the_machine_failed(cmd, timeout, **kw)
 
 
 def free_port() -> int:

@@ -134,6 +134,9 @@ def test_a_run_measures_its_reference_before_and_after_together(tmp_path):
     assert all(end - start >= 0.8 * 0.3 for start, end in windows)
     assert len(samples["reference_seconds"][0]) % 2 == 0
     assert np.shape(samples["reference_batch_seconds"][0])[1] == 2  # batches per iteration
+    # forward, backward, optimizer of each batch of one iteration; backward is the largest
+    (split,) = samples["reference_phase_seconds"]
+    assert np.shape(split) == (2, 3) and all(b > f > 0 and o > 0 for f, b, o in split)
     assert summary["reference_overlap"] == pytest.approx(1.0)
     assert "efficiency_in_job_ci95" in summary and "reference_drift" in summary
     assert "Measuring the compute-only reference again..." in done.stdout
