@@ -26,6 +26,8 @@ SUBCOMMANDS = {
     "compare": ("commbench.analysis.compare", "A/B comparison of two sets of result files"),
     "microbench": ("commbench.microbench.command", "communication-only size sweeps: time, "
                    "algbw/busbw, ratio to raw primitives (start it under a launcher)"),
+    "simulate": ("commbench.simulate.command", "project img/sec and efficiency to other "
+                 "worker counts and links with a cost model calibrated on result files"),
     "cluster": ("commbench.cluster.command", "emulate machines with capped links on this host "
                 "(network namespaces): up, down, status"),
     "setup-mpirun": ("commbench.launch.mpirun_front", "let this environment's Open MPI 5 "

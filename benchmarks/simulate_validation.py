@@ -1,0 +1,214 @@
+"""Is `commbench simulate` right? Its projections against runs it never saw, on
+emulated clusters and on shared memory. Needs root (network namespaces).
+
+    python benchmarks/simulate_validation.py collect [--out simulate-validation]  # ~35 min
+    python benchmarks/simulate_validation.py analyse [--out simulate-validation]  # seconds
+
+collect: microbench files to calibrate the links on -- the smallest multi-machine
+layout (2 machines x 1 rank) at the calibration rate, and 2 and 4 ranks on shared
+memory -- then resnet18 runs (32 px, batch 32, gloo) of allreduce, neighbor_allreduce
+and hierarchical_neighbor_allreduce, twice each, on 1x2 and 1x4 (shared memory) and on
+2x1, 2x2, 4x1 and 4x2 emulated machines at the calibration rate and at a held-out rate.
+
+analyse: per strategy and layout, the projection from the calibration files alone
+(links fitted at 2x1 and the calibration rate; at the held-out rate the fitted links'
+cost per byte scaled by the ratio of rates, latency kept), with compute taken from each
+run's own in-job reference (two host cores are shared by every rank, so CPU sharing is
+measured, not modelled); its error against the measured mean, the measurement's own
+95% interval over repeats, and the errors of two naive baselines: linear scaling of
+the reference, and compute + bytes on the busiest link / nominal rate with no overlap.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODEL = ["--model", "resnet18", "--image-size", "32", "--batch-size", "32",
+         "--num-warmup-batches", "3", "--num-batches-per-iter", "3", "--num-iters", "6",
+         "--reference-iters", "2", "--reference-seconds", "0.5", "--cpu-transport", "gloo"]
+MICROBENCH = ["microbench", "-b", "256K", "-e", "16M", "-f", "4", "-n", "10", "-w", "3",
+              "--no-raw", "--cpu-transport", "gloo"]
+CALIBRATION_RATE, HELD_OUT_RATE = "1gbit", "300mbit"
+CLUSTER_LAYOUTS = [(2, 1), (2, 2), (4, 1), (4, 2)]
+SHARED_MEMORY = [2, 4]
+STRATEGIES = ["allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce"]
+REPEATS = 2
+
+
+def collect(out: Path) -> None:
+    from commbench.cluster import network
+    from commbench.sweep import _job_environment, _run_one, plan_emulated
+
+    env = _job_environment()
+    env.pop("OMP_NUM_THREADS", None)
+    begin = time.monotonic()
+    python = [sys.executable, "-m", "commbench"]
+    mpiexec = ["mpiexec", "--oversubscribe", "--bind-to", "none"]
+    for n in SHARED_MEMORY:
+        run(mpiexec + ["-n", str(n)] + python + MICROBENCH +
+            ["--results-dir", str(out / "calibration" / "shared-memory")], env)
+    for _ in range(REPEATS):
+        for n in SHARED_MEMORY:
+            for strategy in STRATEGIES[:2]:
+                run(mpiexec + ["-n", str(n)] + python + [f"--dist-optimizer={strategy}", *MODEL,
+                    "--results-dir", str(out / "runs" / "shared-memory" / f"1x{n}")], env)
+    name = f"v{os.getpid() % 10**6}"
+    for rate in (CALIBRATION_RATE, HELD_OUT_RATE):
+        cluster = network.up(name, 4, 2, rate)
+        try:
+            path = {**env, "PATH": f"{cluster.bin}{os.pathsep}{env['PATH']}"}
+            hosts = f"{cluster.machine(0)}:1,{cluster.machine(1)}:1"
+            run(["mpirun", "-H", hosts, "-np", "2", "--bind-to", "none"] + python + MICROBENCH +
+                ["--results-dir", str(out / "calibration" / rate)], path)
+            for repeat in range(REPEATS):
+                for m, s in CLUSTER_LAYOUTS:
+                    strategies = STRATEGIES if s > 1 else STRATEGIES[:2]
+                    directory = str(out / "runs" / rate / f"{m}x{s}")
+                    for job in plan_emulated([(m, s)], [rate], name, strategies, MODEL,
+                                             directory):
+                        output = _run_one(job, 1800, path)
+                        print(f"{rate} {m}x{s} {job.strategy} #{repeat + 1}: "
+                              f"{job.headline if job.ok else 'FAILED ' + output[-1500:]}",
+                              flush=True)
+        finally:
+            network.down(name)
+    print(f"collected in {(time.monotonic() - begin) / 60:.1f} min")
+
+
+def run(command, env) -> None:
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    print(("ok " if done.returncode == 0 else "FAILED ") + " ".join(command[-8:]) + ": " +
+          (last if done.returncode == 0 else done.stderr[-1500:]), flush=True)
+
+
+def rate_bits(rate: str) -> float:
+    from commbench.simulate.network import bytes_per_second
+
+    return 8 * bytes_per_second(rate, "rate")
+
+
+def analyse(out: Path) -> None:
+    from dataclasses import replace
+
+    from commbench.results import load_results
+    from commbench.simulate import command, compute, costs, network
+    from commbench.simulate.project import Inputs, project
+    from commbench.simulate.step import Strategy
+
+    begin = time.monotonic()
+    benches, _ = load_results([out / "calibration" / "shared-memory",
+                               out / "calibration" / CALIBRATION_RATE])
+    fitted = network.fit_microbench([b.doc for b in benches], [b.path.name for b in benches])
+    calibrated = network.Network(fitted[("intra", "allreduce")], fitted[("inter", "allreduce")],
+                                 fitted[("intra", "neighbor_allreduce")],
+                                 fitted[("inter", "neighbor_allreduce")])
+    grads = compute.gradients("resnet18", 32)
+    table = []
+    for rate_dir in sorted((out / "runs").iterdir()):
+        rate = rate_dir.name
+        net = calibrated
+        if rate not in (CALIBRATION_RATE, "shared-memory"):
+            factor = rate_bits(CALIBRATION_RATE) / rate_bits(rate)
+            net = replace(net, inter=replace(net.inter, beta=net.inter.beta * factor),
+                          exchange_inter=replace(net.exchange_inter,
+                                                 beta=net.exchange_inter.beta * factor))
+        for layout_dir in sorted(rate_dir.iterdir()):
+            m, s = map(int, layout_dir.name.split("x"))
+            found, _ = load_results([layout_dir])
+            runs = [r for r in found if r.kind == "run"]
+            for strategy_name in sorted({r.doc["config"]["dist_optimizer"] for r in runs}):
+                mine = [r for r in runs if r.doc["config"]["dist_optimizer"] == strategy_name]
+                n = m * s
+                computes = {n: compute.measured(
+                    [t for r in mine for t in _flat(r.doc["samples"]["reference_batch_seconds"])],
+                    [t for r in mine for t in _flat(r.doc["samples"]["reference_phase_seconds"])],
+                    grads.forward_share, "in-job reference")}
+                inputs = Inputs(32, grads, net, s, computes, ("ring",))
+                strategy = Strategy(strategy_name)
+                (row,) = project([strategy], [n], inputs)
+                totals = [r.doc["summary"]["total_img_sec"]["mean"] for r in mine]
+                measured = statistics.mean(totals)
+                ci = _ci(totals)
+                c = computes[n]
+                linear = n * 32 / c.seconds
+                naive = n * 32 / (c.seconds + _bytes_on_busiest_link(
+                    strategy, costs.Layout(n, s), grads.total) / (rate_bits(rate) / 8
+                                                                  if m > 1 else 1 / net.intra.beta))
+                table.append({
+                    "network": rate, "layout": f"{m}x{s}", "strategy": strategy_name,
+                    "measured": measured, "ci95": ci, "runs": len(totals),
+                    "projected": row.img_sec, "band": [row.low, row.high],
+                    "with_stragglers": row.with_stragglers,
+                    "error": row.img_sec / measured - 1,
+                    "error_with_stragglers": (row.with_stragglers / measured - 1
+                                              if row.with_stragglers else None),
+                    "linear_error": linear / measured - 1, "naive_error": naive / measured - 1,
+                    "held_out": rate not in (CALIBRATION_RATE, "shared-memory"),
+                    "calibration_point": rate == CALIBRATION_RATE and (m, s) == (2, 1)})
+    (out / "validation.json").write_text(json.dumps(table, indent=1))
+    print(f"{'network':<14}{'layout':<7}{'strategy':<33}{'measured':>16}{'projected':>10}"
+          f"{'error':>8}{'w/ strag':>9}{'linear':>8}{'naive':>8}")
+    for r in table:
+        note = " (calibration point)" if r["calibration_point"] else \
+            " (held-out rate)" if r["held_out"] else ""
+        ci = f"±{r['ci95']:.1f}" if r["ci95"] is not None else ""
+        strag = "-" if r["error_with_stragglers"] is None else f"{100 * r['error_with_stragglers']:+.0f}%"
+        print(f"{r['network']:<14}{r['layout']:<7}{r['strategy']:<33}"
+              f"{r['measured']:>9.1f}{ci:>7}{r['projected']:>10.1f}{100 * r['error']:>+7.0f}%"
+              f"{strag:>9}{100 * r['linear_error']:>+7.0f}%{100 * r['naive_error']:>+7.0f}%{note}")
+    print()
+    scored = [r for r in table if not r["calibration_point"]]
+    for strategy_name in sorted({r["strategy"] for r in scored}):
+        errors = [abs(r["error"]) for r in scored if r["strategy"] == strategy_name]
+        linear = [abs(r["linear_error"]) for r in scored if r["strategy"] == strategy_name]
+        naive = [abs(r["naive_error"]) for r in scored if r["strategy"] == strategy_name]
+        print(f"{strategy_name:<33} median |error| {100 * statistics.median(errors):5.1f}% "
+              f"worst {100 * max(errors):5.1f}%   linear median {100 * statistics.median(linear):5.1f}%"
+              f"   naive median {100 * statistics.median(naive):5.1f}%  ({len(errors)} points)")
+    print(f"links fitted: inter {calibrated.inter.describe()}; exchange inter "
+          f"{calibrated.exchange_inter.describe()}; intra {calibrated.intra.describe()}")
+    print(f"analysed in {time.monotonic() - begin:.1f} s")
+
+
+def _bytes_on_busiest_link(strategy, layout, nbytes) -> float:
+    """The naive baseline's bytes: what the strategy puts on its busiest link per step."""
+    from commbench.simulate import costs
+
+    p, g, m = layout.workers, layout.local, layout.machines
+    if strategy.name == "allreduce":
+        return 2 * (p - 1) / p * nbytes
+    if strategy.name == "neighbor_allreduce":
+        load = costs.exchange(strategy.topology, p, strategy.dynamic, g if m > 1 else p)
+        return max(load.nic, load.intra) * nbytes
+    load = costs.exchange(strategy.topology, m, strategy.dynamic, 1)
+    return (load.nic if m > 1 else 0) * nbytes + 2 * (g - 1) / g * nbytes
+
+
+def _flat(nested):
+    import numpy as np
+
+    return np.ravel(nested).tolist() if nested else []
+
+
+def _ci(values):
+    from commbench import metrics
+
+    return metrics.ci95_halfwidth(values)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=("collect", "analyse"))
+    parser.add_argument("--out", default="simulate-validation", type=Path)
+    args = parser.parse_args()
+    collect(args.out) if args.step == "collect" else analyse(args.out)
+
+
+if __name__ == "__main__":
+    main()

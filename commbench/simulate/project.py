@@ -1,0 +1,88 @@
+"""Projected rows: each strategy at each worker count, with the band its calibration's
+uncertainty spans, the straggler term apart, and whether the worker count lies within
+what was measured (validated) or beyond it (extrapolated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from commbench.simulate import costs
+from commbench.simulate.compute import Compute, Gradients
+from commbench.simulate.network import Network
+from commbench.simulate.step import StepTime, Strategy, simulate
+
+
+@dataclass
+class Inputs:
+    batch_size: int
+    gradients: Gradients
+    network: Network
+    per_machine: int
+    compute: Dict[int, Compute]  # by worker count; the smallest serves where none is
+    algorithms: Tuple[str, ...] = ("ring", "tree")
+    bytes_per_element: float = 4.0
+    measured: Dict[Tuple[str, int], Tuple[float, Optional[float]]] = field(default_factory=dict)
+
+    def compute_at(self, workers: int) -> Compute:
+        if workers in self.compute:
+            return self.compute[workers]
+        below = [n for n in self.compute if n <= workers]
+        return self.compute[max(below) if below else min(self.compute)]
+
+    def validated(self, label: str) -> int:
+        """The largest worker count at which `label` was measured (0: never)."""
+        return max((n for s, n in self.measured if s == label), default=0)
+
+
+@dataclass
+class Row:
+    strategy: str
+    workers: int
+    machines: int
+    img_sec: float
+    low: float  # the band: slow compute and network ...
+    high: float  # ... to fast ones
+    efficiency: float
+    step: StepTime
+    with_stragglers: Optional[float]  # img/sec with the straggler term; None: no samples
+    wait: Optional[float]  # the straggler term, seconds per step
+    basis: str  # "measured", "within", "extrapolated" or "unvalidated"
+    measured: Optional[float] = None
+    measured_ci: Optional[float] = None
+
+    @property
+    def error(self) -> Optional[float]:
+        return None if self.measured is None else self.img_sec / self.measured - 1
+
+
+def project(strategies: List[Strategy], workers: List[int], inputs: Inputs) -> List[Row]:
+    single = inputs.batch_size / inputs.compute_at(1).seconds  # one worker, no communication
+    rows = []
+    for strategy in strategies:
+        label = strategy.label()
+        validated = inputs.validated(label)
+        for n in workers:
+            layout = costs.Layout(n, inputs.per_machine)
+            compute = inputs.compute_at(n)
+
+            def step(compute: Compute, net: Network, stragglers: bool = False) -> StepTime:
+                return simulate(strategy, layout, compute, inputs.gradients, net, stragglers,
+                                inputs.algorithms, inputs.bytes_per_element)
+
+            plain = step(compute, inputs.network)
+            total = n * inputs.batch_size / plain.total
+            bounds = [n * inputs.batch_size / step(compute.bound(side),
+                                                   inputs.network.bound(side)).total
+                      for side in (1, -1)]
+            slowed = step(compute, inputs.network, True) if compute.batch_samples else None
+            measured = inputs.measured.get((label, n))
+            rows.append(Row(
+                label, n, layout.machines, total, min(bounds), max(bounds),
+                total / (n * single), plain,
+                n * inputs.batch_size / slowed.total if slowed else None,
+                slowed.wait if slowed else None,
+                "measured" if measured else "unvalidated" if not validated
+                else "within" if n <= validated else "extrapolated",
+                *(measured or (None, None))))
+    return rows

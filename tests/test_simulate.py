@@ -1,0 +1,288 @@
+"""`commbench simulate`: closed forms against the topology and the microbench's nominal
+bytes, DDP's buckets against DDP's own, calibration round trips (files made from known
+α, β and compute give them back), the timeline's overlap rules, monotonicity, and the
+command's golden output, files and one-line errors."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch.utils.flop_counter", reason="commbench simulate needs torch >= 2.1")
+
+from commbench import metrics  # noqa: E402
+from commbench.simulate import compute, costs, network  # noqa: E402
+from commbench.simulate.network import Link, Network  # noqa: E402
+from commbench.simulate.step import Strategy, simulate  # noqa: E402
+from commbench.topology import build_schedule  # noqa: E402
+from launchers import TINY_RUN, mpiexec, torchrun  # noqa: E402
+
+PYTHON = sys.executable
+DATA = Path(__file__).parent / "data"
+GOLDEN = DATA / "golden" / "simulate.txt"
+UNIT = Network(Link(0.0, 1.0), Link(0.0, 1.0))  # one second per byte: times are bytes
+STATED = ["--img-sec", "367", "--model", "resnet50", "--batch-size", "128", "--image-size",
+          "224", "--gpus-per-machine", "8", "--link", "25gbit", "--intra-link", "150GB/s"]
+
+
+def test_ring_allreduce_moves_the_microbench_bytes():
+    for n in (2, 3, 8, 64):
+        seconds, algorithm = costs.allreduce(1000.0, costs.Layout(n, n), UNIT, ("ring",))
+        assert algorithm == "ring" and seconds == pytest.approx(metrics.ring_allreduce_bytes(1000.0, n))
+    # between machines only the NIC's share counts; latency: 2(M-1) of 2(p-1) steps cross
+    net = Network(Link(1.0, 0.0), Link(10.0, 0.0))
+    seconds, _ = costs.allreduce(1.0, costs.Layout(16, 4), net, ("ring",))
+    assert seconds == (2 * 15 - 2 * 3) * 1.0 + 2 * 3 * 10.0
+
+
+def test_tree_is_chosen_where_latency_dominates():
+    net = Network(Link(1e-6, 1 / 150e9), Link(5e-6, 8 / 25e9))
+    assert costs.allreduce(1 << 10, costs.Layout(1024, 8), net)[1] == "tree"
+    assert costs.allreduce(100 << 20, costs.Layout(16, 8), net)[1] == "ring"
+
+
+def _independent_loads(topology, nodes, dynamic, per_machine):
+    """The same quantities as costs.exchange, from Topology's own neighbor lists."""
+    machines = nodes // per_machine if nodes > per_machine else 1
+    schedule = build_schedule(topology, nodes, dynamic,
+                              per_machine if machines > 1 and per_machine > 1 else None)
+    phases = []
+    for phase in range(min(schedule.period, costs.SCHEDULE_PHASES)):
+        w = schedule.at(phase)
+        out_nic, in_nic, local, degree = [0] * machines, [0] * machines, [0] * nodes, 0
+        for i in range(nodes):
+            sources = w.in_neighbors(i)
+            degree = max(degree, len(sources))
+            for j in sources:
+                if i // per_machine != j // per_machine:
+                    out_nic[j // per_machine] += 1
+                    in_nic[i // per_machine] += 1
+        for i in range(nodes):
+            inside_in = sum(1 for j in w.in_neighbors(i) if j // per_machine == i // per_machine)
+            inside_out = sum(1 for j in w.out_neighbors(i) if j // per_machine == i // per_machine)
+            local[i] = max(inside_in, inside_out)
+        phases.append((max(out_nic + in_nic), max(local), degree))
+    return tuple(np.mean(phases, axis=0))
+
+
+@pytest.mark.parametrize("topology,nodes,dynamic,per_machine", [
+    ("exponential-2", 8, False, 8), ("exponential-2", 8, False, 2), ("exponential-2", 16, True, 4),
+    ("exponential-2", 12, True, 1), ("ring", 8, True, 2), ("ring", 6, False, 3),
+    ("mesh-2d", 16, False, 4), ("star", 8, False, 2), ("exponential-2", 32, True, 8)])
+def test_exchange_loads_follow_the_schedule(topology, nodes, dynamic, per_machine):
+    load = costs.exchange(topology, nodes, dynamic, per_machine)
+    assert (load.nic, load.intra, load.in_degree) == pytest.approx(
+        _independent_loads(topology, nodes, dynamic, per_machine))
+
+
+def test_exchange_loads_in_closed_form():
+    # static exponential-2: log2(p) in-neighbors; one-peer and inner-outer: one
+    assert costs.exchange("exponential-2", 16, False, 16).in_degree == 4
+    assert costs.exchange("exponential-2", 16, True, 16).in_degree == 1
+    inner_outer = costs.exchange("exponential-2", 64, True, 8)
+    assert (inner_outer.nic, inner_outer.in_degree) == (1, 1)  # one rank per machine crosses
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+def test_closed_forms_match_the_microbench_nominal_bytes(tmp_path):
+    done = mpiexec(4, ["-m", "commbench", "microbench", "-b", "4K", "-e", "64K", "-f", "4",
+                       "-n", "3", "-w", "1", "--no-raw", "--disable-dynamic-topology",
+                       "--cpu-transport", "gloo", "--results-dir", str(tmp_path)], timeout=200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(next(tmp_path.glob("*.json")).read_text())
+    load = costs.exchange("exponential-2", 4, False, 4)
+    for row in doc["rows"]:
+        size = row["bytes"]
+        if row["op"] == "allreduce":
+            assert row["bytes_sent"] == pytest.approx(
+                costs.allreduce(size, costs.Layout(4, 4), UNIT, ("ring",))[0])
+        else:
+            assert row["bytes_received"] == pytest.approx(load.in_degree * size)
+            assert row["bytes_sent"] == pytest.approx(load.intra * size)
+
+
+def _microbench_doc(alpha, beta, hosts, sizes, ops=("allreduce", "neighbor_allreduce")):
+    """A microbench result whose times are exactly the model's for α, β."""
+    p = len(hosts)
+    kind = "inter" if len(set(hosts)) > 1 else "intra"
+    per_machine = p // len(set(hosts))
+    rows = []
+    for op in ops:
+        for size in sizes:
+            if op == "allreduce":
+                m = len(set(hosts))
+                steps = 2 * (m - 1) if kind == "inter" else 2 * (p - 1)
+                t = steps * alpha + 2 * (p - 1) / p * size * beta
+            else:
+                load = costs.exchange("exponential-2", p, True, per_machine if kind == "inter" else p)
+                t = alpha + (load.nic if kind == "inter" else load.intra) * size * beta
+            rows.append({"op": op, "impl": "commbench", "commbench": True, "bytes": size,
+                         "summary": {"time": {"p50": t}}})
+    return {"kind": "microbench", "config": {"topology": "exponential-2"},
+            "environment": {"hostnames": list(hosts)}, "summary": {"world_size": p},
+            "rows": rows}
+
+
+def test_links_fitted_from_microbench_files_give_back_alpha_and_beta():
+    sizes = [1 << k for k in range(12, 26, 2)]
+    intra = _microbench_doc(20e-6, 1 / 5e9, ["a"] * 4, sizes)
+    inter = _microbench_doc(300e-6, 8 / 1e9, ["a", "b"], sizes)
+    links = network.fit_microbench([intra, inter], ["intra.json", "inter.json"])
+    for (kind, _), link in links.items():
+        alpha, beta = (20e-6, 1 / 5e9) if kind == "intra" else (300e-6, 8 / 1e9)
+        assert link.alpha == pytest.approx(alpha, rel=1e-6)
+        assert link.beta == pytest.approx(beta, rel=1e-6)
+        assert link.beta_ci == pytest.approx(0, abs=beta * 1e-6)
+    assert set(links) == {(k, op) for k in ("intra", "inter") for op in costs.FITTED_OPS}
+
+
+def test_compute_from_a_reference_gives_back_its_phases():
+    phases = [[0.01, 0.02, 0.005]] * 4
+    c = compute.measured([0.035, 0.034, 0.036], phases, 0.33, "test")
+    assert c.seconds == pytest.approx(0.035)
+    assert (c.forward, c.backward, c.optimizer) == pytest.approx(
+        (0.035 * 0.01 / 0.035, 0.035 * 0.02 / 0.035, 0.035 * 0.005 / 0.035))
+    stated = compute.stated(100.0, 32, 0.25, "flags")
+    assert (stated.seconds, stated.forward) == pytest.approx((0.32, 0.08))
+
+
+def test_straggler_term_is_the_expected_slowest_draw():
+    c = compute.Compute(1.0, 1.0, 0.0, (1.0, 3.0))
+    assert c.slowest_of(1) == 0
+    assert c.slowest_of(2) == pytest.approx(2.5 - 2.0)  # E[max of 2] = 3·3/4 + 1·1/4
+    assert c.slowest_of(64) > c.slowest_of(8) > c.slowest_of(2)
+    assert compute.Compute(1.0, 1.0, 0.0).slowest_of(64) == 0  # stated: no samples
+
+
+def test_gradients_are_ready_in_backward_order():
+    grads = compute.gradients("resnet18", 32)
+    assert grads.total == 11_689_512 * 4  # resnet18's parameters, float32
+    assert list(grads.ready) == sorted(grads.ready) and 0 < grads.ready[0] < grads.ready[-1] <= 1
+    assert 0.25 < grads.forward_share < 0.4  # backward costs about twice the forward
+    buckets = grads.buckets()
+    assert sum(b for b, _ in buckets) == grads.total
+    assert [r for _, r in buckets] == sorted(r for _, r in buckets)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+def test_ddp_buckets_are_ddps_own(tmp_path):
+    program = tmp_path / "buckets.py"
+    program.write_text(
+        "import json, sys, torch, torch.distributed as dist, torch.nn.functional as F\n"
+        "from commbench.models import build_model\n"
+        "dist.init_process_group('gloo')\n"
+        "ddp = torch.nn.parallel.DistributedDataParallel(build_model('resnet18', 1000))\n"
+        "x, y = torch.randn(2, 3, 32, 32), torch.randint(1000, (2,))\n"
+        "for _ in range(2):\n"
+        "    ddp.zero_grad(); F.cross_entropy(ddp(x), y).backward()\n"
+        "sizes = [b.buffer().numel() * 4 for b in ddp.reducer._get_zeros_like_grad_buckets()]\n"
+        "if dist.get_rank() == 0: print(json.dumps(sizes))\n"
+        "dist.destroy_process_group()\n")
+    done = torchrun(2, [str(program)], timeout=200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = [b for b, _ in compute.gradients("resnet18", 32).buckets()]
+    assert len(ours) == len(theirs)
+    assert ours == pytest.approx(theirs, rel=0.01)
+
+
+def _compute():
+    return compute.Compute(0.1, 0.2, 0.01, tuple(np.linspace(0.3, 0.34, 50)))
+
+
+@pytest.mark.parametrize("name", ["allreduce", "horovod", "gradient_allreduce",
+                                  "neighbor_allreduce", "hierarchical_neighbor_allreduce"])
+def test_slower_links_never_speed_a_step_up(name):
+    grads, c = compute.gradients("resnet18", 32), _compute()
+    layout = costs.Layout(16, 4)
+    steps = [simulate(Strategy(name), layout, c, grads,
+                      Network(Link(1e-5, 1 / 10e9), Link(5e-5, 8 / rate)), True)
+             for rate in (400e9, 100e9, 25e9, 10e9, 1e9)]
+    totals = [s.total for s in steps]
+    assert totals == sorted(totals) and totals[0] >= c.seconds
+    assert all(s.exposed >= 0 and s.overlapped >= 0 for s in steps)
+    assert steps[-1].exposed > 0
+
+
+def test_overlap_follows_each_strategys_schedule():
+    grads, c = compute.gradients("resnet18", 32), _compute()
+    slow = Network(Link(0, 1e-9), Link(0, 8 / 1e9))
+    layout = costs.Layout(8, 1)
+    awc = simulate(Strategy("neighbor_allreduce"), layout, c, grads, slow, False)
+    atc = simulate(Strategy("neighbor_allreduce", atc=True), layout, c, grads, slow, False)
+    comm = grads.total * 8 / 1e9  # one peer: S each way on the NIC
+    assert atc.exposed == pytest.approx(comm) and atc.overlapped == 0
+    assert awc.exposed == pytest.approx(comm - c.backward) and awc.overlapped == pytest.approx(c.backward)
+    fast = Network(Link(0, 1e-15), Link(0, 1e-15))
+    for name in ("allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce"):
+        step = simulate(Strategy(name), costs.Layout(8, 2), c, grads, fast, False)
+        assert step.total == pytest.approx(c.seconds, rel=1e-6)
+    # allreduce waits only for the buckets not yet sent when backward ends
+    ddp = simulate(Strategy("allreduce"), layout, c, grads, slow, False)
+    last_bucket = grads.buckets()[-1][0]
+    assert ddp.exposed >= costs.allreduce(last_bucket, layout, slow)[0]
+
+
+def _simulate(*args, cwd=None):
+    return subprocess.run([PYTHON, "-m", "commbench", "simulate", *args], capture_output=True,
+                          text=True, timeout=120, cwd=cwd)
+
+
+def test_the_command_prints_the_golden_table_and_writes_a_projection(tmp_path):
+    done = _simulate(*STATED, "--np", "1,8,16,64,1024", "-o", str(tmp_path / "p"))
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.split("\nProjection: ")[0] + "\n"
+    if not GOLDEN.exists():  # pragma: no cover - writing the golden file is a deliberate act
+        GOLDEN.write_text(table)
+        pytest.fail(f"wrote {GOLDEN}: check it and commit it")
+    assert table == GOLDEN.read_text()
+    assert "A PROJECTION" in table and "unvalidated" in table
+    (written,) = (tmp_path / "p").glob("*.json")
+    doc = json.loads(written.read_text())
+    assert doc["kind"] == "projection" and len(doc["rows"]) == 3 * 5
+    assert written.with_suffix(".png").stat().st_size > 10_000
+    report = subprocess.run([PYTHON, "-m", "commbench", "report", str(tmp_path / "p")],
+                            capture_output=True, text=True, timeout=120)
+    assert "projection" in report.stderr  # never read as a measurement
+
+
+def test_runs_calibrate_compute_and_show_as_measured_points(tmp_path):
+    runs = DATA / "runs-new"
+    done = _simulate(str(runs), "--intra-link", "10GB/s", "--link", "1gbit", "--np", "1,2,4,8",
+                     "--compute-from", "each", "-o", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    row = next(line for line in lines if line.startswith("allreduce ") and " 4 " in line)
+    assert "measured" in row and "%" in row.split()[-1]
+    assert any("extrapolated" in line for line in lines if line.startswith("allreduce "))
+    assert "reference of" in done.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--link", "fast"], "argument --link: 'fast' is not a rate"),
+    (["--np", "0,2"], "argument --np"),
+    (["--dist-optimizer", "gossip"], "no cost model for 'gossip'"),
+    (["--latency", "soon"], "argument --latency"),
+    (["--np", "12", "--gpus-per-machine", "8"], "do not fill machines of 8"),
+])
+def test_bad_input_is_one_line(tmp_path, args, message):
+    done = _simulate(*STATED, *args, "-o", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_projections_never_go_among_measured_results(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for f in (DATA / "runs-new").glob("*.json"):
+        (runs / f.name).write_text(f.read_text())
+    done = _simulate(str(runs), "--link", "1gbit", "--intra-link", "10GB/s", "-o", str(runs))
+    assert done.returncode == 2 and "holds measured results" in done.stderr
+    done = _simulate(*STATED, "--np", "2", "-o", str(tmp_path / "p"))
+    assert done.returncode == 0
+    assert len(list((tmp_path / "p").glob("*.json"))) == 1
