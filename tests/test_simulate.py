@@ -246,9 +246,17 @@ def test_the_command_prints_the_golden_table_and_writes_a_projection(tmp_path):
     doc = json.loads(written.read_text())
     assert doc["kind"] == "projection" and len(doc["rows"]) == 3 * 5
     assert written.with_suffix(".png").stat().st_size > 10_000
+    # report and plot show it apart from measurements, labelled as a projection
     report = subprocess.run([PYTHON, "-m", "commbench", "report", str(tmp_path / "p")],
                             capture_output=True, text=True, timeout=120)
-    assert "projection" in report.stderr  # never read as a measurement
+    assert report.returncode == 0 and report.stdout.startswith("PROJECTION: resnet50")
+    assert report.stdout.split("\n\n")[1] == table.split("\n\n")[1]  # the same rows
+    plot = subprocess.run([PYTHON, "-m", "commbench", "plot", str(tmp_path / "p"), "-o",
+                           str(tmp_path / "charts")], capture_output=True, text=True, timeout=120)
+    assert plot.returncode == 0 and (tmp_path / "charts" / written.with_suffix(".png").name).exists()
+    runs_only = subprocess.run([PYTHON, "-m", "commbench", "report", str(DATA / "runs-new")],
+                               capture_output=True, text=True, timeout=120)
+    assert "PROJECTION" not in runs_only.stdout
 
 
 def test_runs_calibrate_compute_and_show_as_measured_points(tmp_path):

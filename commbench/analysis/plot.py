@@ -38,12 +38,17 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts"
     found = runs.load_for("plot", paths, err or sys.stderr)
     if found is None:
         return 1
-    groups, benches = found
+    groups, benches, projections = found
     written = write_charts(groups, out_dir, formats) if groups else []
     if benches:
         from commbench.plots import microbench as microbench_charts
 
         written += microbench_charts.write(benches, out_dir, formats)
+    if projections:  # their own charts, dashed and titled PROJECTION
+        from commbench.simulate import command as simulate
+
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        written += simulate.chart_files(projections, out_dir, formats)
     for path in written:
         print(path, file=out)
     out.flush()

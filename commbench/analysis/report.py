@@ -63,14 +63,21 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
     found = runs.load_for("report", paths, err or sys.stderr)
     if found is None:
         return 1
-    groups, benches = found
-    if fmt == "json" and groups and benches:  # one JSON document
-        doc = json.loads(render(groups, fmt))
-        doc.update(json.loads(microbench.render(benches, fmt)))
+    groups, benches, projections = found
+    if fmt == "json" and len([x for x in (groups, benches, projections) if x]) > 1:
+        doc = json.loads(render(groups, fmt)) if groups else {}  # one JSON document
+        doc.update(json.loads(microbench.render(benches, fmt)) if benches else {})
+        doc.update({"projections": [p.doc for p in projections]} if projections else {})
         out.write(json.dumps(doc, indent=1) + "\n")
+    elif fmt == "json" and projections:
+        out.write(json.dumps({"projections": [p.doc for p in projections]}, indent=1) + "\n")
     else:
         texts = ([render(groups, fmt)] if groups else []) + \
             ([microbench.render(benches, fmt)] if benches else [])
+        if projections:
+            from commbench.simulate import command as simulate
+
+            texts.append(simulate.render_files(projections, fmt))
         out.write("\n".join(texts))
     out.flush()
     return 0

@@ -403,19 +403,21 @@ def _mean(values) -> Optional[float]:
 
 
 def load_for(command: str, paths: Iterable[Union[str, Path]], err) -> Optional[Tuple[
-        List[Group], List[Any]]]:
-    """What `report` and `plot` read: run groups and microbench results under paths,
-    one warning line per skipped file on err; None, after saying so, when nothing
-    usable was found."""
+        List[Group], List[Any], List[Any]]]:
+    """What `report` and `plot` read: run groups, microbench results and projections
+    (commbench simulate's, shown apart and labelled) under paths, one warning line per
+    skipped file on err; None, after saying so, when nothing usable was found."""
     from commbench.microbench import results as microbench_results
+    from commbench.simulate import command as simulate
 
     paths = list(paths)
-    groups, notes = analyse(paths, handled=(microbench_results.KIND,))
+    groups, notes = analyse(paths, handled=(microbench_results.KIND, simulate.KIND))
     benches = microbench_results.load(paths)  # size sweeps: their own tables and charts
+    projections = simulate.load(paths)
     for note in notes:
         print(f"commbench {command}: warning: {note}", file=err)
-    if not groups and not benches:
+    if not groups and not benches and not projections:
         print(f"commbench {command}: error: no usable commbench run results in "
               f"{', '.join(map(str, paths))}", file=err)
         return None
-    return groups, benches
+    return groups, benches, projections

@@ -96,8 +96,10 @@ def main(args) -> int:
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
              f"{per_machine} workers per machine")
-    print(render(title, rows, inputs, args.format))
-    path = _write(out_dir, args, title, rows, inputs, [str(r.path) for r in runs + benches])
+    notes = notes_of(inputs)
+    print(render(title, rows, notes, args.format))
+    path = _write(out_dir, args, title, rows, notes, inputs,
+                  [str(r.path) for r in runs + benches])
     from commbench.plots import projection
 
     chart = path.with_suffix(".png")
@@ -248,10 +250,14 @@ def _cells(row: Row) -> List[str]:
             "-" if error is None else f"{100 * error:+.1f}%"]
 
 
-def render(title: str, rows: List[Row], inputs: Inputs, fmt: str) -> str:
+def render(title: str, rows: List[Row], notes: List[str], fmt: str) -> str:
     body = tables.render(HEADERS, [_cells(r) for r in rows], "lrrrrrrrrrrllrr", fmt)
+    return f"{tables.heading(title, fmt)}\n\n{body}\n{tables.notes(notes, fmt)}"
+
+
+def notes_of(inputs: Inputs) -> List[str]:
     net, c = inputs.network, inputs.compute_at(1)
-    notes = [
+    return [
         "A PROJECTION by commbench's cost model, not a measurement.",
         f"compute: {c.source}; {c.seconds * 1e3:.1f} ms per batch (forward "
         f"{c.forward * 1e3:.1f}, backward {c.backward * 1e3:.1f}, optimizer "
@@ -272,17 +278,20 @@ def render(title: str, rows: List[Row], inputs: Inputs, fmt: str) -> str:
         "per-batch times; a few hundred batches of one machine cannot show a large "
         "cluster's tail.",
     ]
-    return f"{tables.heading(title, fmt)}\n\n{body}\n{tables.notes(notes, fmt)}"
 
 
-def _write(out_dir: Path, args, title: str, rows: List[Row], inputs: Inputs,
-           files: List[str]) -> Path:
+def _write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
+           inputs: Inputs, files: List[str]) -> Path:
     from commbench.results import new_document, write_result
 
     doc = new_document(KIND)
     net = inputs.network
     doc.update(
         title=title,
+        notes=notes,
+        summary={"strategies": list(dict.fromkeys(r.strategy for r in rows)),
+                 "workers": sorted({r.workers for r in rows}),
+                 "measured_points": sum(r.measured is not None for r in rows)},
         config={k: v for k, v in vars(args).items() if k not in ("run_flags",)},
         inputs={"files": files, "gradient_bytes": inputs.gradients.total,
                 "per_machine": inputs.per_machine, "algorithms": list(inputs.algorithms),
@@ -302,3 +311,41 @@ def _write(out_dir: Path, args, title: str, rows: List[Row], inputs: Inputs,
                "measured": r.measured, "measured_ci": r.measured_ci} for r in rows])
     json.dumps(doc, allow_nan=False)  # fail here, not half-written
     return write_result(out_dir, doc, f"projection-{title.split(',')[0].split()[-1]}")
+
+
+def rows_of(doc) -> List[Row]:
+    """The rows of a projection file, as `project` made them."""
+    from commbench.simulate.step import StepTime
+
+    return [Row(r["strategy"], r["workers"], r["machines"], r["img_sec"], *r["band"],
+                r["efficiency"], StepTime(r["step"]["compute"], r["step"]["exposed"],
+                                          r["step"]["overlapped"], 0.0, r["step"]["allreduce"]),
+                r["img_sec_with_stragglers"], r["step"]["straggler_wait"], r["basis"],
+                r["measured"], r["measured_ci"]) for r in doc["rows"]]
+
+
+def load(paths) -> List:
+    """Every projection file under paths (commbench.results.Result objects)."""
+    from commbench.results import load_results
+
+    found, _ = load_results(paths)
+    return [r for r in found if r.kind == KIND and isinstance(r.doc.get("rows"), list)]
+
+
+def render_files(found, fmt: str) -> str:
+    """`commbench report` of projection files: their tables, labelled as projections."""
+    return "\n".join(render(r.doc["title"], rows_of(r.doc), r.doc.get("notes") or [], fmt)
+                     for r in found)
+
+
+def chart_files(found, out_dir: Path, formats) -> List[Path]:
+    """`commbench plot` of projection files: one chart each, named after the file."""
+    from commbench.plots import projection
+
+    written = []
+    for r in found:
+        paths = [Path(out_dir) / f"{r.path.stem}.{ext}" for ext in dict.fromkeys(["png", *formats])]
+        for path in paths:
+            projection.save(projection.figure(r.doc["title"], rows_of(r.doc)), path)
+        written += paths
+    return written
