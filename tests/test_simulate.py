@@ -38,6 +38,16 @@ def test_ring_allreduce_moves_the_microbench_bytes():
     assert seconds == (2 * 15 - 2 * 3) * 1.0 + 2 * 3 * 10.0
 
 
+def test_hierarchical_allreduce_sends_the_ring_shares_on_each_link_class():
+    intra_only = Network(Link(0.0, 1.0), Link(0.0, 0.0))
+    inter_only = Network(Link(0.0, 0.0), Link(0.0, 1.0))
+    layout = costs.Layout(32, 8)  # 4 machines
+    assert costs.hierarchical_allreduce(800.0, layout, intra_only)[0] == pytest.approx(
+        metrics.ring_allreduce_bytes(800.0, 8))
+    assert costs.hierarchical_allreduce(800.0, layout, inter_only)[0] == pytest.approx(
+        metrics.ring_allreduce_bytes(800.0, 4))
+
+
 def test_tree_is_chosen_where_latency_dominates():
     net = Network(Link(1e-6, 1 / 150e9), Link(5e-6, 8 / 25e9))
     assert costs.allreduce(1 << 10, costs.Layout(1024, 8), net)[1] == "tree"

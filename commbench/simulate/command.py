@@ -22,7 +22,7 @@ from commbench.errors import UsageError
 from commbench.simulate import compute as compute_model
 from commbench.simulate import network as network_model
 from commbench.simulate.network import Network
-from commbench.simulate.project import Inputs, Row, project
+from commbench.simulate.project import Inputs, Row, fit_overlap, project
 from commbench.simulate.step import STRATEGIES, Strategy
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64,128,256,512,1024"
@@ -44,11 +44,13 @@ def add_arguments(parser) -> None:
     add("--disable-dynamic-topology", action="store_true",
         help="the static topology every step instead of the dynamic one-peer schedule")
     add("--atc-style", action="store_true", help="adapt-then-combine (no overlap)")
+    add("--hierarchical-allreduce", action="store_true", help="horovod: allreduce inside "
+        "each machine, then across machines, then back (HOROVOD_HIERARCHICAL_ALLREDUCE)")
     add("--link", metavar="RATE", help="each machine's network link, e.g. 25gbit, 100gbit "
         "(default: fitted from multi-machine microbench files)")
     add("--latency", default="5us", metavar="T", help="latency between machines (default: 5us)")
     add("--intra-link", metavar="RATE", help="between workers of one machine, e.g. 150GB/s "
-        "(default: fitted from single-machine microbench files)")
+        "(default: fitted from single-machine microbench files, else 150GB/s, NVLink class)")
     add("--intra-latency", default="1us", metavar="T",
         help="latency inside a machine (default: 1us)")
     add("--model", help="torchvision model (default: the runs', else resnet50)")
@@ -63,6 +65,11 @@ def add_arguments(parser) -> None:
     add("--collective", choices=("auto", "ring", "tree"), default="auto",
         help="allreduce algorithm: auto = NCCL's choice of ring or tree for GPUs, ring "
         "for gloo and MPI on CPUs (default: auto)")
+    add("--overlap", default="1", metavar="X|fit",
+        help="share of the communication a strategy overlaps with backward that really "
+        "hides: 1 where communication has its own engine (NCCL on GPUs); `fit`: the share "
+        "that meets the measured runs at the smallest multi-worker N (CPU workers share "
+        "their cores with the transport) (default: 1)")
     add("-o", "--output-dir", default="projections", metavar="DIR",
         help="where the projection file and chart go (default: projections)")
     add("--format", choices=("text", "markdown"), default="text")
@@ -93,10 +100,11 @@ def main(args) -> int:
         else (args.collective,)
     inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
                     measured=_measured(runs, per_machine))
+    inputs.overlap, overlap_note = _overlap(args.overlap, strategies, inputs)
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
              f"{per_machine} workers per machine")
-    notes = notes_of(inputs)
+    notes = notes_of(inputs) + [overlap_note]
     print(render(title, rows, notes, args.format))
     path = _write(out_dir, args, title, rows, notes, inputs,
                   [str(r.path) for r in runs + benches])
@@ -106,6 +114,26 @@ def main(args) -> int:
     projection.save(projection.figure(title, rows), chart)
     print(f"Projection: {path}\nChart: {chart}")
     return 0
+
+
+def _overlap(text: str, strategies, inputs) -> Tuple[float, str]:
+    if text != "fit":
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value <= 1:
+            raise UsageError(f"argument --overlap: {text!r} is neither a share in [0, 1] "
+                             f"nor `fit`")
+        return value, (f"overlap: {value:g} of the communication each schedule overlaps "
+                       f"with backward hides (stated).")
+    smallest = min((n for _, n in inputs.measured if n > 1), default=None)
+    fitted = fit_overlap(strategies, smallest, inputs) if smallest else None
+    if fitted is None:
+        raise UsageError("argument --overlap: fit needs measured runs at more than one "
+                         "worker whose schedule overlaps communication")
+    return fitted, (f"overlap: {fitted:.2f} of the communication each schedule overlaps "
+                    f"with backward hides (fitted on the runs at N={smallest}).")
 
 
 def _output_dir(directory: str, runs) -> Path:
@@ -174,8 +202,8 @@ def _strategies(args, runs) -> List[Strategy]:
         if unknown:
             raise UsageError(f"argument --dist-optimizer: no cost model for {unknown[0]!r}; "
                              f"modelled: {', '.join(STRATEGIES)}")
-        return [Strategy(s, args.topology, not args.disable_dynamic_topology, args.atc_style)
-                for s in names]
+        return [Strategy(s, args.topology, not args.disable_dynamic_topology, args.atc_style,
+                         args.hierarchical_allreduce and s == "horovod") for s in names]
     found = {strategy_of(r.doc) for r in runs} - {None}
     if found:
         return sorted(found, key=lambda s: (s.name == "none", s.label()))
@@ -189,7 +217,8 @@ def strategy_of(doc) -> Optional[Strategy]:
     if name not in STRATEGIES:
         return None
     return Strategy(name, config.get("topology") or "exponential-2",
-                    not config.get("disable_dynamic_topology"), bool(config.get("atc_style")))
+                    not config.get("disable_dynamic_topology"), bool(config.get("atc_style")),
+                    name == "horovod" and bool(config.get("hierarchical_allreduce")))
 
 
 def _workers(text: str) -> List[int]:

@@ -67,6 +67,18 @@ def allreduce(nbytes: float, layout: Layout, net: Network,
     return costs[name], name
 
 
+def hierarchical_allreduce(nbytes: float, layout: Layout, net: Network) -> Tuple[float, str]:
+    """Horovod's --hierarchical-allreduce: reduce-scatter inside each machine, then the
+    g ranks of a machine allreduce their S/g shares across machines at once (together
+    S through the one NIC), then allgather inside the machine."""
+    g, m = layout.local, layout.machines
+    if m == 1:
+        return allreduce(nbytes, layout, net, ("ring",))
+    inside = (g - 1) * net.intra.alpha + (g - 1) / g * nbytes * net.intra.beta
+    across = 2 * (m - 1) * net.inter.alpha + 2 * (m - 1) / m * nbytes * net.inter.beta
+    return 2 * inside + across, "hierarchical"
+
+
 def broadcast(nbytes: float, ranks: int, link: Link) -> float:
     """A pipelined broadcast among `ranks` on one link class."""
     return 0.0 if ranks <= 1 else math.ceil(math.log2(ranks)) * link.alpha + nbytes * link.beta

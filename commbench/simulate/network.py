@@ -60,7 +60,8 @@ class Link:
         return replace(self, beta=max(self.beta + side * self.beta_ci, self.beta * 0.01))
 
     def describe(self) -> str:
-        rate = f"{8 / self.beta / 1e9:.3g} Gbit/s" if self.beta else "unbounded"
+        rate = "unbounded" if not self.beta else f"{1 / self.beta / 1e9:.3g} GB/s" \
+            if self.beta < 8e-12 else f"{8 / self.beta / 1e9:.3g} Gbit/s"
         spread = f" ±{100 * self.beta_ci / self.beta:.0f}%" if self.beta_ci and self.beta else ""
         return f"{rate}{spread}, latency {self.alpha * 1e6:.3g} us ({self.source})"
 
@@ -81,6 +82,9 @@ class Network:
 
     def for_exchange(self) -> "Network":
         return Network(self.exchange_intra or self.intra, self.exchange_inter or self.inter)
+
+
+DEFAULT_INTRA = "150GB/s"
 
 
 def fit(points: List[tuple], source: str) -> Link:
@@ -157,7 +161,9 @@ def network_from(args, fitted: Dict[Tuple[str, str], Link]) -> Network:
     if network.inter is None:
         raise UsageError("no network between machines: pass --link RATE (e.g. 25gbit) or "
                          "microbench files measured across machines")
-    if network.intra is None:
-        raise UsageError("no network inside a machine: pass --intra-link RATE (e.g. "
-                         "150GB/s) or microbench files measured on one machine")
+    if network.intra is None:  # rarely the bottleneck: a stated default, said so
+        default = Link(seconds(args.intra_latency, "--intra-latency"),
+                       1.0 / bytes_per_second(DEFAULT_INTRA, "--intra-link"),
+                       source=f"assumed {DEFAULT_INTRA}, NVLink class: pass --intra-link")
+        network = replace(network, intra=default, exchange_intra=default)
     return network

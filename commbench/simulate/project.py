@@ -4,7 +4,7 @@ what was measured (validated) or beyond it (extrapolated)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Tuple
 
 from commbench.simulate import costs
@@ -23,6 +23,10 @@ class Inputs:
     algorithms: Tuple[str, ...] = ("ring", "tree")
     bytes_per_element: float = 4.0
     measured: Dict[Tuple[str, int], Tuple[float, Optional[float]]] = field(default_factory=dict)
+    # Share of the communication a strategy's schedule overlaps with backward that is
+    # really hidden: 1 where communication has its own engine (NCCL on GPUs); lower on
+    # CPUs, where the transport and the compute share the cores (fit_overlap).
+    overlap: float = 1.0
 
     def compute_at(self, workers: int) -> Compute:
         if workers in self.compute:
@@ -67,8 +71,9 @@ def project(strategies: List[Strategy], workers: List[int], inputs: Inputs) -> L
             compute = inputs.compute_at(n)
 
             def step(compute: Compute, net: Network, stragglers: bool = False) -> StepTime:
-                return simulate(strategy, layout, compute, inputs.gradients, net, stragglers,
-                                inputs.algorithms, inputs.bytes_per_element)
+                return interfered(simulate(strategy, layout, compute, inputs.gradients, net,
+                                           stragglers, inputs.algorithms,
+                                           inputs.bytes_per_element), inputs.overlap)
 
             plain = step(compute, inputs.network)
             total = n * inputs.batch_size / plain.total
@@ -86,3 +91,30 @@ def project(strategies: List[Strategy], workers: List[int], inputs: Inputs) -> L
                 else "within" if n <= validated else "extrapolated",
                 *(measured or (None, None))))
     return rows
+
+
+def interfered(step: StepTime, overlap: float) -> StepTime:
+    """The step when only `overlap` of its overlapped communication stays hidden."""
+    lost = (1 - overlap) * step.overlapped
+    return replace(step, exposed=step.exposed + lost, overlapped=step.overlapped - lost)
+
+
+def fit_overlap(strategies: List[Strategy], workers: int, inputs: Inputs) -> Optional[float]:
+    """The overlap efficiency that makes the model meet the measured points at `workers`
+    (their mean, weighted by how much each overlaps), in [0, 1]; None when nothing
+    measured there overlaps."""
+    weighted, weights = 0.0, 0.0
+    for strategy in strategies:
+        measured = inputs.measured.get((strategy.label(), workers))
+        if not measured:
+            continue
+        ideal = simulate(strategy, costs.Layout(workers, inputs.per_machine),
+                         inputs.compute_at(workers), inputs.gradients, inputs.network, False,
+                         inputs.algorithms, inputs.bytes_per_element)
+        if ideal.overlapped <= 0:
+            continue
+        seconds = workers * inputs.batch_size / measured[0]
+        hidden = 1 - (seconds - ideal.compute - ideal.exposed) / ideal.overlapped
+        weighted += min(max(hidden, 0.0), 1.0) * ideal.overlapped
+        weights += ideal.overlapped
+    return weighted / weights if weights else None

@@ -40,8 +40,11 @@ class Strategy:
     topology: str = "exponential-2"
     dynamic: bool = True
     atc: bool = False
+    hierarchical_allreduce: bool = False  # horovod's --hierarchical-allreduce
 
     def label(self) -> str:
+        if self.hierarchical_allreduce:
+            return f"{self.name} (hierarchical allreduce)"
         if self.name not in ("neighbor_allreduce", "hierarchical_neighbor_allreduce"):
             return self.name
         settings = [self.topology, "dynamic" if self.dynamic else "static"]
@@ -72,7 +75,8 @@ def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: 
         return StepTime(compute.seconds, 0.0, 0.0, 0.0)
     if name in ("allreduce", "horovod", "gradient_allreduce"):
         messages = _messages(name, grads, compute)
-        return _allreduce_step(messages, scale, layout, compute, net, stragglers, algorithms)
+        return _allreduce_step(messages, scale, layout, compute, net, stragglers, algorithms,
+                               strategy.hierarchical_allreduce)
     if name == "neighbor_allreduce":
         load = costs.exchange(strategy.topology, layout.workers, strategy.dynamic,
                               layout.local if layout.machines > 1 else layout.workers)
@@ -102,10 +106,12 @@ def _messages(name: str, grads: Gradients, compute: Compute) -> List[Tuple[float
     return fused
 
 
-def _allreduce_step(messages, scale, layout, compute, net, stragglers, algorithms) -> StepTime:
+def _allreduce_step(messages, scale, layout, compute, net, stragglers, algorithms,
+                    hierarchical: bool) -> StepTime:
     free, busy, used = 0.0, 0.0, set()
     for nbytes, ready in messages:
-        seconds, algorithm = costs.allreduce(nbytes * scale, layout, net, algorithms)
+        seconds, algorithm = costs.hierarchical_allreduce(nbytes * scale, layout, net) \
+            if hierarchical else costs.allreduce(nbytes * scale, layout, net, algorithms)
         used.add(algorithm)
         free = max(free, ready) + seconds
         busy += seconds
