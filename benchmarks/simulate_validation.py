@@ -109,7 +109,8 @@ def analyse(out: Path) -> None:
                                  fitted[("intra", "neighbor_allreduce")],
                                  fitted[("inter", "neighbor_allreduce")])
     grads = compute.gradients("resnet18", 32)
-    overlap = fit_overlap_at_calibration(out, calibrated, grads)
+    overlap = fit_overlap_at_calibration(out, calibrated, grads, False)
+    overlap_slowed = fit_overlap_at_calibration(out, calibrated, grads, True)
     table = []
     for rate_dir in sorted((out / "runs").iterdir()):
         rate = rate_dir.name
@@ -134,6 +135,7 @@ def analyse(out: Path) -> None:
                 strategy = Strategy(strategy_name)
                 (row,) = project([strategy], [n], inputs)
                 (full,) = project([strategy], [n], replace(inputs, overlap=1.0))
+                (slowed,) = project([strategy], [n], replace(inputs, overlap=overlap_slowed))
                 totals = [r.doc["summary"]["total_img_sec"]["mean"] for r in mine]
                 measured = statistics.mean(totals)
                 ci = _ci(totals)
@@ -146,11 +148,11 @@ def analyse(out: Path) -> None:
                     "network": rate, "layout": f"{m}x{s}", "strategy": strategy_name,
                     "measured": measured, "ci95": ci, "runs": len(totals),
                     "projected": row.img_sec, "band": [row.low, row.high],
-                    "with_stragglers": row.with_stragglers,
+                    "with_stragglers": slowed.with_stragglers,
                     "error": row.img_sec / measured - 1,
                     "full_overlap_error": full.img_sec / measured - 1,
-                    "error_with_stragglers": (row.with_stragglers / measured - 1
-                                              if row.with_stragglers else None),
+                    "error_with_stragglers": (slowed.with_stragglers / measured - 1
+                                              if slowed.with_stragglers else None),
                     "linear_error": linear / measured - 1, "naive_error": naive / measured - 1,
                     "held_out": rate not in (CALIBRATION_RATE, "shared-memory"),
                     "calibration_point": rate == CALIBRATION_RATE and (m, s) == (2, 1)})
@@ -172,18 +174,61 @@ def analyse(out: Path) -> None:
         errors = [abs(r["error"]) for r in scored if r["strategy"] == strategy_name]
         linear = [abs(r["linear_error"]) for r in scored if r["strategy"] == strategy_name]
         naive = [abs(r["naive_error"]) for r in scored if r["strategy"] == strategy_name]
-        print(f"{strategy_name:<33} median |error| {100 * statistics.median(errors):5.1f}% "
-              f"worst {100 * max(errors):5.1f}%   linear median {100 * statistics.median(linear):5.1f}%"
-              f"   naive median {100 * statistics.median(naive):5.1f}%  ({len(errors)} points)")
-    print(f"overlap efficiency fitted at the calibration point: {overlap:.2f}")
+        slowed = [abs(r["error_with_stragglers"]) for r in scored
+                  if r["strategy"] == strategy_name]
+        print(f"{strategy_name:<33} |error| median {100 * statistics.median(errors):4.1f}% "
+              f"worst {100 * max(errors):4.1f}%; with stragglers median "
+              f"{100 * statistics.median(slowed):4.1f}% worst {100 * max(slowed):4.1f}%; "
+              f"linear median {100 * statistics.median(linear):5.1f}%, naive median "
+              f"{100 * statistics.median(naive):4.1f}% ({len(errors)} points)")
+    print(f"overlap efficiency fitted at the calibration point: {overlap:.2f} "
+          f"({overlap_slowed:.2f} with the straggler term)")
     print(f"links fitted: inter {calibrated.inter.describe()}; exchange inter "
           f"{calibrated.exchange_inter.describe()}; intra {calibrated.intra.describe()}")
     print(f"analysed in {time.monotonic() - begin:.1f} s")
+    draw(table, out / "validation.png")
 
 
-def fit_overlap_at_calibration(out, net, grads) -> float:
+def draw(table, path: Path) -> None:
+    """Projected against measured img/sec, one marker per strategy, filled where the
+    network was held out of the calibration; the measurement's 95% interval as bars."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 5.4), layout="constrained")
+    ax = fig.subplots()
+    markers = {"allreduce": "o", "neighbor_allreduce": "s",
+               "hierarchical_neighbor_allreduce": "D"}
+    colors = {"shared-memory": "C2", CALIBRATION_RATE: "C0", HELD_OUT_RATE: "C3"}
+    for r in table:
+        ax.errorbar(r["measured"], r["projected"], xerr=min(r["ci95"] or 0, r["measured"]),
+                    fmt=markers[r["strategy"]], color=colors[r["network"]],
+                    mfc="none" if r["calibration_point"] else colors[r["network"]], capsize=2)
+        ax.annotate(r["layout"], (r["measured"], r["projected"]), fontsize=6,
+                    xytext=(3, 3), textcoords="offset points")
+    top = 1.15 * max(max(r["measured"], r["projected"]) for r in table)
+    ax.plot([0, top], [0, top], color="0.5", linewidth=0.8)
+    for bound in (0.8, 1.2):
+        ax.plot([0, top], [0, bound * top], ":", color="0.7", linewidth=0.8)
+    for name, marker in markers.items():
+        ax.plot([], [], marker, color="0.3", label=name)
+    for network, color in colors.items():
+        ax.plot([], [], "s", color=color, label=network)
+    ax.plot([], [], "o", mfc="none", color="0.3", label="calibration point")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("measured total img/sec (bars: 95% CI over repeats)")
+    ax.set_ylabel("projected total img/sec")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title("commbench simulate against emulated-cluster runs\n(resnet18 32 px, CPU "
+                 "workers on 2 host cores; dotted: ±20%)", fontsize=9)
+    fig.savefig(path, dpi=120)
+    print(f"chart: {path}")
+
+
+def fit_overlap_at_calibration(out, net, grads, stragglers: bool) -> float:
     """The overlap efficiency that meets the calibration point's runs (2x1 at the
-    calibration rate), the mean over its strategies."""
+    calibration rate), the mean over its strategies, for the model with or without
+    its straggler term."""
     from commbench.results import load_results
     from commbench.simulate import compute
     from commbench.simulate.project import Inputs, fit_overlap
@@ -200,7 +245,7 @@ def fit_overlap_at_calibration(out, net, grads) -> float:
         measured = statistics.mean(r.doc["summary"]["total_img_sec"]["mean"] for r in mine)
         inputs = Inputs(32, grads, net, 1, {2: c}, ("ring",),
                         measured={(Strategy(name).label(), 2): (measured, None)})
-        fitted = fit_overlap([Strategy(name)], 2, inputs)
+        fitted = fit_overlap([Strategy(name)], 2, inputs, stragglers)
         if fitted is not None:
             fits.append(fitted)
     return statistics.mean(fits) if fits else 1.0

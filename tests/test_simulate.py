@@ -272,13 +272,14 @@ def test_the_command_prints_the_golden_table_and_writes_a_projection(tmp_path):
 def test_runs_calibrate_compute_and_show_as_measured_points(tmp_path):
     runs = DATA / "runs-new"
     done = _simulate(str(runs), "--intra-link", "10GB/s", "--link", "1gbit", "--np", "1,2,4,8",
-                     "--compute-from", "each", "-o", str(tmp_path))
+                     "--compute-from", "each", "--overlap", "fit", "-o", str(tmp_path))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     row = next(line for line in lines if line.startswith("allreduce ") and " 4 " in line)
     assert "measured" in row and "%" in row.split()[-1]
     assert any("extrapolated" in line for line in lines if line.startswith("allreduce "))
     assert "reference of" in done.stdout
+    assert "hides (fitted on the runs at N=2)" in " ".join(done.stdout.split())
 
 
 @pytest.mark.parametrize("args,message", [
@@ -286,6 +287,7 @@ def test_runs_calibrate_compute_and_show_as_measured_points(tmp_path):
     (["--np", "0,2"], "argument --np"),
     (["--dist-optimizer", "gossip"], "no cost model for 'gossip'"),
     (["--latency", "soon"], "argument --latency"),
+    (["--overlap", "2"], "argument --overlap"),
     (["--np", "12", "--gpus-per-machine", "8"], "do not fill machines of 8"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
@@ -304,3 +306,16 @@ def test_projections_never_go_among_measured_results(tmp_path):
     done = _simulate(*STATED, "--np", "2", "-o", str(tmp_path / "p"))
     assert done.returncode == 0
     assert len(list((tmp_path / "p").glob("*.json"))) == 1
+
+
+def test_overlap_efficiency_fitted_on_measured_points_comes_back():
+    from commbench.simulate.project import Inputs, fit_overlap, project
+
+    grads = compute.gradients("resnet18", 32)
+    net = Network(Link(1e-5, 1 / 5e9), Link(5e-5, 8 / 2e9))
+    strategies = [Strategy("allreduce"), Strategy("neighbor_allreduce")]
+    inputs = Inputs(32, grads, net, 2, {4: _compute()}, ("ring",), overlap=0.4)
+    made = {(r.strategy, r.workers): (r.img_sec, None) for r in project(strategies, [4], inputs)}
+    fresh = Inputs(32, grads, net, 2, {4: _compute()}, ("ring",), measured=made)
+    assert fit_overlap(strategies, 4, fresh) == pytest.approx(0.4)
+    assert fit_overlap(strategies, 8, fresh) is None  # nothing measured there

@@ -99,22 +99,23 @@ def interfered(step: StepTime, overlap: float) -> StepTime:
     return replace(step, exposed=step.exposed + lost, overlapped=step.overlapped - lost)
 
 
-def fit_overlap(strategies: List[Strategy], workers: int, inputs: Inputs) -> Optional[float]:
-    """The overlap efficiency that makes the model meet the measured points at `workers`
-    (their mean, weighted by how much each overlaps), in [0, 1]; None when nothing
-    measured there overlaps."""
+def fit_overlap(strategies: List[Strategy], workers: int, inputs: Inputs,
+                stragglers: bool = False) -> Optional[float]:
+    """The overlap efficiency that makes the model (with or without its straggler
+    term) meet the measured points at `workers` (their mean, weighted by how much each
+    overlaps), in [0, 1]; None when nothing measured there overlaps."""
     weighted, weights = 0.0, 0.0
     for strategy in strategies:
         measured = inputs.measured.get((strategy.label(), workers))
         if not measured:
             continue
         ideal = simulate(strategy, costs.Layout(workers, inputs.per_machine),
-                         inputs.compute_at(workers), inputs.gradients, inputs.network, False,
-                         inputs.algorithms, inputs.bytes_per_element)
+                         inputs.compute_at(workers), inputs.gradients, inputs.network,
+                         stragglers, inputs.algorithms, inputs.bytes_per_element)
         if ideal.overlapped <= 0:
             continue
         seconds = workers * inputs.batch_size / measured[0]
-        hidden = 1 - (seconds - ideal.compute - ideal.exposed) / ideal.overlapped
+        hidden = 1 - (seconds - ideal.total) / ideal.overlapped
         weighted += min(max(hidden, 0.0), 1.0) * ideal.overlapped
         weights += ideal.overlapped
     return weighted / weights if weights else None
