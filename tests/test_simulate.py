@@ -232,6 +232,9 @@ def test_overlap_follows_each_strategys_schedule():
     for name in ("allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce"):
         step = simulate(Strategy(name), costs.Layout(8, 2), c, grads, fast, False)
         assert step.total == pytest.approx(c.seconds, rel=1e-6)
+    # machines of one rank: the hierarchical strategy is neighbor averaging over machines
+    for name in ("neighbor_allreduce", "hierarchical_neighbor_allreduce"):
+        assert simulate(Strategy(name), layout, c, grads, slow, False) == awc
     # allreduce waits only for the buckets not yet sent when backward ends
     ddp = simulate(Strategy("allreduce"), layout, c, grads, slow, False)
     last_bucket = grads.buckets()[-1][0]

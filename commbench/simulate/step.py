@@ -136,6 +136,8 @@ def _hierarchical_step(strategy, layout, compute, nbytes, net, stragglers) -> St
         return _combine_step(compute, inside, 0.0, strategy.atc, wait)
     load = costs.exchange(strategy.topology, m, strategy.dynamic, 1)
     between = costs.exchange_seconds(load, nbytes, net)
-    back = costs.broadcast(nbytes, g, net.intra)
     wait = compute.slowest_of((load.in_degree + 1) * g) if stragglers else 0.0
+    if g == 1:  # machines of one rank: plain neighbor averaging, overlapped as such
+        return _combine_step(compute, between, 0.0, strategy.atc, wait)
+    back = costs.broadcast(nbytes, g, net.intra)
     return _combine_step(compute, inside, between + back, strategy.atc, wait)
