@@ -40,7 +40,9 @@ STRATEGIES = ["allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduc
 REPEATS = 2
 
 
-def collect(out: Path) -> None:
+def collect(out: Path, repeats: int = REPEATS, runs_only: bool = False) -> None:
+    """The calibration files (unless runs_only) and `repeats` rounds of runs; run again
+    with --runs-only to add repeats to a collection."""
     from commbench.cluster import network
     from commbench.sweep import _job_environment, _run_one, plan_emulated
 
@@ -49,10 +51,10 @@ def collect(out: Path) -> None:
     begin = time.monotonic()
     python = [sys.executable, "-m", "commbench"]
     mpiexec = ["mpiexec", "--oversubscribe", "--bind-to", "none"]
-    for n in SHARED_MEMORY:
+    for n in [] if runs_only else SHARED_MEMORY:
         run(mpiexec + ["-n", str(n)] + python + MICROBENCH +
             ["--results-dir", str(out / "calibration" / "shared-memory")], env)
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         for n in SHARED_MEMORY:
             for strategy in STRATEGIES[:2]:
                 run(mpiexec + ["-n", str(n)] + python + [f"--dist-optimizer={strategy}", *MODEL,
@@ -63,9 +65,10 @@ def collect(out: Path) -> None:
         try:
             path = {**env, "PATH": f"{cluster.bin}{os.pathsep}{env['PATH']}"}
             hosts = f"{cluster.machine(0)}:1,{cluster.machine(1)}:1"
-            run(["mpirun", "-H", hosts, "-np", "2", "--bind-to", "none"] + python + MICROBENCH +
-                ["--results-dir", str(out / "calibration" / rate)], path)
-            for repeat in range(REPEATS):
+            if not runs_only:
+                run(["mpirun", "-H", hosts, "-np", "2", "--bind-to", "none"] + python +
+                    MICROBENCH + ["--results-dir", str(out / "calibration" / rate)], path)
+            for repeat in range(repeats):
                 for m, s in CLUSTER_LAYOUTS:
                     strategies = STRATEGIES if s > 1 else STRATEGIES[:2]
                     directory = str(out / "runs" / rate / f"{m}x{s}")
@@ -109,11 +112,19 @@ def analyse(out: Path) -> None:
                                  fitted[("intra", "neighbor_allreduce")],
                                  fitted[("inter", "neighbor_allreduce")])
     grads = compute.gradients("resnet18", 32)
-    overlap = fit_overlap_at_calibration(out, calibrated, grads, False)
-    overlap_slowed = fit_overlap_at_calibration(out, calibrated, grads, True)
+    # The overlap efficiency of each network class, fitted at its calibration layout:
+    # between machines 2x1 at the calibration rate; on shared memory, 1x2 (a transfer
+    # there is a copy by the same loaded cores, so it hides differently).
+    overlaps = {kind: [fit_overlap_at(out / "runs" / directory, calibrated, grads, slowed)
+                       for slowed in (False, True)]
+                for kind, directory in (("network", f"{CALIBRATION_RATE}/2x1"),
+                                        ("shared-memory", "shared-memory/1x2"))}
     table = []
     for rate_dir in sorted((out / "runs").iterdir()):
         rate = rate_dir.name
+        overlap, overlap_slowed = overlaps["shared-memory" if rate == "shared-memory"
+                                          else "network"]
+        mean, mean_slowed = (statistics.mean(o.values()) for o in (overlap, overlap_slowed))
         net = calibrated
         if rate not in (CALIBRATION_RATE, "shared-memory"):
             factor = rate_bits(CALIBRATION_RATE) / rate_bits(rate)
@@ -131,11 +142,13 @@ def analyse(out: Path) -> None:
                     [t for r in mine for t in _flat(r.doc["samples"]["reference_batch_seconds"])],
                     [t for r in mine for t in _flat(r.doc["samples"]["reference_phase_seconds"])],
                     grads.forward_share, "in-job reference")}
-                inputs = Inputs(32, grads, net, s, computes, ("ring",), overlap=overlap)
+                inputs = Inputs(32, grads, net, s, computes, ("ring",), overlap=mean,
+                                overlaps=overlap)
                 strategy = Strategy(strategy_name)
                 (row,) = project([strategy], [n], inputs)
-                (full,) = project([strategy], [n], replace(inputs, overlap=1.0))
-                (slowed,) = project([strategy], [n], replace(inputs, overlap=overlap_slowed))
+                (full,) = project([strategy], [n], replace(inputs, overlap=1.0, overlaps={}))
+                (slowed,) = project([strategy], [n], replace(inputs, overlap=mean_slowed,
+                                                             overlaps=overlap_slowed))
                 totals = [r.doc["summary"]["total_img_sec"]["mean"] for r in mine]
                 measured = statistics.mean(totals)
                 ci = _ci(totals)
@@ -155,7 +168,8 @@ def analyse(out: Path) -> None:
                                               if slowed.with_stragglers else None),
                     "linear_error": linear / measured - 1, "naive_error": naive / measured - 1,
                     "held_out": rate not in (CALIBRATION_RATE, "shared-memory"),
-                    "calibration_point": rate == CALIBRATION_RATE and (m, s) == (2, 1)})
+                    "calibration_point": (rate, m, s) in ((CALIBRATION_RATE, 2, 1),
+                                                          ("shared-memory", 1, 2))})
     (out / "validation.json").write_text(json.dumps(table, indent=1))
     print(f"{'network':<14}{'layout':<7}{'strategy':<33}{'measured':>16}{'projected':>10}"
           f"{'error':>8}{'w/ strag':>9}{'overlap 1':>10}{'linear':>8}{'naive':>8}")
@@ -181,8 +195,10 @@ def analyse(out: Path) -> None:
               f"{100 * statistics.median(slowed):4.1f}% worst {100 * max(slowed):4.1f}%; "
               f"linear median {100 * statistics.median(linear):5.1f}%, naive median "
               f"{100 * statistics.median(naive):4.1f}% ({len(errors)} points)")
-    print(f"overlap efficiency fitted at the calibration point: {overlap:.2f} "
-          f"({overlap_slowed:.2f} with the straggler term)")
+    for kind, (overlap, overlap_slowed) in overlaps.items():
+        print(f"overlap efficiency fitted at the {kind} calibration point: " + ", ".join(
+            f"{k} {v:.2f} ({overlap_slowed[k]:.2f} with the straggler term)"
+            for k, v in overlap.items()) + "; others their mean")
     print(f"links fitted: inter {calibrated.inter.describe()}; exchange inter "
           f"{calibrated.exchange_inter.describe()}; intra {calibrated.intra.describe()}")
     print(f"analysed in {time.monotonic() - begin:.1f} s")
@@ -190,52 +206,58 @@ def analyse(out: Path) -> None:
 
 
 def draw(table, path: Path) -> None:
-    """Projected against measured img/sec, one marker per strategy, filled where the
-    network was held out of the calibration; the measurement's 95% interval as bars."""
+    """Projected against measured img/sec, without and with the straggler term: one
+    marker per strategy, hollow at the calibration point, a colour per network; the
+    measurement's 95% interval as bars."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 5.4), layout="constrained")
-    ax = fig.subplots()
+    fig = Figure(figsize=(11.5, 5.4), layout="constrained")
     markers = {"allreduce": "o", "neighbor_allreduce": "s",
                "hierarchical_neighbor_allreduce": "D"}
     colors = {"shared-memory": "C2", CALIBRATION_RATE: "C0", HELD_OUT_RATE: "C3"}
-    for r in table:
-        ax.errorbar(r["measured"], r["projected"], xerr=min(r["ci95"] or 0, r["measured"]),
-                    fmt=markers[r["strategy"]], color=colors[r["network"]],
-                    mfc="none" if r["calibration_point"] else colors[r["network"]], capsize=2)
-        ax.annotate(r["layout"], (r["measured"], r["projected"]), fontsize=6,
-                    xytext=(3, 3), textcoords="offset points")
-    top = 1.15 * max(max(r["measured"], r["projected"]) for r in table)
-    ax.plot([0, top], [0, top], color="0.5", linewidth=0.8)
-    for bound in (0.8, 1.2):
-        ax.plot([0, top], [0, bound * top], ":", color="0.7", linewidth=0.8)
+    top = 1.15 * max(max(r["measured"], r["projected"], r["with_stragglers"] or 0)
+                     for r in table)
+    for ax, key, title in zip(fig.subplots(1, 2), ("projected", "with_stragglers"),
+                              ("the model", "the model with its straggler term")):
+        for r in table:
+            if r[key] is None:
+                continue
+            ax.errorbar(r["measured"], r[key], xerr=min(r["ci95"] or 0, r["measured"]),
+                        fmt=markers[r["strategy"]], color=colors[r["network"]],
+                        mfc="none" if r["calibration_point"] else colors[r["network"]],
+                        capsize=2, elinewidth=0.7)
+            ax.annotate(r["layout"], (r["measured"], r[key]), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.plot([0, top], [0, top], color="0.5", linewidth=0.8)
+        for bound in (0.8, 1.2):
+            ax.plot([0, top], [0, bound * top], ":", color="0.7", linewidth=0.8)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel("measured total img/sec (bars: 95% CI over repeats)")
+        ax.set_ylabel("projected total img/sec")
+        ax.set_title(title, fontsize=9)
     for name, marker in markers.items():
         ax.plot([], [], marker, color="0.3", label=name)
     for network, color in colors.items():
         ax.plot([], [], "s", color=color, label=network)
     ax.plot([], [], "o", mfc="none", color="0.3", label="calibration point")
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
-    ax.set_xlabel("measured total img/sec (bars: 95% CI over repeats)")
-    ax.set_ylabel("projected total img/sec")
     ax.legend(fontsize=7, loc="upper left")
-    ax.set_title("commbench simulate against emulated-cluster runs\n(resnet18 32 px, CPU "
-                 "workers on 2 host cores; dotted: ±20%)", fontsize=9)
-    fig.savefig(path, dpi=120)
+    fig.suptitle("commbench simulate against emulated-cluster and shared-memory runs "
+                 "(resnet18 32 px, CPU workers on 2 host cores; dotted: ±20%)", fontsize=9)
+    fig.savefig(path, dpi=110)
     print(f"chart: {path}")
 
 
-def fit_overlap_at_calibration(out, net, grads, stragglers: bool) -> float:
-    """The overlap efficiency that meets the calibration point's runs (2x1 at the
-    calibration rate), the mean over its strategies, for the model with or without
-    its straggler term."""
+def fit_overlap_at(directory, net, grads, stragglers: bool):
+    """Per strategy, the overlap efficiency that meets its runs in `directory` (a
+    calibration layout), for the model with or without its straggler term."""
     from commbench.results import load_results
     from commbench.simulate import compute
     from commbench.simulate.project import Inputs, fit_overlap
     from commbench.simulate.step import Strategy
 
-    found, _ = load_results([out / "runs" / CALIBRATION_RATE / "2x1"])
-    fits = []
+    found, _ = load_results([directory])
+    fits = {}
     for name in sorted({r.doc["config"]["dist_optimizer"] for r in found}):
         mine = [r for r in found if r.doc["config"]["dist_optimizer"] == name]
         c = compute.measured(
@@ -243,12 +265,11 @@ def fit_overlap_at_calibration(out, net, grads, stragglers: bool) -> float:
             [t for r in mine for t in _flat(r.doc["samples"]["reference_phase_seconds"])],
             grads.forward_share, "in-job reference")
         measured = statistics.mean(r.doc["summary"]["total_img_sec"]["mean"] for r in mine)
-        inputs = Inputs(32, grads, net, 1, {2: c}, ("ring",),
+        per_machine = int(mine[0].doc["environment"]["local_size"])
+        inputs = Inputs(32, grads, net, per_machine, {2: c}, ("ring",),
                         measured={(Strategy(name).label(), 2): (measured, None)})
-        fitted = fit_overlap([Strategy(name)], 2, inputs, stragglers)
-        if fitted is not None:
-            fits.append(fitted)
-    return statistics.mean(fits) if fits else 1.0
+        fits.update(fit_overlap([Strategy(name)], 2, inputs, stragglers))
+    return fits
 
 
 def _bytes_on_busiest_link(strategy, layout, nbytes) -> float:
@@ -281,8 +302,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=("collect", "analyse"))
     parser.add_argument("--out", default="simulate-validation", type=Path)
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="rounds of runs to collect")
+    parser.add_argument("--runs-only", action="store_true",
+                        help="collect runs only: add repeats to an earlier collection")
     args = parser.parse_args()
-    collect(args.out) if args.step == "collect" else analyse(args.out)
+    if args.step == "collect":
+        collect(args.out, args.repeats, args.runs_only)
+    else:
+        analyse(args.out)
 
 
 if __name__ == "__main__":

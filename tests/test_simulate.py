@@ -282,7 +282,7 @@ def test_runs_calibrate_compute_and_show_as_measured_points(tmp_path):
     assert "measured" in row and "%" in row.split()[-1]
     assert any("extrapolated" in line for line in lines if line.startswith("allreduce "))
     assert "reference of" in done.stdout
-    assert "hides (fitted on the runs at N=2)" in " ".join(done.stdout.split())
+    assert "fitted on the runs at N=2: allreduce" in " ".join(done.stdout.split())
 
 
 @pytest.mark.parametrize("args,message", [
@@ -320,5 +320,9 @@ def test_overlap_efficiency_fitted_on_measured_points_comes_back():
     inputs = Inputs(32, grads, net, 2, {4: _compute()}, ("ring",), overlap=0.4)
     made = {(r.strategy, r.workers): (r.img_sec, None) for r in project(strategies, [4], inputs)}
     fresh = Inputs(32, grads, net, 2, {4: _compute()}, ("ring",), measured=made)
-    assert fit_overlap(strategies, 4, fresh) == pytest.approx(0.4)
-    assert fit_overlap(strategies, 8, fresh) is None  # nothing measured there
+    fitted = fit_overlap(strategies, 4, fresh)
+    assert fitted == pytest.approx({s.label(): 0.4 for s in strategies})
+    assert fit_overlap(strategies, 8, fresh) == {}  # nothing measured there
+    with_own = Inputs(32, grads, net, 2, {4: _compute()}, ("ring",), overlaps=fitted)
+    assert [r.img_sec for r in project(strategies, [4], with_own)] == pytest.approx(
+        [v for v, _ in made.values()])

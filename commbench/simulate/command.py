@@ -100,7 +100,7 @@ def main(args) -> int:
         else (args.collective,)
     inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
                     measured=_measured(runs, per_machine))
-    inputs.overlap, overlap_note = _overlap(args.overlap, strategies, inputs)
+    overlap_note = _overlap(args.overlap, strategies, inputs)
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
              f"{per_machine} workers per machine")
@@ -116,24 +116,28 @@ def main(args) -> int:
     return 0
 
 
-def _overlap(text: str, strategies, inputs) -> Tuple[float, str]:
+def _overlap(text: str, strategies, inputs: Inputs) -> str:
+    """Set the inputs' overlap efficiency from --overlap; the note that says how."""
     if text != "fit":
         try:
-            value = float(text)
+            inputs.overlap = float(text)
         except ValueError:
-            value = -1.0
-        if not 0 <= value <= 1:
+            inputs.overlap = -1.0
+        if not 0 <= inputs.overlap <= 1:
             raise UsageError(f"argument --overlap: {text!r} is neither a share in [0, 1] "
                              f"nor `fit`")
-        return value, (f"overlap: {value:g} of the communication each schedule overlaps "
-                       f"with backward hides (stated).")
+        return (f"overlap: {inputs.overlap:g} of the communication each schedule overlaps "
+                f"with backward hides (stated).")
     smallest = min((n for _, n in inputs.measured if n > 1), default=None)
-    fitted = fit_overlap(strategies, smallest, inputs) if smallest else None
-    if fitted is None:
+    fitted = fit_overlap(strategies, smallest, inputs) if smallest else {}
+    if not fitted:
         raise UsageError("argument --overlap: fit needs measured runs at more than one "
                          "worker whose schedule overlaps communication")
-    return fitted, (f"overlap: {fitted:.2f} of the communication each schedule overlaps "
-                    f"with backward hides (fitted on the runs at N={smallest}).")
+    inputs.overlaps, inputs.overlap = fitted, float(np.mean(list(fitted.values())))
+    each = ", ".join(f"{label} {value:.2f}" for label, value in fitted.items())
+    return (f"overlap: the share of the communication each schedule overlaps with "
+            f"backward that hides, fitted on the runs at N={smallest}: {each}; "
+            f"{inputs.overlap:.2f} (their mean) for the others.")
 
 
 def _output_dir(directory: str, runs) -> Path:

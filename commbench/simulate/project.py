@@ -25,8 +25,10 @@ class Inputs:
     measured: Dict[Tuple[str, int], Tuple[float, Optional[float]]] = field(default_factory=dict)
     # Share of the communication a strategy's schedule overlaps with backward that is
     # really hidden: 1 where communication has its own engine (NCCL on GPUs); lower on
-    # CPUs, where the transport and the compute share the cores (fit_overlap).
+    # CPUs, where the transport and the compute share the cores (fit_overlap). Per
+    # strategy label where fitted, `overlap` for the others.
     overlap: float = 1.0
+    overlaps: Dict[str, float] = field(default_factory=dict)
 
     def compute_at(self, workers: int) -> Compute:
         if workers in self.compute:
@@ -73,7 +75,8 @@ def project(strategies: List[Strategy], workers: List[int], inputs: Inputs) -> L
             def step(compute: Compute, net: Network, stragglers: bool = False) -> StepTime:
                 return interfered(simulate(strategy, layout, compute, inputs.gradients, net,
                                            stragglers, inputs.algorithms,
-                                           inputs.bytes_per_element), inputs.overlap)
+                                           inputs.bytes_per_element),
+                                  inputs.overlaps.get(label, inputs.overlap))
 
             plain = step(compute, inputs.network)
             total = n * inputs.batch_size / plain.total
@@ -100,11 +103,12 @@ def interfered(step: StepTime, overlap: float) -> StepTime:
 
 
 def fit_overlap(strategies: List[Strategy], workers: int, inputs: Inputs,
-                stragglers: bool = False) -> Optional[float]:
-    """The overlap efficiency that makes the model (with or without its straggler
-    term) meet the measured points at `workers` (their mean, weighted by how much each
-    overlaps), in [0, 1]; None when nothing measured there overlaps."""
-    weighted, weights = 0.0, 0.0
+                stragglers: bool = False) -> Dict[str, float]:
+    """Per strategy measured at `workers` whose schedule overlaps communication: the
+    overlap efficiency in [0, 1] that makes the model (with or without its straggler
+    term) meet the measurement. How much overlap survives depends on the pattern: a
+    DDP bucket's allreduce and a neighbor exchange load the cores differently."""
+    fitted = {}
     for strategy in strategies:
         measured = inputs.measured.get((strategy.label(), workers))
         if not measured:
@@ -116,6 +120,5 @@ def fit_overlap(strategies: List[Strategy], workers: int, inputs: Inputs,
             continue
         seconds = workers * inputs.batch_size / measured[0]
         hidden = 1 - (seconds - ideal.total) / ideal.overlapped
-        weighted += min(max(hidden, 0.0), 1.0) * ideal.overlapped
-        weights += ideal.overlapped
-    return weighted / weights if weights else None
+        fitted[strategy.label()] = min(max(hidden, 0.0), 1.0)
+    return fitted
