@@ -1,7 +1,8 @@
 """Is `commbench simulate` right? Its projections against runs it never saw, on
 emulated clusters and on shared memory. Needs root (network namespaces).
 
-    python benchmarks/simulate_validation.py collect [--out simulate-validation]  # ~35 min
+    python benchmarks/simulate_validation.py collect [--out simulate-validation]  # ~40 min
+    python benchmarks/simulate_validation.py collect --runs-only --repeats 1 ...   # more repeats
     python benchmarks/simulate_validation.py analyse [--out simulate-validation]  # seconds
 
 collect: microbench files to calibrate the links on -- the smallest multi-machine
@@ -10,13 +11,16 @@ memory -- then resnet18 runs (32 px, batch 32, gloo) of allreduce, neighbor_allr
 and hierarchical_neighbor_allreduce, twice each, on 1x2 and 1x4 (shared memory) and on
 2x1, 2x2, 4x1 and 4x2 emulated machines at the calibration rate and at a held-out rate.
 
-analyse: per strategy and layout, the projection from the calibration files alone
-(links fitted at 2x1 and the calibration rate; at the held-out rate the fitted links'
-cost per byte scaled by the ratio of rates, latency kept), with compute taken from each
-run's own in-job reference (two host cores are shared by every rank, so CPU sharing is
-measured, not modelled); its error against the measured mean, the measurement's own
-95% interval over repeats, and the errors of two naive baselines: linear scaling of
-the reference, and compute + bytes on the busiest link / nominal rate with no overlap.
+analyse: per strategy and layout, the projection from the calibration alone: links
+fitted on the microbench files (at the held-out rate, the fitted cost per byte scaled by
+the ratio of rates, latency kept); the overlap efficiency fitted per strategy on the
+smallest layout of each network class (2x1 at the calibration rate; 1x2 on shared
+memory), whose points are therefore not scored; compute taken from each run's own
+in-job reference (two host cores are shared by every rank, so CPU sharing is measured,
+not modelled). Printed: the error against the measured mean beside the measurement's
+95% interval over repeats, the same for the model with its straggler term and with
+full overlap, and the errors of two naive baselines: linear scaling of the reference,
+and compute + bytes on the busiest link / nominal rate with no overlap.
 """
 
 import argparse

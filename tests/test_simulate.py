@@ -291,6 +291,7 @@ def test_runs_calibrate_compute_and_show_as_measured_points(tmp_path):
     (["--dist-optimizer", "gossip"], "no cost model for 'gossip'"),
     (["--latency", "soon"], "argument --latency"),
     (["--overlap", "2"], "argument --overlap"),
+    (["--gpus-per-machine", "0"], "argument --gpus-per-machine"),
     (["--np", "12", "--gpus-per-machine", "8"], "do not fill machines of 8"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):

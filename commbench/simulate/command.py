@@ -44,6 +44,8 @@ def add_arguments(parser) -> None:
     add("--disable-dynamic-topology", action="store_true",
         help="the static topology every step instead of the dynamic one-peer schedule")
     add("--atc-style", action="store_true", help="adapt-then-combine (no overlap)")
+    add("--fp16-allreduce", action="store_true", help="communication in float16 (default: "
+        "as the runs, when all of them did)")
     add("--hierarchical-allreduce", action="store_true", help="horovod: allreduce inside "
         "each machine, then across machines, then back (HOROVOD_HIERARCHICAL_ALLREDUCE)")
     add("--link", metavar="RATE", help="each machine's network link, e.g. 25gbit, 100gbit "
@@ -93,13 +95,17 @@ def main(args) -> int:
     computes = _computes(args, runs, grads, batch)
     strategies = _strategies(args, runs)
     workers = _workers(args.np)
+    if args.per_machine is not None and args.per_machine < 1:
+        raise UsageError("argument --gpus-per-machine: must be a positive integer")
     per_machine = args.per_machine or _per_machine(runs)
+    fp16 = args.fp16_allreduce or bool(runs) and all(r.doc["config"].get("fp16_allreduce")
+                                                     for r in runs)
     on_gpu = args.img_sec is not None or any(r.doc["environment"].get("device") == "cuda"
                                              for r in runs)
     algorithms = (("ring", "tree") if on_gpu else ("ring",)) if args.collective == "auto" \
         else (args.collective,)
     inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
-                    measured=_measured(runs, per_machine))
+                    2.0 if fp16 else 4.0, _measured(runs, per_machine))
     overlap_note = _overlap(args.overlap, strategies, inputs)
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
@@ -294,7 +300,8 @@ def notes_of(inputs: Inputs) -> List[str]:
         "A PROJECTION by commbench's cost model, not a measurement.",
         f"compute: {c.source}; {c.seconds * 1e3:.1f} ms per batch (forward "
         f"{c.forward * 1e3:.1f}, backward {c.backward * 1e3:.1f}, optimizer "
-        f"{c.optimizer * 1e3:.1f}); gradients {inputs.gradients.total / 1e6:.1f} MB.",
+        f"{c.optimizer * 1e3:.1f}); gradients {inputs.gradients.total / 1e6:.1f} MB"
+        + (", sent as float16." if inputs.bytes_per_element == 2 else "."),
         f"links: between machines {net.inter.describe()}; inside a machine "
         f"{net.intra.describe()}." + ("" if net.for_exchange() == Network(net.intra, net.inter)
                                      else f" Neighbor exchanges: between machines "
