@@ -198,7 +198,10 @@ def test_bfrun_as_typed_on_the_machines(name, tmp_path):
     done = bfrun(4, ["-m", "commbench", "--dist-optimizer=bluefog.hierarchical_neighbor_allreduce",
                      *BLUEFOG_RUN], timeout=240, cwd=tmp_path, **where)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert done.stderr.count("outdated argument list") == 4
+    # every rank says it; Open MPI may end the slower ones before they have printed
+    said = [line for line in done.stderr.splitlines() if line.startswith("commbench: error")]
+    assert 1 <= len(said) <= 4 and all("outdated argument list" in line for line in said)
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.mpi
