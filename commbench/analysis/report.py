@@ -64,13 +64,11 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
     if found is None:
         return 1
     groups, benches, projections = found
-    if fmt == "json" and len([x for x in (groups, benches, projections) if x]) > 1:
-        doc = json.loads(render(groups, fmt)) if groups else {}  # one JSON document
+    if fmt == "json" and (projections or (groups and benches)):  # one JSON document
+        doc = json.loads(render(groups, fmt)) if groups else {}
         doc.update(json.loads(microbench.render(benches, fmt)) if benches else {})
         doc.update({"projections": [p.doc for p in projections]} if projections else {})
         out.write(json.dumps(doc, indent=1) + "\n")
-    elif fmt == "json" and projections:
-        out.write(json.dumps({"projections": [p.doc for p in projections]}, indent=1) + "\n")
     else:
         texts = ([render(groups, fmt)] if groups else []) + \
             ([microbench.render(benches, fmt)] if benches else [])

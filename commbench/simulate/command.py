@@ -19,6 +19,7 @@ import numpy as np
 
 from commbench.analysis import tables
 from commbench.errors import UsageError
+from commbench.microbench import results as microbench_results
 from commbench.simulate import compute as compute_model
 from commbench.simulate import network as network_model
 from commbench.simulate.network import Network
@@ -84,7 +85,8 @@ def main(args) -> int:
     for line in warnings:
         print(f"commbench simulate: {line}", file=sys.stderr)
     runs = [r for r in found if r.kind == "run"]
-    benches = [r for r in found if r.kind == "microbench" and isinstance(r.doc.get("rows"), list)]
+    benches = [r for r in found
+               if r.kind == microbench_results.KIND and isinstance(r.doc.get("rows"), list)]
     out_dir = _output_dir(args.output_dir, runs)
     model, batch, image = _workload(args, [r.doc for r in runs])
     runs = [r for r in runs if (r.doc["config"]["model"], r.doc["config"]["batch_size"],

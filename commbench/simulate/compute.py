@@ -75,7 +75,7 @@ def gradients(model: str, image_size: int, num_classes: int = 1000) -> Gradients
     root = type(net).__name__
     flops = forward.get_flop_counts()
     done, ready_of = 0.0, {}
-    cost = [sum(flops.get(f"{root}.{name}", {}).values()) or 0 for name in order]
+    cost = [sum(flops.get(f"{root}.{name}", {}).values()) for name in order]
     total = float(sum(cost)) or 1.0
     for name, c in zip(reversed(order), reversed(cost)):
         done += c / total
@@ -83,7 +83,7 @@ def gradients(model: str, image_size: int, num_classes: int = 1000) -> Gradients
     params = [(ready_of.get(name.rpartition(".")[0], 1.0), p.numel() * ELEMENT_BYTES)
               for name, p in net.named_parameters()]
     params.sort(key=lambda rp: rp[0])
-    forward_flops = sum(forward.get_flop_counts().get("Global", {}).values())
+    forward_flops = sum(flops.get("Global", {}).values())
     backward_flops = sum(backward.get_flop_counts().get("Global", {}).values())
     return Gradients(tuple(b for _, b in params), tuple(r for r, _ in params),
                      forward_flops / max(forward_flops + backward_flops, 1))

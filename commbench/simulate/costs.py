@@ -42,7 +42,7 @@ class Layout:
 
     @property
     def machines(self) -> int:
-        return max(1, self.workers // self.per_machine) if self.workers > self.per_machine else 1
+        return self.workers // self.per_machine if self.workers > self.per_machine else 1
 
     @property
     def local(self) -> int:
