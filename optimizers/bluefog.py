@@ -185,9 +185,51 @@ class BluefogNeighborAllreduce(_BluefogMixing):
                "static or dynamic); MPI launchers only")
 
 
-# Releases whose hierarchical_neighbor_allreduce_nonblocking passes the out-neighbors
-# as a list and no dst_weighting flag, where their op takes a dict and the flag.
-BROKEN_HIERARCHICAL = {"0.3.0"}
+# Releases whose hierarchical neighbor allreduce needs _hierarchical_as_fixed_upstream.
+HIERARCHICAL_FIXED_AFTER = {"0.3.0"}
+
+
+def _hierarchical_as_fixed_upstream() -> None:
+    """Run Bluefog 0.3.0's hierarchical neighbor allreduce as Bluefog fixed it after
+    the release (Bluefog-Lib/bluefog#96, never released).
+
+    Two faults: its Python calls the compiled op with an older argument list (the
+    out-neighbor machines as a list and no dst-weighting flag), which pybind refuses;
+    and on CPU its fused path copies the first tensor's machine sum back into every
+    tensor of the fusion. Here the call is translated to the op's own argument list
+    (uniform destination weights, as the list meant) and fusion is turned off, so
+    every parameter takes the unfused path, which is right. Bluefog's source is not
+    patched; its own Python still computes the weights and machine ranks.
+    """
+    from bluefog.torch import mpi_ops
+
+    os.environ["BLUEFOG_FUSION_THRESHOLD"] = "0"  # read once, when bf.init() starts
+    if not isinstance(mpi_ops.mpi_lib, _OpsWithTheirOwnArguments):
+        mpi_ops.mpi_lib = _OpsWithTheirOwnArguments(mpi_ops.mpi_lib)
+
+
+class _OpsWithTheirOwnArguments:
+    """Bluefog's compiled ops, except that a neighbor allreduce called with 0.3.0's
+    hierarchical argument list is called with the list the op declares."""
+
+    OLD_HIERARCHICAL_ARGUMENTS = 10
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        op = getattr(self._lib, name)
+        if not name.startswith("bluefog_torch_neighbor_allreduce_nonblocking"):
+            return op
+
+        def declared(*args):
+            if len(args) == self.OLD_HIERARCHICAL_ARGUMENTS:
+                tensor, output, self_weight, src, dst, dynamic, *rest = args
+                args = (tensor, output, self_weight, src, {d: 1.0 for d in dst}, dynamic,
+                        False, *rest)  # dst_weighting_enabled: every weight is 1
+            return op(*args)
+
+        return declared
 
 
 class BluefogHierarchicalNeighborAllreduce(_BluefogMixing):
@@ -206,19 +248,31 @@ class BluefogHierarchicalNeighborAllreduce(_BluefogMixing):
         if config.machine_size is not None:
             raise UsageError(f"argument --machine-size: {cls.name} takes its machines from "
                              "MPI (shared-memory groups); they cannot be simulated")
-        from commbench.environment import package_version
-
-        if package_version("bluefog") in BROKEN_HIERARCHICAL:
-            raise UsageError(f"{cls.name} cannot run with Bluefog "
-                             f"{package_version('bluefog')}: its Python calls the C++ "
-                             "hierarchical neighbor allreduce with an outdated argument list, "
-                             "which fails on the first step (see docs/engines.md)")
 
     def __init__(self, ctx, config):
         if ctx.machine_size == 0 or ctx.num_machines < 2:
             raise UsageError(f"{self.name} needs at least 2 machines with the same number "
                              f"of ranks; this job has {ctx.num_machines}")
         super().__init__(ctx, config)
+
+    def _init(self):
+        if self.fixed_here():
+            _hierarchical_as_fixed_upstream()
+        return super()._init()
+
+    @staticmethod
+    def fixed_here() -> bool:
+        from commbench.environment import package_version
+
+        return package_version("bluefog") in HIERARCHICAL_FIXED_AFTER
+
+    def facts(self) -> Dict[str, Any]:
+        facts = {**super().facts(), "machine_size": self.ctx.machine_size,
+                 "num_machines": self.ctx.num_machines, "simulated_machines": False}
+        if self.fixed_here():
+            facts["bluefog_fixes"] = ("hierarchical call translated to the op's arguments; "
+                                      "tensor fusion off (BLUEFOG_FUSION_THRESHOLD=0)")
+        return facts
 
     def nodes(self) -> int:
         return self.ctx.num_machines
@@ -235,8 +289,11 @@ class BluefogHierarchicalNeighborAllreduce(_BluefogMixing):
 
     def _set_step_weights(self, opt, topology, node) -> None:
         opt.self_weight = topology.self_weight(node)
+        # 0.3.0's names, then those of Bluefog's later sources
         opt.neighbor_machine_weights = dict(topology.in_neighbors(node))
         opt.send_neighbor_machines = list(topology.out_neighbors(node))
+        opt.src_machine_weights = opt.neighbor_machine_weights
+        opt.dst_machine_weights = {d: 1.0 for d in opt.send_neighbor_machines}
         opt.enable_topo_check = False
 
 

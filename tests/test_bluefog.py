@@ -128,10 +128,10 @@ def test_bfrun_writes_a_normal_result(tmp_path, engine, extra):
         assert 0 <= doc["summary"]["final_consensus_distance"] < 1
 
 
-def agreement(tmp_path, workers, first, second, extra=(), **where):
+def agreement(tmp_path, workers, first, second, extra=(), timeout=75, **where):
     done = completed(bfrun(workers, [str(PROGRAMS / "engine_agreement.py"), first, second,
                                      *SMALL, "--steps", "2", "--timeout", "60", *extra],
-                           cwd=tmp_path, **where))
+                           timeout=timeout, cwd=tmp_path, **where))
     line = next(l for l in done.stdout.splitlines() if l.startswith("AGREEMENT "))
     ranks = json.loads(line.split(" ", 1)[1])
     assert len(ranks) == workers

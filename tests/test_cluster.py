@@ -194,14 +194,52 @@ def test_bfrun_as_typed_on_the_machines(name, tmp_path):
     doc = only_result(tmp_path / "results")
     assert doc["environment"]["hostnames"] == [cluster.machine(0)] * 2 + [cluster.machine(1)] * 2
     assert doc["environment"]["emulated_network"]["machines"] == 2
-    # Bluefog 0.3.0's hierarchical optimizer cannot run: one line on every rank, at once
-    done = bfrun(4, ["-m", "commbench", "--dist-optimizer=bluefog.hierarchical_neighbor_allreduce",
-                     *BLUEFOG_RUN], timeout=240, cwd=tmp_path, **where)
-    assert done.returncode == 2, done.stderr[-2000:]
-    # every rank says it; Open MPI may end the slower ones before they have printed
-    said = [line for line in done.stderr.splitlines() if line.startswith("commbench: error")]
-    assert 1 <= len(said) <= 4 and all("outdated argument list" in line for line in said)
-    assert "Traceback" not in done.stderr
+    # Bluefog's hierarchical optimizer: machines from MPI, none simulated
+    completed(bfrun(4, ["-m", "commbench",
+                        "--dist-optimizer=bluefog.hierarchical_neighbor_allreduce", *BLUEFOG_RUN,
+                        "--results-dir", "hierarchical"], timeout=240, cwd=tmp_path, **where))
+    doc = only_result(tmp_path / "hierarchical")
+    assert doc["strategy"]["num_machines"] == 2 and not doc["strategy"]["simulated_machines"]
+    assert "fusion off" in doc["strategy"]["bluefog_fixes"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("machines, extra", [
+    (2, ["--disable-dynamic-topology"]),                  # (2 machines: static = one-peer)
+    (2, ["--disable-dynamic-topology", "--atc-style"]),
+    (4, ["--disable-dynamic-topology"]),                  # static exponential-2
+    (4, []),                                              # dynamic one-peer
+])
+def test_bluefog_hierarchical_agrees_with_commbench_on_real_machines(name, tmp_path, machines,
+                                                                    extra):
+    """Bluefog's hierarchical optimizer and commbench's hierarchical_neighbor_allreduce,
+    from the same parameters on the same data with the same machine W per step, end
+    with the same parameters on every rank, up to the order of float32 additions."""
+    from test_bluefog import agreement
+
+    cluster = network.up(name, machines=machines, slots=2, link="1gbit")
+    for r in agreement(tmp_path, 2 * machines, "hierarchical_neighbor_allreduce",
+                       "bluefog.hierarchical_neighbor_allreduce", extra, timeout=600,
+                       hosts=cluster.hosts, path_first=str(cluster.bin)):
+        assert r["moved"] > 1e-4
+        assert r["max_rel"] < 1e-5 and r["max_abs"] < 1e-4, r
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(900)
+def test_hierarchical_on_four_machines_of_two(name, tmp_path):
+    cluster = network.up(name, machines=4, slots=2, link="1gbit")
+    done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "8", "python", "-m",
+                            "commbench", "--dist-optimizer=hierarchical_neighbor_allreduce",
+                            *TINY_RUN], timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = only_result(tmp_path / "results")
+    assert doc["strategy"]["num_machines"] == 4 and not doc["strategy"]["simulated_machines"]
+    check = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "8", "python",
+                             str(PROGRAMS / "check_strategies.py"),
+                             "hierarchical_neighbor_allreduce"], timeout=600, cwd=tmp_path)
+    assert_strategy_clean(8, "hierarchical_neighbor_allreduce", outcome(check))
 
 
 @pytest.mark.mpi
