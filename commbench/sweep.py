@@ -27,11 +27,12 @@ from commbench.flags import (accepting, add_flags, flag_fields, positive_float, 
                              positive_ints)
 from commbench.results import RECEIPT
 
-# A few minutes for 1,2,4 workers x 3 strategies on 2 cores, and long enough that two
-# sweeps agree on every total and ranking (benchmarks/quick_sweep_stability.py).
+# A few minutes for 1,2,4 workers x 3 strategies on 2 cores, each job measured long
+# enough that its own interval is narrow; whether two sweeps then agree is up to how
+# steady the machine is (benchmarks/machine_drift.py, quick_sweep_stability.py).
 QUICK = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16",
-         "--num-warmup-batches", "20", "--num-batches-per-iter", "5", "--num-iters", "10",
-         "--reference-iters", "4"]
+         "--num-warmup-batches", "20", "--num-batches-per-iter", "5", "--num-iters", "60",
+         "--reference-iters", "4", "--reference-seconds", "3"]
 TAIL_LINES = 15
 
 

@@ -84,6 +84,25 @@ def test_up_makes_machines_with_their_own_names_and_capped_links_and_down_remove
     assert network.down(name) == []  # idempotent
 
 
+def test_two_clusters_at_once_stay_apart(name):
+    first = network.up(name, machines=2, slots=1, link="1gbit")
+    other = f"{name}x"
+    try:
+        second = network.up(other, machines=2, slots=1, link="1gbit")
+        assert first.subnet != second.subnet
+        assert on_machine(first, first.machine(0), f"ip route get {first.address(1)}"
+                          ).returncode == 0
+        # a machine reaches nothing but its own cluster (and its bridge's host address)
+        gone = on_machine(first, first.machine(0), f"ip route get {second.address(0)}")
+        assert gone.returncode != 0 and "unreachable" in gone.stderr, gone.stdout
+        assert network.down(name)
+        assert all(network.status(second).values()) and ours(other) == {
+            f"{other}-br", f"{other}-m0", f"{other}-m1"}
+    finally:
+        network.down(other)
+    assert ours(other) == set()
+
+
 def test_refuses_names_it_did_not_make(name):
     subprocess.run(["ip", "netns", "add", f"{name}-m0"], check=True)  # someone else's
     try:
