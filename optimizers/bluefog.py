@@ -185,8 +185,8 @@ class BluefogNeighborAllreduce(_BluefogMixing):
                "static or dynamic); MPI launchers only")
 
 
-# Releases whose hierarchical neighbor allreduce needs _hierarchical_as_fixed_upstream.
-HIERARCHICAL_FIXED_AFTER = {"0.3.0"}
+# Releases out before Bluefog fixed its hierarchical neighbor allreduce.
+HIERARCHICAL_UNFIXED = {"0.3.0"}
 
 
 def _hierarchical_as_fixed_upstream() -> None:
@@ -256,20 +256,20 @@ class BluefogHierarchicalNeighborAllreduce(_BluefogMixing):
         super().__init__(ctx, config)
 
     def _init(self):
-        if self.fixed_here():
+        if self.unfixed_release():
             _hierarchical_as_fixed_upstream()
         return super()._init()
 
     @staticmethod
-    def fixed_here() -> bool:
+    def unfixed_release() -> bool:
         from commbench.environment import package_version
 
-        return package_version("bluefog") in HIERARCHICAL_FIXED_AFTER
+        return package_version("bluefog") in HIERARCHICAL_UNFIXED
 
     def facts(self) -> Dict[str, Any]:
         facts = {**super().facts(), "machine_size": self.ctx.machine_size,
                  "num_machines": self.ctx.num_machines, "simulated_machines": False}
-        if self.fixed_here():
+        if self.unfixed_release():
             facts["bluefog_fixes"] = ("hierarchical call translated to the op's arguments; "
                                       "tensor fusion off (BLUEFOG_FUSION_THRESHOLD=0)")
         return facts
