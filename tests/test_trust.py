@@ -130,8 +130,10 @@ def test_a_run_measures_its_reference_before_and_after_together(tmp_path):
     samples, summary = doc["samples"], doc["summary"]
     (windows,) = samples["reference_windows"]  # one rank, two halves
     assert len(windows) == 2 and windows[0][1] <= windows[1][0]
-    # Sized on the fastest batch: only a machine slowing down during a half shortens it.
-    assert all(end - start >= 0.8 * 0.3 for start, end in windows)
+    # Sized on the fastest batch of a probe: each half lasts --reference-seconds at the
+    # machine's usual speed (its wall time also moves with the machine's bursts of speed)
+    batches = np.asarray(samples["reference_batch_seconds"][0])
+    assert batches.size // 2 * float(np.median(batches)) >= 0.8 * 0.3
     assert len(samples["reference_seconds"][0]) % 2 == 0
     assert np.shape(samples["reference_batch_seconds"][0])[1] == 2  # batches per iteration
     # forward, backward, optimizer of each batch of one iteration; backward is the largest
