@@ -139,31 +139,35 @@ def launch(cluster, cmd, timeout=300, cwd=None):
 
 
 @pytest.mark.mpi
-@pytest.mark.timeout(600)
-def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_path):
-    cluster = network.up(name, machines=2, slots=2, link="1gbit")
-    done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "4", "python", "-m",
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("machines", [2, 4])
+def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_path, machines):
+    cluster = network.up(name, machines=machines, slots=2, link="1gbit")
+    n = 2 * machines
+    done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", str(n), "python", "-m",
                             "commbench", "--dist-optimizer=hierarchical_neighbor_allreduce",
-                            *TINY_RUN], cwd=tmp_path)
+                            *TINY_RUN], timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Number of workers: 4 (launcher: openmpi, 2 machine(s))" in done.stdout
+    assert f"Number of workers: {n} (launcher: openmpi, {machines} machine(s))" in done.stdout
     doc = only_result(tmp_path / "results")
     env = doc["environment"]
-    assert env["hostnames"] == [f"{name}-m0"] * 2 + [f"{name}-m1"] * 2
+    assert env["hostnames"] == [cluster.machine(i) for i in range(machines) for _ in range(2)]
     assert env["machine_size"] == 2 and env["simulated_machines"] is False
-    assert env["emulated_network"]["machines"] == 2 and env["emulated_network"]["link"] == "1gbit"
-    assert doc["strategy"]["num_machines"] == 2 and not doc["strategy"]["simulated_machines"]
+    assert env["emulated_network"]["machines"] == machines
+    assert env["emulated_network"]["link"] == "1gbit"
+    assert doc["strategy"]["num_machines"] == machines
+    assert not doc["strategy"]["simulated_machines"]
     # all machines share the host's cores: its oversubscription counts them together
     host = env["emulated_network"]["host"]
     cores = env["physical_cores"][0]
-    if 4 > cores:
-        assert doc["summary"]["oversubscribed"] == {"machine": host, "workers": 4,
+    if n > cores:
+        assert doc["summary"]["oversubscribed"] == {"machine": host, "workers": n,
                                                     "physical_cores": cores}
     # hierarchical averaging on real machines against the dense reference
-    check = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "4", "python",
+    check = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", str(n), "python",
                              str(PROGRAMS / "check_strategies.py"),
-                             "hierarchical_neighbor_allreduce"], cwd=tmp_path)
-    assert_strategy_clean(4, "hierarchical_neighbor_allreduce", outcome(check))
+                             "hierarchical_neighbor_allreduce"], timeout=600, cwd=tmp_path)
+    assert_strategy_clean(n, "hierarchical_neighbor_allreduce", outcome(check))
 
 
 @pytest.mark.mpi
@@ -243,22 +247,6 @@ def test_bluefog_hierarchical_agrees_with_commbench_on_real_machines(name, tmp_p
                        hosts=cluster.hosts, path_first=str(cluster.bin)):
         assert r["moved"] > 1e-4
         assert r["max_rel"] < 1e-5 and r["max_abs"] < 1e-4, r
-
-
-@pytest.mark.mpi
-@pytest.mark.timeout(900)
-def test_hierarchical_on_four_machines_of_two(name, tmp_path):
-    cluster = network.up(name, machines=4, slots=2, link="1gbit")
-    done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "8", "python", "-m",
-                            "commbench", "--dist-optimizer=hierarchical_neighbor_allreduce",
-                            *TINY_RUN], timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    doc = only_result(tmp_path / "results")
-    assert doc["strategy"]["num_machines"] == 4 and not doc["strategy"]["simulated_machines"]
-    check = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "8", "python",
-                             str(PROGRAMS / "check_strategies.py"),
-                             "hierarchical_neighbor_allreduce"], timeout=600, cwd=tmp_path)
-    assert_strategy_clean(8, "hierarchical_neighbor_allreduce", outcome(check))
 
 
 @pytest.mark.mpi
