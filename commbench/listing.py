@@ -31,6 +31,11 @@ def main(args) -> int:
     else:
         print(f"Models (--model): {len(names)} torchvision models, e.g. resnet18, resnet50, "
               "vgg16 (--models lists all)")
+    from commbench.launch.mpirun_front import missing_front
+
+    warning = missing_front()
+    if warning:
+        print(f"Warning: {warning}")
     return 0
 
 

@@ -288,6 +288,12 @@ def _print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     transport = strategy.facts().get("transport", ctx.backend)
     moved = f" (CPU tensors move over {transport})" if transport != ctx.backend else ""
     say(f"Backend: {ctx.backend} on {ctx.device}{moved}")
+    if ctx.rank == 0:
+        from commbench.launch.mpirun_front import missing_front
+
+        warning = missing_front()
+        if warning:
+            say(f"Warning: {warning}")
 
 
 def _print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:

@@ -20,11 +20,12 @@ the front; running `commbench setup-mpirun` again restores it (it is idempotent)
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from commbench.errors import UsageError
 
@@ -101,6 +102,21 @@ def open_mpi_major(mpirun: Path) -> int:
         if "(Open MPI)" in line:
             return int(line.split()[-1].split(".")[0])
     return 0
+
+
+def missing_front() -> Optional[str]:
+    """One line naming the fix when the `mpirun` on PATH is Open MPI 5 without the front,
+    so that a user learns it before horovodrun or bfrun fails with Open MPI's
+    "Executable: none"; None when all is well or there is no Open MPI 5."""
+    found = shutil.which("mpirun")
+    if found is None or is_front(Path(found)) or open_mpi_major(Path(found)) < 5:
+        return None
+    bin_dir = Path(found).parent
+    fix = "commbench setup-mpirun"
+    if bin_dir.resolve() != Path(sysconfig.get_path("scripts")).resolve():
+        fix += f" --bin-dir {bin_dir}"
+    return (f"{found} is Open MPI 5 without commbench's front, so horovodrun and bfrun "
+            f"lines fail (\"Executable: none\"); `{fix}` fixes it")
 
 
 def install(bin_dir: Path) -> List[str]:

@@ -8,7 +8,7 @@ import pytest
 
 from commbench.errors import UsageError
 from commbench.launch.mpirun_front import install, is_front, remove, rewrite
-from launchers import BIN, TINY_RUN, only_result, run
+from launchers import BIN, PYTHON, TINY_RUN, only_result, run
 
 
 @pytest.mark.parametrize("typed, meant", [
@@ -80,6 +80,31 @@ def test_open_mpi_4_needs_no_front_and_other_mpis_are_refused(tmp_path):
         install(tmp_path / "mpich")
     with pytest.raises(UsageError, match="pip install 'commbench\\[mpi\\]'"):
         install(tmp_path / "nothing")
+
+
+@pytest.mark.mpi  # starts programs named mpirun (fakes) and one single-process run
+@pytest.mark.timeout(240)
+def test_list_and_run_name_the_fix_while_open_mpi_5_has_no_front(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_mpi(bin_dir, "mpirun (Open MPI) 5.0.11")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    fix = f"`commbench setup-mpirun --bin-dir {bin_dir}` fixes it"
+    listed = run([PYTHON, "-m", "commbench", "list"], 120, env=env)
+    assert listed.returncode == 0, listed.stderr
+    warning = listed.stdout.splitlines()[-1]
+    assert warning.startswith(f"Warning: {bin_dir / 'mpirun'} is Open MPI 5 without") and \
+        warning.endswith(fix), listed.stdout
+    ran = run([PYTHON, "-m", "commbench", *TINY_RUN, "--results-dir", str(tmp_path / "r")], 180,
+              env=env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert sum(fix in line for line in ran.stdout.splitlines()) == 1, ran.stdout
+    install(bin_dir)
+    listed = run([PYTHON, "-m", "commbench", "list"], 120, env=env)
+    assert "Warning" not in listed.stdout
+    four = tmp_path / "four"
+    fake_mpi(four, "mpirun (Open MPI) 4.1.6")
+    listed = run([PYTHON, "-m", "commbench", "list"], 120, env={"PATH": f"{four}:/usr/bin:/bin"})
+    assert "Warning" not in listed.stdout
 
 
 def front_or_fail() -> Path:
