@@ -21,6 +21,9 @@ from commbench.flags import (add_flags, flag, flag_fields, integer, non_negative
 from commbench.precision import AMP_MODES
 
 CPU_TRANSPORTS = ("auto", "gloo", "mpi")
+# Steps a timeline keeps by default: a few hundred events per rank and step at most, so
+# a file of 16 ranks stays within tens of megabytes.
+TIMELINE_STEPS = 200
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,12 @@ class RunConfig:
                           "is ended", positive_float, "SECONDS")
     results_dir: str = flag("results", "directory for result files", metavar="DIR")
     tag: str = flag("", "free-form label stored with the result (e.g. an A/B arm)")
+    timeline: Optional[str] = flag(
+        None, "write every rank's spans (compute phases, communication pieces, waits) to "
+        "FILE in Chrome's trace-event format (Perfetto, chrome://tracing)", metavar="FILE")
+    timeline_steps: int = flag(
+        TIMELINE_STEPS, "the most measured steps a --timeline file holds (the last ones)",
+        positive_int, "N")
     # Plugins' own flags (their Options fields) by name; not a flag itself.
     options: Mapping[str, Any] = field(default_factory=dict)
 

@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
+from commbench.spans import Recorder
+
 
 @dataclass
 class Timings:
@@ -34,21 +36,30 @@ def warm_up(step: Callable[[], "object"], sync: Callable[[], None], batches: int
 
 def measure(step: Callable[[], "object"], sync: Callable[[], None], iterations: int,
             batches_per_iter: int,
-            after_iteration: Optional[Callable[[int, Timings], None]] = None) -> Timings:
+            after_iteration: Optional[Callable[[int, Timings], None]] = None,
+            recorder: Optional[Recorder] = None) -> Timings:
     """Time `iterations` iterations of `batches_per_iter` steps each.
 
     Each batch ends with a device sync so its own latency is known (as in
-    PyTorch's DDP benchmark); after_iteration runs outside the timed region.
+    PyTorch's DDP benchmark); after_iteration runs outside the timed region. With a
+    recorder, each batch is a step span and the step's own spans are recorded.
     """
     timings = Timings()
     for i in range(iterations):
         batches = []
         start = time.perf_counter()
         for _ in range(batches_per_iter):
+            if recorder is not None:
+                recorder.on = True
+                recorder.begin_step()
             t0 = time.perf_counter()
             loss = step()
             sync()
-            batches.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            batches.append(t1 - t0)
+            if recorder is not None:
+                recorder.add("step", t0, t1)
+                recorder.on = False  # what runs between steps is no step's
         timings.iteration_seconds.append(time.perf_counter() - start)
         timings.batch_seconds.append(batches)
         timings.loss.append(float(loss.detach()))

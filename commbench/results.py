@@ -98,7 +98,21 @@ def write_result(directory: Union[str, Path], doc: Dict[str, Any], stem: str) ->
     """Write doc under a new, unique name; atomically (temp file, then link)."""
     directory = Path(directory)
     data = json.dumps(doc, indent=1, allow_nan=False).encode()
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".partial-", suffix=".json")
+    while True:
+        final = directory / result_name(doc, stem)
+        try:
+            write_new_file(final, data)
+            _leave_receipt(final)
+            return final
+        except FileExistsError:
+            continue
+
+
+def write_new_file(path: Union[str, Path], data: bytes) -> None:
+    """Write data to path atomically (temp file, then link): readers never see a part
+    of it, and an existing file is never overwritten (FileExistsError)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".partial-", suffix=path.suffix)
     try:
         # mkstemp makes the file private (0600); a result is meant to be shared
         os.chmod(tmp, 0o666 & ~_umask())
@@ -106,14 +120,7 @@ def write_result(directory: Union[str, Path], doc: Dict[str, Any], stem: str) ->
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        while True:
-            final = directory / result_name(doc, stem)
-            try:
-                os.link(tmp, final)  # fails rather than overwrite an existing file
-                _leave_receipt(final)
-                return final
-            except FileExistsError:
-                continue
+        os.link(tmp, path)  # fails rather than overwrite an existing file
     finally:
         os.unlink(tmp)
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import socket
 from typing import Any, Dict, List, Optional
 
-from commbench import environment, metrics, precision, registry, results
+from commbench import environment, metrics, precision, registry, results, spans
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.errors import UsageError
@@ -72,17 +74,33 @@ def run(config: RunConfig) -> Dict[str, Any]:
     warm_up(lambda: step(images, labels), sync, config.num_warmup_batches)
     say("Running benchmark...")
     timings = measure(lambda: step(images, labels), sync, config.num_iters,
-                      config.num_batches_per_iter, after_iteration=progress)
+                      config.num_batches_per_iter, after_iteration=progress,
+                      recorder=spans.RECORDER)
     if reference is not None:
         say("Measuring the compute-only reference again...")
         reference.half()
 
+    offsets, offset_errors = spans.clock_offsets(ctx)
     samples = _gather_samples(ctx, timings, reference, model, progress.consensus)
     if ctx.rank != 0:
         return {}
+    events, hosts = samples.pop("spans"), samples.pop("hostname")
+    samples["step_split"] = spans.split_steps(events, offsets)
+    samples["clock_offsets"] = {"seconds": offsets, "uncertainty": offset_errors}
     doc = _result_document(config, ctx, strategy, samples)
+    if config.timeline is not None:
+        names = [f"rank {r} ({host})" for r, host in enumerate(hosts)]
+        spans.write_trace(config.timeline,
+                          spans.trace_events(events, offsets, names, config.timeline_steps),
+                          {"commbench": doc["schema_version"], "config": doc["config"],
+                           "clock_offsets": samples["clock_offsets"]})
     path = results.write_result(config.results_dir, doc, _result_stem(config, ctx, strategy))
     _print_summary(say, doc["summary"], ctx)
+    if config.timeline is not None:
+        steps = len(timings.batch_seconds) * config.num_batches_per_iter
+        window = "" if steps <= config.timeline_steps else \
+            f" (the last {config.timeline_steps} of {steps} steps: --timeline-steps)"
+        say(f"Timeline: {config.timeline}{window}")
     say(f"Result: {path}")
     return doc
 
@@ -96,6 +114,14 @@ def validate(config: RunConfig, launch: LaunchInfo):
         raise UsageError(f"argument --dist-optimizer: {strategy_cls.name} cannot run here: "
                          f"{why_not}")
     strategy_cls.check(config, launch)
+    if config.timeline is not None:
+        try:
+            spans.check_writable(config.timeline)
+        except OSError as e:
+            raise UsageError(f"argument --timeline: {e}") from None
+        if os.path.exists(config.timeline):
+            raise UsageError(f"argument --timeline: {config.timeline} exists; commbench "
+                             "never overwrites a measurement")
     if config.model not in model_names():
         build_model(config.model, config.num_classes)  # raises the UsageError
     return strategy_cls
@@ -226,6 +252,8 @@ def _gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[
         "reference_windows": reference.windows if reference else None,
         "reference_phase_seconds": reference.phase_seconds if reference else None,
         "parameter_digest": hashlib.sha256(flat.tobytes()).hexdigest()[:16],
+        "spans": spans.RECORDER.events,
+        "hostname": socket.gethostname(),
     }
     everyone: List[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, mine)
@@ -247,6 +275,7 @@ def _result_document(config: RunConfig, ctx, strategy, samples) -> Dict[str, Any
     summary["parameters_identical"] = len(set(samples["parameter_digests"])) == 1
     summary["final_loss"] = sum(r[-1] for r in samples["loss"]) / ctx.world_size
     summary["final_consensus_distance"] = (samples["consensus_distance"] or [None])[-1]
+    summary["step_split"] = spans.summarize(samples["step_split"])
     doc = results.new_document("run")
     doc.update(config=config.to_dict(),
                strategy={"name": type(strategy).name,
@@ -306,6 +335,7 @@ def _print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
             f"the mean: {total['mean'] - total['ci95']:.1f} .. {total['mean'] + total['ci95']:.1f})")
     lat = summary["latency_seconds_per_batch"]
     say("Latency per batch: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in lat.items()))
+    say(split_line(summary.get("step_split")))
     if "efficiency_in_job" in summary:
         efficiency = percent(summary["efficiency_in_job"], summary.get("efficiency_in_job_ci95"))
         overhead = percent(summary["communication_overhead"],
@@ -314,6 +344,17 @@ def _print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
             f"{kind}; in-job scaling efficiency {efficiency}; communication overhead {overhead}")
     for flag in metrics.trust_flags(summary):
         say(f"NOT TO BE TRUSTED ({flag}): {metrics.FLAGS[flag]}")
+
+
+def split_line(split: Optional[Dict[str, Any]]) -> str:
+    """Where a step's time went, in means that add up to the step's."""
+    if split is None:
+        return "Step split: not measured (this strategy's engine times its own steps)"
+    ms = {part: 1000 * split[part]["mean"] for part in spans.PARTS}
+    return (f"Step split (mean per step): {ms['step']:.1f} ms = compute {ms['compute']:.1f} + "
+            f"exposed communication {ms['exposed']:.1f} + waiting for peers "
+            f"{ms['waiting']:.1f} + other {ms['other']:.1f}; communication hidden behind "
+            f"compute {ms['overlapped']:.1f}")
 
 
 def percent(value: float, ci) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from commbench import spans
 from commbench.comm.mpi_averager import MpiAverager
 from commbench.comm.transport import check_cpu_transport, choose_transport
 from commbench.errors import UsageError
@@ -41,13 +42,17 @@ class Allreduce(Strategy):
         on_gpu = self.ctx.device.type == "cuda"
         # DDP broadcasts rank 0's parameters here, so all workers start equal.
         ddp = DistributedDataParallel(model, device_ids=[self.ctx.device] if on_gpu else None)
-        if self.config.fp16_allreduce:
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        if self.config.fp16_allreduce:
+            hook = default_hooks.fp16_compress_hook
         elif self.averager is not None:
-            ddp.register_comm_hook(None, self.averager.ddp_hook)
-        return local_step(ddp, optimizer)
+            hook = self.averager.ddp_hook
+        else:  # what DDP does without a hook, through a hook so each bucket is seen
+            hook = default_hooks.allreduce_hook
+        ddp.register_comm_hook(None, timed(hook))
+        record_buffer_broadcast(ddp, model)
+        return local_step(ddp, optimizer, waits_after_last_piece=True)
 
     def average(self, bucket) -> None:
         """Average one flat bucket in place as the training step does (for microbench):
@@ -62,3 +67,46 @@ class Allreduce(Strategy):
 
     def facts(self) -> Dict[str, Any]:
         return {"transport": self.transport, "fp16": self.config.fp16_allreduce}
+
+
+def record_buffer_broadcast(ddp, model) -> None:
+    """DDP broadcasts rank 0's buffers (BatchNorm's statistics) before every forward
+    pass, blocking: a hook on DDP and one on the model it wraps bracket it, and it is
+    recorded as a piece and a wait (where a straggler's lateness shows first)."""
+    nbytes = sum(b.numel() * b.element_size() for b in model.buffers())
+    if not (ddp.broadcast_buffers and nbytes):
+        return
+    piece = [None]
+
+    def before(*_):
+        piece[0] = spans.record("comm", spans.now(), None, "broadcast buffers", nbytes)
+
+    def after(*_):
+        if piece[0] is not None:
+            spans.close(piece[0])
+            spans.record("wait", piece[0][2], piece[0][3])
+            piece[0] = None
+
+    ddp.register_forward_pre_hook(before)
+    model.register_forward_pre_hook(after)
+
+
+def timed(hook):
+    """DDP's comm hook, recording each bucket as a communication piece from the moment
+    DDP hands it over to the moment its average is complete."""
+
+    def timed_hook(state, bucket):
+        if not spans.RECORDER.on:
+            return hook(state, bucket)
+        buffer = bucket.buffer()
+        piece = spans.record("comm", spans.now(), None, "allreduce bucket",
+                             buffer.numel() * buffer.element_size())
+        future = hook(state, bucket)
+
+        def completed(done):
+            spans.close(piece)
+            return done.value()
+
+        return future.then(completed)
+
+    return timed_hook

@@ -17,6 +17,7 @@ import importlib.util
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Tuple, Type
 
+from commbench import spans
 from commbench.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,15 +87,29 @@ class Strategy:
         return {}
 
 
-def local_step(model, optimizer) -> TrainStep:
-    """A training step with no communication at all."""
+def local_step(model, optimizer, waits_after_last_piece: bool = False) -> TrainStep:
+    """A training step with no communication of its own, recording its phases (the
+    model may communicate inside them: DDP, Horovod). With waits_after_last_piece,
+    backward's tail after the step's last communication piece was posted is a wait
+    for communication, not compute: DDP hands its last bucket over when the gradients
+    are complete and then only waits for the averages."""
     import torch.nn.functional as F
 
     def step(images, labels):
         optimizer.zero_grad()
+        t0 = spans.now()
         loss = F.cross_entropy(model(images), labels)
+        t1 = spans.now()
         loss.backward()
+        t2 = spans.now()
         optimizer.step()
+        t3 = spans.now()
+        spans.record("forward", t0, t1)
+        spans.record("backward", t1, t2)
+        posted = spans.last_post() if waits_after_last_piece else None
+        if posted is not None and t1 < posted < t2:
+            spans.record("wait", posted, t2)
+        spans.record("optimizer", t2, t3)
         return loss
 
     return step
@@ -110,6 +125,14 @@ class Mixer:
 
     def finish(self) -> None:
         raise NotImplementedError
+
+    def peers(self) -> Optional[List[int]]:
+        """The ranks whose pieces the next averaging step waits for (None: all)."""
+        return None
+
+    def piece_bytes(self) -> int:
+        """Bytes of parameters one averaging step carries (timeline labels)."""
+        return 0
 
 
 class MixingStrategy(Strategy):
@@ -187,22 +210,53 @@ def combine_step(model, optimizer, mixer: Mixer, atc: bool) -> TrainStep:
     """
     import torch.nn.functional as F
 
+    def post(at: float):
+        """The averaging step as a communication piece (asked of the mixer only while
+        recording: its peers come from the schedule)."""
+        if not spans.RECORDER.on:
+            return None
+        return spans.record("comm", at, None, "neighbor averaging", mixer.piece_bytes(),
+                            mixer.peers())
+
     def adapt_with_combine(images, labels):
         optimizer.zero_grad()
+        t0 = spans.now()
         loss = F.cross_entropy(model(images), labels)
+        t1 = spans.now()
+        piece = post(t1)
         mixer.start()  # backward only reads the parameters, so they can be sent meanwhile
+        t2 = spans.now()
         loss.backward()
+        t3 = spans.now()
         mixer.finish()
+        t4 = spans.now()
+        spans.close(piece)
         optimizer.step()
+        t5 = spans.now()
+        spans.record("forward", t0, t1)
+        spans.record("post", t1, t2)
+        spans.record("backward", t2, t3)
+        spans.record("wait", t3, t4)
+        spans.record("optimizer", t4, t5)
         return loss
 
     def adapt_then_combine(images, labels):
         optimizer.zero_grad()
+        t0 = spans.now()
         loss = F.cross_entropy(model(images), labels)
+        t1 = spans.now()
         loss.backward()
+        t2 = spans.now()
         optimizer.step()
+        t3 = spans.now()
+        piece = post(t3)
         mixer.start()
         mixer.finish()
+        spans.close(piece)
+        spans.record("forward", t0, t1)
+        spans.record("backward", t1, t2)
+        spans.record("optimizer", t2, t3)
+        spans.record("wait", t3, piece[3] if piece else t3)
         return loss
 
     return adapt_then_combine if atc else adapt_with_combine

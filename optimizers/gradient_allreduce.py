@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+from commbench import spans
 from commbench.optimizers.base import Strategy, TrainStep
 
 
@@ -32,10 +33,18 @@ class GradientAllreduce(Strategy):
 
         def step(images, labels):
             optimizer.zero_grad()
+            t0 = spans.now()
             loss = F.cross_entropy(model(images), labels)
+            t1 = spans.now()
             loss.backward()  # the hooks launch one allreduce per gradient as it is ready
+            t2 = spans.now()
             averager.wait()
+            t3 = spans.now()
             optimizer.step()
+            t4 = spans.now()
+            for kind, start, end in (("forward", t0, t1), ("backward", t1, t2),
+                                     ("wait", t2, t3), ("optimizer", t3, t4)):
+                spans.record(kind, start, end)
             return loss
 
         return step
@@ -70,7 +79,8 @@ class GradientAverager:
         self.world_size = world_size
         self.fp16 = fp16
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self._pending: Dict[int, Tuple[Any, Any]] = {}  # id(param) -> (work, sent tensor)
+        # id(param) -> (work, sent tensor, its communication piece while recording)
+        self._pending: Dict[int, Tuple[Any, Any, Any]] = {}
         self._keep_alive: List[Any] = []
         self.late = 0  # gradients of the last step no hook launched (they should be none)
         for p in self.params:
@@ -94,7 +104,9 @@ class GradientAverager:
         # In float16, divide before the sum, as DDP's fp16 hook does: a sum of n
         # float16 gradients can overflow where their average does not.
         sent = p.grad.div(self.world_size).to(torch.float16) if self.fp16 else p.grad
-        self._pending[id(p)] = (dist.all_reduce(sent, async_op=True), sent)
+        piece = spans.record("comm", spans.now(), None, "allreduce gradient",
+                             sent.numel() * sent.element_size()) if spans.RECORDER.on else None
+        self._pending[id(p)] = (dist.all_reduce(sent, async_op=True), sent, piece)
 
     def wait(self) -> None:
         """Block until every gradient is the average over all workers."""
@@ -109,8 +121,9 @@ class GradientAverager:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
                 self._launch(p)
-            work, sent = self._pending.pop(id(p))
+            work, sent, piece = self._pending.pop(id(p))
             work.wait()
+            spans.close(piece)
             if sent is p.grad:
                 p.grad.div_(self.world_size)
             else:

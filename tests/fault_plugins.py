@@ -3,6 +3,7 @@ tests: the faults are real (a signal, an exception), only the trigger is staged.
 
 import os
 import signal
+import time
 
 from commbench.optimizers.allreduce import Allreduce
 from commbench.optimizers.neighbor_allreduce import NeighborAllreduce
@@ -53,3 +54,29 @@ class StoppedNeighbor(_Faulty, NeighborAllreduce):
 
     name = "stopped_neighbor"
     fault = Stopped.fault
+
+
+SLOW_SECONDS = 0.1
+
+
+class _Slow:
+    """Mixed into a strategy: its rank 1 sleeps before every step's forward pass (a
+    straggler the others must wait for)."""
+
+    def wrap(self, model, optimizer):
+        step = super().wrap(model, optimizer)
+
+        def slow(images, labels):
+            if self.ctx.rank == FAULTY_RANK:
+                time.sleep(SLOW_SECONDS)
+            return step(images, labels)
+
+        return slow
+
+
+class SlowAllreduce(_Slow, Allreduce):
+    name = "slow_allreduce"
+
+
+class SlowNeighbor(_Slow, NeighborAllreduce):
+    name = "slow_neighbor"

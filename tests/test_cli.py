@@ -20,7 +20,7 @@ RUN_FLAGS = [
     "--lr", "--machine-size", "--model", "--momentum", "--no-cuda", "--num-batches-per-iter",
     "--num-classes", "--num-iters", "--num-warmup-batches", "--reference-iters",
     "--reference-seconds",
-    "--results-dir", "--seed", "--tag", "--timeout", "--topology", "--use-adasum",
+    "--results-dir", "--seed", "--tag", "--timeline", "--timeline-steps", "--timeout", "--topology", "--use-adasum",
 ]
 
 
@@ -49,7 +49,7 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
     fixture = next((REPO / "tests" / "data" / "runs").glob("*-allreduce-n2-*.json"))
     recorded = json.loads(fixture.read_text())["config"]
     config = config_from_args(build_parser().parse_args(["run"]))
-    added_since = {"amp", "reference_seconds"}
+    added_since = {"amp", "reference_seconds", "timeline", "timeline_steps"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

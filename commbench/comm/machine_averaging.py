@@ -57,6 +57,15 @@ class MachineAveraging:
                                              fp16=fp16, transport=transport)
         self._works: List = []
 
+    def peers(self) -> None:
+        """Every rank: the machine's allreduce, then the leaders' exchange, then the
+        machine's broadcast, so a late rank anywhere can hold this step back."""
+        return None
+
+    def piece_bytes(self) -> int:
+        """Bytes of the machine's allreduce (what every rank hands over)."""
+        return sum(c.numel() * c.element_size() for c in self.comm)
+
     def start(self) -> None:
         import torch.distributed as dist
 

@@ -91,6 +91,15 @@ class NeighborExchange:
             )
         return self._plans[phase]
 
+    def peers(self) -> List[int]:
+        """The ranks this step receives from (what finish() waits for)."""
+        return [source for source, _ in self.plan(self.step).sources]
+
+    def piece_bytes(self) -> int:
+        """Bytes this step sends: the parameters to each out-neighbor (float16 with fp16)."""
+        per_copy = sum(b.numel() * (2 if self.fp16 else b.element_size()) for b in self.buffers)
+        return per_copy * len(self.plan(self.step).destinations)
+
     def start(self) -> None:
         """Post this step's sends and receives; the buffers must not change until finish()."""
         if self._pending is not None:

@@ -1,0 +1,132 @@
+"""The step split and the timeline from recorded spans (commbench.spans), on spans
+made by hand: parts that add up to the step, a late peer seen as waiting, overlap,
+the trace-event format."""
+
+import pytest
+
+from commbench import spans
+from commbench.spans import PARTS, split_steps, summarize, trace_events
+
+
+def step_events(step, start, forward, backward, wait, optimizer, post=None, peers=None,
+                done=None):
+    """One rank's spans of one step: phases back to back from start, a piece posted at
+    `post` (default: when backward begins) and complete at `done`."""
+    t = start
+    events = []
+    for kind, seconds in (("forward", forward), ("backward", backward), ("wait", wait),
+                          ("optimizer", optimizer)):
+        events.append([step, kind, t, t + seconds, "", 0, None])
+        if kind == "forward":
+            piece_at = t + seconds if post is None else post
+        if kind == "wait":
+            piece_done = t + seconds if done is None else done
+        t += seconds
+    events.append([step, "comm", piece_at, piece_done, "piece", 1024, peers])
+    events.append([step, "step", start, t + 0.001, "", 0, None])
+    return events
+
+
+def test_parts_add_up_and_a_late_peer_is_waiting_not_transfer():
+    # rank 1 starts 0.05 s late; rank 0 blocks 0.07 s after its backward
+    rank0 = step_events(0, 0.0, 0.01, 0.02, 0.07, 0.005)
+    rank1 = step_events(0, 0.05, 0.01, 0.02, 0.02, 0.005)
+    (row0,), (row1,) = split_steps([rank0, rank1], [0.0, 0.0])
+    parts = dict(zip(PARTS, row0))
+    assert parts["step"] == pytest.approx(0.106)
+    assert parts["compute"] == pytest.approx(0.035)
+    # blocked from 0.03 to 0.10; rank 1 posted its piece at 0.06: 0.03 waiting, 0.04 exposed
+    assert parts["waiting"] == pytest.approx(0.03)
+    assert parts["exposed"] == pytest.approx(0.04)
+    assert parts["other"] == pytest.approx(0.001)
+    assert parts["overlapped"] == pytest.approx(0.02)  # the piece ran during backward
+    assert sum(row0[1:]) - row0[2] == pytest.approx(row0[0])
+    assert dict(zip(PARTS, row1))["waiting"] == 0.0
+
+
+def test_clock_offsets_put_ranks_on_one_clock():
+    rank0 = step_events(0, 0.0, 0.01, 0.02, 0.07, 0.005)
+    rank1 = step_events(0, 100.05, 0.01, 0.02, 0.02, 0.005)  # its clock runs 100 s ahead
+    (row,), _ = split_steps([rank0, rank1], [0.0, -100.0])
+    assert dict(zip(PARTS, row))["waiting"] == pytest.approx(0.03)
+
+
+def test_only_the_peers_a_piece_involves_make_a_rank_wait():
+    rank0 = step_events(0, 0.0, 0.01, 0.02, 0.07, 0.005, peers=[1])
+    rank1 = step_events(0, 0.0, 0.01, 0.02, 0.07, 0.005, peers=[0])
+    rank2 = step_events(0, 0.05, 0.01, 0.02, 0.02, 0.005, peers=[1])
+    rows = split_steps([rank0, rank1, rank2], [0.0] * 3)
+    assert dict(zip(PARTS, rows[0][0]))["waiting"] == 0.0  # rank 2 is not its peer
+
+
+def test_a_step_without_phases_has_no_split_and_none_is_summarized():
+    events = [[0, "step", 0.0, 0.1, "", 0, None]]
+    assert split_steps([events], [0.0]) == [[[]]]
+    assert summarize([[[]]]) is None
+
+
+def test_the_summary_means_add_up_to_the_step():
+    rows = [[step_events(s, s, 0.01, 0.02 + s / 100, 0.01, 0.005) for s in range(5)]]
+    split = split_steps([[e for step in rows[0] for e in step]], [0.0])
+    summary = summarize(split)
+    mean = {part: summary[part]["mean"] for part in PARTS}
+    assert mean["compute"] + mean["exposed"] + mean["waiting"] + mean["other"] == \
+        pytest.approx(mean["step"])
+    assert summary["compute"]["p10"] <= summary["compute"]["median"] <= summary["compute"]["p90"]
+
+
+def check_trace(trace, ranks):
+    """The trace-event format: complete events with non-negative durations, one process
+    per rank, spans on one track nested properly."""
+    assert {e["pid"] for e in trace} == set(range(ranks))
+    names = {e["pid"]: e["args"]["name"] for e in trace if e["name"] == "process_name"}
+    assert len(names) == ranks
+    spans_ = [e for e in trace if e["ph"] == "X"]
+    assert spans_ and all(e["dur"] >= 0 and e["ts"] >= 0 and isinstance(e["tid"], int)
+                          for e in spans_)
+    for track in {(e["pid"], e["tid"]) for e in spans_}:
+        open_ends = []
+        for e in sorted((e for e in spans_ if (e["pid"], e["tid"]) == track),
+                        key=lambda e: (e["ts"], -e["dur"])):
+            while open_ends and open_ends[-1] <= e["ts"] + 1e-6:
+                open_ends.pop()
+            assert not open_ends or e["ts"] + e["dur"] <= open_ends[-1] + 1e-6, track
+            open_ends.append(e["ts"] + e["dur"])
+    return spans_
+
+
+def test_trace_events_nest_and_overlapping_pieces_get_their_own_track():
+    events = step_events(0, 0.0, 0.01, 0.02, 0.07, 0.005)
+    events.append([0, "comm", 0.011, 0.05, "second piece", 10, [1]])  # overlaps the first
+    trace = trace_events([events], [0.0], ["rank 0 (host)"])
+    spans_ = check_trace(trace, 1)
+    tracks = {e["args"]["name"] for e in trace if e["name"] == "thread_name"}
+    assert tracks == {"compute", "communication", "communication 2"}
+    assert min(e["ts"] for e in spans_) == 0
+    piece = next(e for e in spans_ if e["name"] == "second piece")
+    assert piece["args"] == {"step": 0, "bytes": 10, "peers": [1]}
+
+
+def test_a_trace_keeps_the_last_steps_it_is_asked_for():
+    events = [e for s in range(10) for e in step_events(s, s, 0.01, 0.02, 0.07, 0.005)]
+    trace = trace_events([events], [0.0], ["rank 0"], steps=3)
+    assert {e["args"]["step"] for e in trace if e["ph"] == "X"} == {7, 8, 9}
+
+
+def test_the_recorder_records_only_while_on():
+    recorder = spans.Recorder()
+    assert recorder.add("forward", 0.0, 1.0) is None
+    recorder.on = True
+    recorder.begin_step()
+    event = recorder.add("comm", 0.0)
+    spans.close(event)
+    assert recorder.events == [event] and event[0] == 0 and event[3] > 0
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp, "is a directory"),
+    (lambda tmp: tmp / "missing" / "trace.json", "does not exist"),
+])
+def test_a_timeline_path_that_cannot_be_written_is_refused(tmp_path, make, message):
+    with pytest.raises(OSError, match=message):
+        spans.check_writable(str(make(tmp_path)))
