@@ -115,6 +115,34 @@ def local_step(model, optimizer, waits_after_last_piece: bool = False) -> TrainS
     return step
 
 
+def waiting_step(model, optimizer, wait: Callable[[], None],
+                 update: Optional[Callable[[], None]] = None) -> TrainStep:
+    """A training step whose communication is awaited between backward and the update:
+    `wait` blocks until the gradients are averaged (recorded as a wait), then `update`
+    (default: optimizer.step) applies them."""
+    import torch.nn.functional as F
+
+    update = update or optimizer.step
+
+    def step(images, labels):
+        optimizer.zero_grad()
+        t0 = spans.now()
+        loss = F.cross_entropy(model(images), labels)
+        t1 = spans.now()
+        loss.backward()
+        t2 = spans.now()
+        wait()
+        t3 = spans.now()
+        update()
+        t4 = spans.now()
+        for kind, start, end in (("forward", t0, t1), ("backward", t1, t2), ("wait", t2, t3),
+                                 ("optimizer", t3, t4)):
+            spans.record(kind, start, end)
+        return loss
+
+    return step
+
+
 class Mixer:
     """One averaging step of the parameters, x <- (W x) in place, in two halves:
     start() begins it (the parameters must not change until finish()), finish()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from commbench import spans
-from commbench.optimizers.base import Strategy, TrainStep
+from commbench.optimizers.base import Strategy, TrainStep, waiting_step
 
 
 class GradientAllreduce(Strategy):
@@ -24,30 +24,11 @@ class GradientAllreduce(Strategy):
         self.averager = None  # the GradientAverager, after wrap
 
     def wrap(self, model, optimizer) -> TrainStep:
-        import torch.nn.functional as F
-
         # Bluefog's benchmark (like DDP) starts every worker from rank 0's model.
         broadcast_state(model)
-        self.averager = averager = GradientAverager(model, self.ctx.world_size,
-                                                    self.config.fp16_allreduce)
-
-        def step(images, labels):
-            optimizer.zero_grad()
-            t0 = spans.now()
-            loss = F.cross_entropy(model(images), labels)
-            t1 = spans.now()
-            loss.backward()  # the hooks launch one allreduce per gradient as it is ready
-            t2 = spans.now()
-            averager.wait()
-            t3 = spans.now()
-            optimizer.step()
-            t4 = spans.now()
-            for kind, start, end in (("forward", t0, t1), ("backward", t1, t2),
-                                     ("wait", t2, t3), ("optimizer", t3, t4)):
-                spans.record(kind, start, end)
-            return loss
-
-        return step
+        self.averager = GradientAverager(model, self.ctx.world_size, self.config.fp16_allreduce)
+        # its hooks launch one allreduce per gradient as backward produces it
+        return waiting_step(model, optimizer, self.averager.wait)
 
     def facts(self) -> Dict[str, Any]:
         return {"fp16": self.config.fp16_allreduce, "messages": "one per parameter"}

@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional
 from commbench.errors import UsageError
 from commbench.flags import flag
 from commbench.launch.detect import MPI_WORLDS
-from commbench.optimizers.base import Strategy, TrainStep, local_step
+from commbench.optimizers.base import Strategy, TrainStep, waiting_step
 
 # Launchers under which hvd.init() finds its peers (torchrun gives Horovod nothing to use).
 LAUNCHERS = ("horovodrun",) + MPI_WORLDS
@@ -100,7 +100,13 @@ class Horovod(Strategy):
             # operations accept it and run their flat allreduce.
             "hierarchical_allreduce": self.options.hierarchical_allreduce,
         }
-        return local_step(model, optimizer)
+        # Horovod's step() waits for its allreduces first; waiting for them apart
+        # (its documented synchronize/skip_synchronize) puts that wait on the record.
+        def update():
+            with optimizer.skip_synchronize():
+                optimizer.step()
+
+        return waiting_step(model, optimizer, optimizer.synchronize, update)
 
     def facts(self) -> Dict[str, Any]:
         return dict(self._facts)

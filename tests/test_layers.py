@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"commbench": "commbench", "optimizers": "commbench.optimizers",
            "launch": "commbench.launch", "plots": "commbench.plots"}
 
-# Top to bottom. A module belongs to the first layer with a prefix that names it or one
-# of its packages; the most specific prefix wins.
+# Top to bottom. A module belongs to the layer with the most specific prefix that names
+# it or one of its packages (`commbench.__init__` names the package itself only).
 LAYERS = [
     ("entry", ["commbench.cli", "commbench.__main__"]),
     ("commands", ["commbench.run", "commbench.sweep", "commbench.listing",
@@ -25,15 +25,15 @@ LAYERS = [
                   "commbench.launch.mpirun_front"]),
     ("charts", ["commbench.plots"]),
     ("reading and modelling", ["commbench.analysis", "commbench.simulate", "commbench.cluster",
-                               "commbench.microbench.results"]),
+                               "commbench.microbench", "commbench.microbench.results"]),
     ("a job", ["commbench.config", "commbench.loop", "commbench.reference", "commbench.registry",
                "commbench.optimizers", "commbench.comm", "commbench.microbench.harness",
                "commbench.microbench.ops"]),
     ("foundations", ["commbench.flags", "commbench.launch", "commbench.environment",
                      "commbench.allocator", "commbench.failure", "commbench.results",
                      "commbench.metrics", "commbench.topology", "commbench.models",
-                     "commbench.precision"]),
-    ("base", ["commbench.errors", "commbench.units", "commbench"]),
+                     "commbench.precision", "commbench.spans"]),
+    ("base", ["commbench.errors", "commbench.units", "commbench.__init__"]),
 ]
 
 
@@ -48,6 +48,8 @@ def modules() -> Dict[str, Path]:
 
 
 def layer_of(module: str) -> int:
+    if module == "commbench":
+        module = "commbench.__init__"
     best = None
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
