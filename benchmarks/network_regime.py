@@ -9,7 +9,7 @@ table shows what each strategy moved per step, measured, beside its img/sec. The
 
     python benchmarks/network_regime.py [--link 1gbit,200mbit] [--out network-regime]
 
-The charts land in OUT/charts (one per link rate); the README shows them.
+The charts land in OUT/charts (one per link rate); docs/cluster.md shows them.
 """
 
 import argparse

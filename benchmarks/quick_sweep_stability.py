@@ -1,4 +1,4 @@
-"""Can the README's quick sweep rank strategies? It runs the sweep twice, back to back,
+"""Can the quick sweep (`make`'s study) rank strategies? It runs the sweep twice, back to back,
 and prints, per configuration, the two totals and their ratio, and at each worker count
 the ranking of the strategies in each sweep; oversubscribed worker counts are shown and
 not ranked (they measure CPU sharing).

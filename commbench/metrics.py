@@ -1,4 +1,4 @@
-"""Every number commbench reports, defined once (the README's "Metrics" section
+"""Every number commbench reports, defined once (the "Metrics" section of docs/run.md
 documents the same definitions).
 
 Per iteration i and worker r: throughput r_i = batch × batches_per_iter / t_i,

@@ -111,7 +111,7 @@ def front_or_fail() -> Path:
     mpirun = BIN / "mpirun"
     if not is_front(mpirun):
         pytest.fail(f"{mpirun} is not commbench's front: run `commbench setup-mpirun` "
-                    "(README, set up)")
+                    "(docs/install.md)")
     return mpirun
 
 
