@@ -73,6 +73,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
     say("Running warmup...")
     warm_up(lambda: step(images, labels), sync, config.num_warmup_batches)
     say("Running benchmark...")
+    spans.RECORDER.reset()
     timings = measure(lambda: step(images, labels), sync, config.num_iters,
                       config.num_batches_per_iter, after_iteration=progress,
                       recorder=spans.RECORDER)

@@ -36,6 +36,10 @@ class Recorder:
     """One rank's spans. Off outside the measured steps, so warm-up leaves nothing."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything: a new measurement (a process may run several)."""
         self.on = False
         self.step = -1
         self.events: List[Event] = []
