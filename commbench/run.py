@@ -102,6 +102,8 @@ def run(config: RunConfig) -> Dict[str, Any]:
         window = "" if steps <= config.timeline_steps else \
             f" (the last {config.timeline_steps} of {steps} steps: --timeline-steps)"
         say(f"Timeline: {config.timeline}{window}")
+        if doc["strategy"].get("engine_timeline"):
+            say(f"The engine's own timeline: {doc['strategy']['engine_timeline']}")
     say(f"Result: {path}")
     return doc
 

@@ -262,6 +262,13 @@ def trace_events(events: Sequence[Sequence[Event]], offsets: Sequence[float],
     return out
 
 
+def engine_timeline(path: str, engine: str) -> str:
+    """Where an engine's own timeline goes beside commbench's: trace.json ->
+    trace.horovod.json."""
+    stem, dot, suffix = path.rpartition(".")
+    return f"{stem}.{engine}.{suffix}" if dot and "/" not in suffix else f"{path}.{engine}"
+
+
 def check_writable(path: str) -> None:
     """Raise OSError with a one-line reason when `path` cannot be written as a file."""
     if os.path.isdir(path):

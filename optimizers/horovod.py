@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+from commbench import spans
 from commbench.errors import UsageError
 from commbench.flags import flag
 from commbench.launch.detect import MPI_WORLDS
@@ -60,6 +61,14 @@ class Horovod(Strategy):
         # rendezvous (launch.distributed) initialises Horovod before wrap() runs.
         if cls.options_of(config).hierarchical_allreduce:
             os.environ["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1"
+        if config.timeline is not None and "HOROVOD_TIMELINE" not in os.environ:
+            # Horovod's own timeline (per tensor: negotiation, queue, fused allreduce)
+            # beside commbench's; one given to horovodrun (--timeline-filename) stays.
+            path = spans.engine_timeline(config.timeline, "horovod")
+            if os.path.exists(path):
+                raise UsageError(f"argument --timeline: {path} (Horovod's own timeline) "
+                                 "exists; commbench never overwrites a measurement")
+            os.environ["HOROVOD_TIMELINE"] = path
 
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
@@ -99,6 +108,7 @@ class Horovod(Strategy):
             # Horovod implements the hierarchical switch for NCCL (GPU) allreduce; CPU
             # operations accept it and run their flat allreduce.
             "hierarchical_allreduce": self.options.hierarchical_allreduce,
+            "engine_timeline": os.environ.get("HOROVOD_TIMELINE"),
         }
         # Horovod's step() waits for its allreduces first; waiting for them apart
         # (its documented synchronize/skip_synchronize) puts that wait on the record.

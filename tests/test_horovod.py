@@ -108,6 +108,24 @@ def test_adasum_under_mpiexec(tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(400)
+def test_a_timeline_links_horovods_own_beside_commbenchs(tmp_path):
+    horovod_or_skip()
+    trace = tmp_path / "trace.json"
+    done = mpiexec(2, ["-m", "commbench", "--dist-optimizer=horovod", "--timeline", str(trace),
+                       "--results-dir", str(tmp_path / "r"), *TINY_RUN], timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    engine = tmp_path / "trace.horovod.json"
+    assert f"The engine's own timeline: {engine}" in done.stdout
+    assert only_result(tmp_path / "r")["strategy"]["engine_timeline"] == str(engine)
+    events = json.loads(engine.read_text())  # Horovod writes a JSON array of trace events
+    assert any(e.get("name") == "ALLREDUCE" for e in events)
+    ours = json.loads(trace.read_text())["traceEvents"]
+    waits = [e for e in ours if e.get("cat") == "wait"]  # its synchronize() before the step
+    assert {e["pid"] for e in waits} == {0, 1}
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("workers", [2, 3])
 def test_horovod_agrees_with_allreduce(tmp_path, workers):
     """Same initial parameters and data, two SGD steps with momentum: torch DDP and
