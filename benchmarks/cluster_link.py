@@ -18,7 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from commbench.cluster import network
+from commbench import units
+from commbench.cluster import namespaces
 
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -41,15 +42,15 @@ def main():
     parser.add_argument("--link", default="200mbit")
     parser.add_argument("--size", default="64M")
     args = parser.parse_args()
-    rate = network.rate_bits(args.link) / 8  # bytes/s
+    rate = units.rate_bits(args.link, "--link") / 8  # bytes/s
     name = f"b{os.getpid() % 10**6}"
     with tempfile.TemporaryDirectory() as scratch:
-        cluster = network.up(name, 2, 1, args.link)
+        cluster = namespaces.up(name, 2, 1, args.link)
         try:
             linked = microbench(["mpirun", "-H", cluster.hosts, "-np", "2", "--bind-to", "none"],
                                 args.size, Path(scratch) / "link", str(cluster.bin))
         finally:
-            network.down(name)
+            namespaces.down(name)
         shared = microbench(["mpiexec", "-n", "2"], args.size, Path(scratch) / "shm")
     print(f"2 emulated machines at {args.link} ({rate / 1e6:.1f} MB/s), {args.size} per rank")
     print(f"{'op':<20} {'contender':<34} {'GB/s':>8} {'x rate':>7} {'shm GB/s':>9} {'shm/link':>9}")

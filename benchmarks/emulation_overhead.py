@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from commbench.cluster import network
+from commbench.cluster import namespaces
 
 RUN = ["--dist-optimizer=allreduce", "--model", "squeezenet1_1", "--image-size", "32",
        "--batch-size", "16", "--num-warmup-batches", "20", "--num-batches-per-iter", "5",
@@ -63,7 +63,7 @@ def main():
     args, extra = parser.parse_known_args()
     flags = RUN + (["--num-iters", "60"] if args.together else []) + extra
     name = f"o{os.getpid() % 10**6}"
-    cluster = network.up(name, 1, 2, "10gbit")
+    cluster = namespaces.up(name, 1, 2, "10gbit")
     ratios = []
     try:
         with tempfile.TemporaryDirectory() as scratch:
@@ -87,7 +87,7 @@ def main():
                 print(f"round {r + 1}: outside {outside:.1f} img/s, inside {inside:.1f} img/s, "
                       f"ratio {inside / outside:.3f}", flush=True)
     finally:
-        network.down(name)
+        namespaces.down(name)
     low, high = interval(ratios)
     print(f"inside/outside, median of {len(ratios)} paired rounds: "
           f"{statistics.median(ratios):.3f}; 95% CI of the geometric mean {low:.3f}..{high:.3f} "

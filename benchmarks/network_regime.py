@@ -19,9 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from commbench.cluster import network
+from commbench.cluster import namespaces
 from commbench.results import read_result
-from commbench.sweep import _cluster_shape, _job_environment, _run_one, plan_emulated
+from commbench.sweep.execute import job_environment, run_one
+from commbench.sweep.plan import cluster_shape, plan_emulated
 
 MODEL = ["--model", "resnet18", "--image-size", "32", "--batch-size", "32",
          "--num-warmup-batches", "3", "--num-batches-per-iter", "3", "--num-iters", "6",
@@ -58,16 +59,16 @@ def main():
     jobs += plan_emulated(LAYOUTS, links, name, STRATEGIES, MODEL, results)
     jobs += plan_emulated(LAYOUTS, links, name, ["neighbor_allreduce"],
                           MODEL + ["--disable-dynamic-topology"], results)
-    shape = _cluster_shape(LAYOUTS)
-    env = _job_environment()
+    shape = cluster_shape(LAYOUTS)
+    env = job_environment()
     rows = []
     for link in links:
-        cluster = network.up(name, *shape, link)
+        cluster = namespaces.up(name, *shape, link)
         try:
             path = f"{cluster.bin}{os.pathsep}{env['PATH']}"
             for job in (j for j in jobs if j.link == link):
                 before = sent_bytes(cluster)
-                output = _run_one(job, 1800, {**env, "PATH": path})
+                output = run_one(job, 1800, {**env, "PATH": path})
                 moved = sent_bytes(cluster) - before
                 if not job.ok:
                     print(f"FAILED {job.strategy} on {job.workers}:\n{output[-2000:]}")
@@ -76,7 +77,7 @@ def main():
                 print(f"{link} {job.command[2]:>40} {job.strategy}: {job.headline}",
                       flush=True)
         finally:
-            network.down(name)
+            namespaces.down(name)
     table = []
     for link, job, moved in rows:
         doc = read_result(job.result)

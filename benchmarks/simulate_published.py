@@ -12,8 +12,9 @@ GPUs), checked at the end with an assumed per-GPU speed.
 
 import statistics
 
+from commbench import units
 from commbench.simulate import compute, costs
-from commbench.simulate.network import Link, Network, bytes_per_second
+from commbench.simulate.network import Link, Network
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import Strategy
 
@@ -22,7 +23,7 @@ PCIE3 = 10e9  # assumed: a PCIe 3 x16 link's achievable bytes/s
 
 
 def network(rate: str, intra: float, latency: float = 5e-6) -> Network:
-    return Network(Link(2e-6, 1 / intra), Link(latency, 1 / bytes_per_second(rate, "rate")))
+    return Network(Link(2e-6, 1 / intra), Link(latency, 1 / (units.rate_bits(rate) / 8)))
 
 
 SOURCES = [

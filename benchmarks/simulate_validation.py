@@ -47,10 +47,11 @@ REPEATS = 2
 def collect(out: Path, repeats: int = REPEATS, runs_only: bool = False) -> None:
     """The calibration files (unless runs_only) and `repeats` rounds of runs; run again
     with --runs-only to add repeats to a collection."""
-    from commbench.cluster import network
-    from commbench.sweep import _job_environment, _run_one, plan_emulated
+    from commbench.cluster import namespaces
+    from commbench.sweep.execute import job_environment, run_one
+    from commbench.sweep.plan import plan_emulated
 
-    env = _job_environment()
+    env = job_environment()
     env.pop("OMP_NUM_THREADS", None)
     begin = time.monotonic()
     python = [sys.executable, "-m", "commbench"]
@@ -65,7 +66,7 @@ def collect(out: Path, repeats: int = REPEATS, runs_only: bool = False) -> None:
                     "--results-dir", str(out / "runs" / "shared-memory" / f"1x{n}")], env)
     name = f"v{os.getpid() % 10**6}"
     for rate in (CALIBRATION_RATE, HELD_OUT_RATE):
-        cluster = network.up(name, 4, 2, rate)
+        cluster = namespaces.up(name, 4, 2, rate)
         try:
             path = {**env, "PATH": f"{cluster.bin}{os.pathsep}{env['PATH']}"}
             hosts = f"{cluster.machine(0)}:1,{cluster.machine(1)}:1"
@@ -78,12 +79,12 @@ def collect(out: Path, repeats: int = REPEATS, runs_only: bool = False) -> None:
                     directory = str(out / "runs" / rate / f"{m}x{s}")
                     for job in plan_emulated([(m, s)], [rate], name, strategies, MODEL,
                                              directory):
-                        output = _run_one(job, 1800, path)
+                        output = run_one(job, 1800, path)
                         print(f"{rate} {m}x{s} {job.strategy} #{repeat + 1}: "
                               f"{job.headline if job.ok else 'FAILED ' + output[-1500:]}",
                               flush=True)
         finally:
-            network.down(name)
+            namespaces.down(name)
     print(f"collected in {(time.monotonic() - begin) / 60:.1f} min")
 
 
@@ -94,24 +95,19 @@ def run(command, env) -> None:
           (last if done.returncode == 0 else done.stderr[-1500:]), flush=True)
 
 
-def rate_bits(rate: str) -> float:
-    from commbench.simulate.network import bytes_per_second
-
-    return 8 * bytes_per_second(rate, "rate")
-
-
 def analyse(out: Path) -> None:
     from dataclasses import replace
 
+    from commbench import units
     from commbench.results import load_results
-    from commbench.simulate import command, compute, costs, network
+    from commbench.simulate import calibrate, compute, costs, network
     from commbench.simulate.project import Inputs, project
     from commbench.simulate.step import Strategy
 
     begin = time.monotonic()
     benches, _ = load_results([out / "calibration" / "shared-memory",
                                out / "calibration" / CALIBRATION_RATE])
-    fitted = network.fit_microbench([b.doc for b in benches], [b.path.name for b in benches])
+    fitted = calibrate.fit_microbench([b.doc for b in benches], [b.path.name for b in benches])
     calibrated = network.Network(fitted[("intra", "allreduce")], fitted[("inter", "allreduce")],
                                  fitted[("intra", "neighbor_allreduce")],
                                  fitted[("inter", "neighbor_allreduce")])
@@ -131,7 +127,7 @@ def analyse(out: Path) -> None:
         mean, mean_slowed = (statistics.mean(o.values()) for o in (overlap, overlap_slowed))
         net = calibrated
         if rate not in (CALIBRATION_RATE, "shared-memory"):
-            factor = rate_bits(CALIBRATION_RATE) / rate_bits(rate)
+            factor = units.rate_bits(CALIBRATION_RATE) / units.rate_bits(rate)
             net = replace(net, inter=replace(net.inter, beta=net.inter.beta * factor),
                           exchange_inter=replace(net.exchange_inter,
                                                  beta=net.exchange_inter.beta * factor))
@@ -159,7 +155,7 @@ def analyse(out: Path) -> None:
                 c = computes[n]
                 linear = n * 32 / c.seconds
                 naive = n * 32 / (c.seconds + _bytes_on_busiest_link(
-                    strategy, costs.Layout(n, s), grads.total) / (rate_bits(rate) / 8
+                    strategy, costs.Layout(n, s), grads.total) / (units.rate_bits(rate) / 8
                                                                   if m > 1 else 1 / net.intra.beta))
                 table.append({
                     "network": rate, "layout": f"{m}x{s}", "strategy": strategy_name,

@@ -20,7 +20,8 @@ from commbench.errors import UsageError
 SUBCOMMANDS = {
     "run": ("commbench.run", "run one benchmark job (the default; start it under a launcher)"),
     "list": ("commbench.listing", "list strategies, topologies and models, and which run here"),
-    "sweep": ("commbench.sweep", "run a scaling study on this machine: jobs, report and charts"),
+    "sweep": ("commbench.sweep.command", "run a scaling study on this machine: jobs, report "
+              "and charts"),
     "plot": ("commbench.analysis.plot", "draw scaling charts from result files"),
     "report": ("commbench.analysis.report", "tables of throughput, efficiency and latency"),
     "compare": ("commbench.analysis.compare", "A/B comparison of two sets of result files"),

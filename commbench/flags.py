@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import re
 from typing import Any, Callable, Iterable, List, Optional
 
 
@@ -90,17 +89,6 @@ def positive_ints(text: str) -> List[int]:
     if not counts or min(counts) < 1:
         raise ValueError
     return counts
-
-
-SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}  # nccl-tests: powers of 1024
-
-
-@accepting("a positive size such as 8, 4K, 64M or 1G")
-def size(text: str) -> int:
-    match = re.fullmatch(r"\s*(\d+)\s*([KMGkmg]?)[Bb]?\s*", text)
-    if not match or int(match.group(1)) == 0:
-        raise ValueError
-    return int(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
 
 
 def one_of(choices: Iterable[str]) -> Callable[[str], str]:

@@ -1,10 +1,12 @@
 """The chart of a projection (commbench simulate): projected total img/sec and scaling
 efficiency versus workers, dashed, with the calibration's band shaded and the straggler
 variant dotted; measured points on top as markers with their 95% intervals; worker
-counts beyond the largest measured one greyed as extrapolation."""
+counts beyond the largest measured one greyed as extrapolation. Also the charts of
+projection files for `commbench plot`."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, List
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,3 +71,16 @@ def save(fig: "Figure", path) -> None:
     from commbench.plots.scaling import save as save_figure
 
     save_figure(fig, [path])
+
+
+def chart_files(found, out_dir: Path, formats) -> List[Path]:
+    """`commbench plot` of projection files: one chart each, named after the file."""
+    from commbench.simulate.projection_file import rows_of
+
+    written = []
+    for r in found:
+        paths = [Path(out_dir) / f"{r.path.stem}.{ext}" for ext in dict.fromkeys(["png", *formats])]
+        for path in paths:
+            save(figure(r.doc["title"], rows_of(r.doc)), path)
+        written += paths
+    return written

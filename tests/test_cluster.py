@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.cluster import network
+from commbench.cluster import host, namespaces, state
 from commbench.errors import UsageError
 from launchers import BIN, TINY_RUN, only_result, run
 from programs.check_strategies import assert_strategy_clean, outcome
@@ -25,7 +25,7 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 def privileged_or_skip():
     try:
-        network.check_privileges()
+        host.check_privileges()
     except UsageError as e:
         if os.environ.get("CI"):
             pytest.fail(f"CI must test emulated clusters: {e}")
@@ -38,12 +38,12 @@ def name():
     privileged_or_skip()
     made = f"t{os.getpid() % 100000}"
     yield made
-    network.down(made)
+    namespaces.down(made)
 
 
 def ours(name):
     """Every namespace and link on the host whose name is the cluster's."""
-    found = network.existing_netns() | network.existing_links()
+    found = host.existing_netns() | host.existing_links()
     return {n for n in found if n.split("@")[0].startswith(f"{name}-")}
 
 
@@ -53,9 +53,9 @@ def on_machine(cluster, host, command):
 
 
 def test_up_makes_machines_with_their_own_names_and_capped_links_and_down_removes_all(name):
-    cluster = network.up(name, machines=2, slots=2, link="300mbit")
+    cluster = namespaces.up(name, machines=2, slots=2, link="300mbit")
     assert ours(name) == {f"{name}-br", f"{name}-m0", f"{name}-m1"}
-    assert all(network.status(cluster).values())
+    assert all(namespaces.status(cluster).values())
     m0, m1 = cluster.machine(0), cluster.machine(1)
     assert (m0, m1) == (f"{name}-m0", f"{name}-m1")
     found = on_machine(cluster, m0, f"hostname; getent hosts {m1}; ip -br addr show {cluster.nic}")
@@ -77,29 +77,29 @@ def test_up_makes_machines_with_their_own_names_and_capped_links_and_down_remove
                                capture_output=True, text=True).stdout
         assert "tbf" in qdisc and "rate 300Mbit" in qdisc, qdisc
     with pytest.raises(UsageError, match=f"cluster {name} is already up"):
-        network.up(name, machines=2, slots=2, link="300mbit")
-    assert network.down(name)
+        namespaces.up(name, machines=2, slots=2, link="300mbit")
+    assert namespaces.down(name)
     assert ours(name) == set() and not cluster.directory.exists()
-    assert not (network.NETNS_ETC / f"{name}-m0").exists()
-    assert network.down(name) == []  # idempotent
+    assert not (namespaces.NETNS_ETC / f"{name}-m0").exists()
+    assert namespaces.down(name) == []  # idempotent
 
 
 def test_two_clusters_at_once_stay_apart(name):
-    first = network.up(name, machines=2, slots=1, link="1gbit")
+    first = namespaces.up(name, machines=2, slots=1, link="1gbit")
     other = f"{name}x"
     try:
-        second = network.up(other, machines=2, slots=1, link="1gbit")
+        second = namespaces.up(other, machines=2, slots=1, link="1gbit")
         assert first.subnet != second.subnet
         assert on_machine(first, first.machine(0), f"ip route get {first.address(1)}"
                           ).returncode == 0
         # a machine reaches nothing but its own cluster (and its bridge's host address)
         gone = on_machine(first, first.machine(0), f"ip route get {second.address(0)}")
         assert gone.returncode != 0 and "unreachable" in gone.stderr, gone.stdout
-        assert network.down(name)
-        assert all(network.status(second).values()) and ours(other) == {
+        assert namespaces.down(name)
+        assert all(namespaces.status(second).values()) and ours(other) == {
             f"{other}-br", f"{other}-m0", f"{other}-m1"}
     finally:
-        network.down(other)
+        namespaces.down(other)
     assert ours(other) == set()
 
 
@@ -107,9 +107,9 @@ def test_refuses_names_it_did_not_make(name):
     subprocess.run(["ip", "netns", "add", f"{name}-m0"], check=True)  # someone else's
     try:
         with pytest.raises(UsageError, match="not a commbench cluster's"):
-            network.up(name, machines=1, slots=1, link="1gbit")
-        assert network.load(name) is None
-        assert f"{name}-m0" in network.existing_netns()
+            namespaces.up(name, machines=1, slots=1, link="1gbit")
+        assert state.load(name) is None
+        assert f"{name}-m0" in host.existing_netns()
     finally:
         subprocess.run(["ip", "netns", "delete", f"{name}-m0"], check=True)
 
@@ -142,7 +142,7 @@ def launch(cluster, cmd, timeout=300, cwd=None):
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("machines", [2, 4])
 def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_path, machines):
-    cluster = network.up(name, machines=machines, slots=2, link="1gbit")
+    cluster = namespaces.up(name, machines=machines, slots=2, link="1gbit")
     n = 2 * machines
     done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", str(n), "python", "-m",
                             "commbench", "--dist-optimizer=hierarchical_neighbor_allreduce",
@@ -173,7 +173,7 @@ def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_p
 @pytest.mark.mpi
 @pytest.mark.timeout(600)
 def test_the_link_is_capped_at_its_rate(name, tmp_path):
-    cluster = network.up(name, machines=2, slots=1, link="400mbit")
+    cluster = namespaces.up(name, machines=2, slots=1, link="400mbit")
     done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "2", "python", "-m",
                             "commbench", "microbench", "--op", "allreduce", "-b", "16M",
                             "-e", "16M", "-n", "5", "-w", "1", "-c", "0"], cwd=tmp_path)
@@ -192,7 +192,7 @@ def test_horovodrun_as_typed_on_the_machines(name, tmp_path, controller):
     from test_horovod import horovod_or_skip
 
     horovod_or_skip()
-    cluster = network.up(name, machines=2, slots=1, link="1gbit")
+    cluster = namespaces.up(name, machines=2, slots=1, link="1gbit")
     gloo = ["--gloo"] if controller == "gloo" else []
     done = launch(cluster, ["horovodrun", *gloo, "-np", "2", "-H", cluster.hosts, "python",
                             "-m", "commbench", "--dist-optimizer=horovod", *TINY_RUN],
@@ -210,7 +210,7 @@ def test_bfrun_as_typed_on_the_machines(name, tmp_path):
     from test_bluefog import TINY_RUN as BLUEFOG_RUN
     from test_bluefog import bfrun, completed
 
-    cluster = network.up(name, machines=2, slots=2, link="1gbit")
+    cluster = namespaces.up(name, machines=2, slots=2, link="1gbit")
     where = dict(hosts=cluster.hosts, path_first=str(cluster.bin))
     completed(bfrun(4, ["-m", "commbench", "--dist-optimizer=bluefog.neighbor_allreduce",
                         *BLUEFOG_RUN], timeout=240, cwd=tmp_path, **where))
@@ -241,7 +241,7 @@ def test_bluefog_hierarchical_agrees_with_commbench_on_real_machines(name, tmp_p
     with the same parameters on every rank, up to the order of float32 additions."""
     from test_bluefog import agreement
 
-    cluster = network.up(name, machines=machines, slots=2, link="1gbit")
+    cluster = namespaces.up(name, machines=machines, slots=2, link="1gbit")
     for r in agreement(tmp_path, 2 * machines, "hierarchical_neighbor_allreduce",
                        "bluefog.hierarchical_neighbor_allreduce", extra, timeout=600,
                        hosts=cluster.hosts, path_first=str(cluster.bin)):
@@ -260,7 +260,7 @@ def test_an_emulated_sweep_records_its_network_and_removes_its_cluster(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     name = next(line.split()[2].rstrip(":") for line in done.stdout.splitlines()
                 if line.startswith("Emulated cluster "))
-    assert network.load(name) is None and ours(name) == set()
+    assert state.load(name) is None and ours(name) == set()
     docs = [json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")]
     assert sorted(d["environment"]["world_size"] for d in docs) == [1, 2]
     assert all(d["environment"]["emulated_network"]["link"] == "1gbit" for d in docs)
@@ -283,7 +283,7 @@ def test_down_after_a_killed_sweep_leaves_nothing(tmp_path):
     name = proc.stdout.readline().split()[2].rstrip(":")  # "Emulated cluster NAME: ..."
     try:
         deadline = time.monotonic() + 120
-        while f"{name}-m0" not in network.existing_netns():
+        while f"{name}-m0" not in host.existing_netns():
             assert time.monotonic() < deadline, "the sweep's cluster never came up"
             time.sleep(0.5)
         time.sleep(5)  # its job runs on the machines
@@ -293,8 +293,8 @@ def test_down_after_a_killed_sweep_leaves_nothing(tmp_path):
         done = subprocess.run([sys.executable, "-m", "commbench", "cluster", "down", "--name",
                                name], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert ours(name) == set() and network.load(name) is None
-    assert not (network.NETNS_ETC / f"{name}-m0").exists()
+    assert ours(name) == set() and state.load(name) is None
+    assert not (namespaces.NETNS_ETC / f"{name}-m0").exists()
 
 
 @pytest.mark.mpi
@@ -302,7 +302,7 @@ def test_down_after_a_killed_sweep_leaves_nothing(tmp_path):
 def test_a_rank_killed_on_an_emulated_machine_ends_the_job(name, tmp_path):
     import time
 
-    cluster = network.up(name, machines=2, slots=1, link="1gbit")
+    cluster = namespaces.up(name, machines=2, slots=1, link="1gbit")
     tests = str(Path(__file__).resolve().parent)
     start = time.monotonic()
     done = run(["mpirun", "-H", cluster.hosts, "-np", "2", "--bind-to", "none", "python", "-m",
@@ -324,7 +324,7 @@ def test_a_rank_killed_on_an_emulated_machine_ends_the_job(name, tmp_path):
 def test_one_torchrun_per_machine(name, tmp_path):
     from launchers import free_port, kill_tree, launcher_env
 
-    cluster = network.up(name, machines=2, slots=1, link="1gbit")
+    cluster = namespaces.up(name, machines=2, slots=1, link="1gbit")
     port = free_port()
     env = launcher_env({"PATH": f"{cluster.bin}:{BIN}:{os.environ['PATH']}"})
     procs = [subprocess.Popen(

@@ -20,13 +20,13 @@ ALL_OPS = ",".join(microbench.OPS)
 
 
 def test_sizes_follow_nccl_tests_flags():
-    assert flags.size("8") == 8
-    assert flags.size("4K") == 4096
-    assert flags.size("64M") == 64 << 20
-    assert flags.size("1g") == 1 << 30
+    assert microbench.size("8") == 8
+    assert microbench.size("4K") == 4096
+    assert microbench.size("64M") == 64 << 20
+    assert microbench.size("1g") == 1 << 30
     for bad in ("0", "-1", "12X", ""):
         with pytest.raises(Exception):
-            flags.size(bad)
+            microbench.size(bad)
     assert microbench.sizes(8, 64 << 20, 2)[-1] == 64 << 20
     assert microbench.sizes(8, 1024, 4) == [8, 32, 128, 512]
     assert microbench.sizes(1, 8, 2) == [4, 8]  # whole float32 elements, no duplicates

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch.utils.flop_counter", reason="commbench simulate needs torch >= 2.1")
 
 from commbench import metrics  # noqa: E402
-from commbench.simulate import compute, costs, network  # noqa: E402
+from commbench.simulate import calibrate, compute, costs  # noqa: E402
 from commbench.simulate.network import Link, Network  # noqa: E402
 from commbench.simulate.step import Strategy, simulate  # noqa: E402
 from commbench.topology import build_schedule  # noqa: E402
@@ -141,7 +141,7 @@ def test_links_fitted_from_microbench_files_give_back_alpha_and_beta():
     sizes = [1 << k for k in range(12, 26, 2)]
     intra = _microbench_doc(20e-6, 1 / 5e9, ["a"] * 4, sizes)
     inter = _microbench_doc(300e-6, 8 / 1e9, ["a", "b"], sizes)
-    links = network.fit_microbench([intra, inter], ["intra.json", "inter.json"])
+    links = calibrate.fit_microbench([intra, inter], ["intra.json", "inter.json"])
     for (kind, _), link in links.items():
         alpha, beta = (20e-6, 1 / 5e9) if kind == "intra" else (300e-6, 8 / 1e9)
         assert link.alpha == pytest.approx(alpha, rel=1e-6)

@@ -45,7 +45,7 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts"
 
         written += microbench_charts.write(benches, out_dir, formats)
     if projections:  # their own charts, dashed and titled PROJECTION
-        from commbench.simulate import command as simulate
+        from commbench.plots import projection as simulate
 
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         written += simulate.chart_files(projections, out_dir, formats)

@@ -73,7 +73,7 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
         texts = ([render(groups, fmt)] if groups else []) + \
             ([microbench.render(benches, fmt)] if benches else [])
         if projections:
-            from commbench.simulate import command as simulate
+            from commbench.simulate import table as simulate
 
             texts.append(simulate.render_files(projections, fmt))
         out.write("\n".join(texts))

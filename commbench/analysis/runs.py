@@ -408,7 +408,7 @@ def load_for(command: str, paths: Iterable[Union[str, Path]], err) -> Optional[T
     (commbench simulate's, shown apart and labelled) under paths, one warning line per
     skipped file on err; None, after saying so, when nothing usable was found."""
     from commbench.microbench import results as microbench_results
-    from commbench.simulate import command as simulate
+    from commbench.simulate import projection_file as simulate
 
     paths = list(paths)
     groups, notes = analyse(paths, handled=(microbench_results.KIND, simulate.KIND))

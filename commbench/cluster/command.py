@@ -1,9 +1,9 @@
 """`commbench cluster up|down|status`: an emulated cluster of machines with capped
-links on this host (see commbench/cluster/network.py for what it is made of)."""
+links on this host (see commbench/cluster/namespaces.py for what it is made of)."""
 
 from __future__ import annotations
 
-from commbench.cluster import network
+from commbench.cluster import namespaces, state
 
 DEFAULT_NAME = "cb"
 
@@ -30,28 +30,28 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     if args.action == "up":
-        cluster = network.up(args.name, args.machines, args.slots, args.link)
+        cluster = namespaces.up(args.name, args.machines, args.slots, args.link)
         print(describe(cluster))
         return 0
     if args.action == "down":
-        names = [c.name for c in network.clusters()] if args.all else [args.name]
+        names = [c.name for c in state.clusters()] if args.all else [args.name]
         for name in names:
-            removed = network.down(name)
+            removed = namespaces.down(name)
             print(f"cluster {name}: " + (f"removed {', '.join(removed)}" if removed
                                          else "nothing of it exists"))
         return 0
-    found = network.clusters()
+    found = state.clusters()
     if not found:
         print("no emulated cluster is up")
     for cluster in found:
         print(f"cluster {cluster.name}: {cluster.machines} machines x {cluster.slots} slots, "
               f"{cluster.link} links, subnet {cluster.subnet}")
-        for piece, there in network.status(cluster).items():
+        for piece, there in namespaces.status(cluster).items():
             print(f"  {piece}: {'up' if there else 'MISSING'}")
     return 0
 
 
-def describe(c: network.Cluster) -> str:
+def describe(c: state.Cluster) -> str:
     n = c.machines * c.slots
     return "\n".join([
         f"cluster {c.name}: {c.machines} machines ({', '.join(c.machine(i) for i in range(c.machines))})"

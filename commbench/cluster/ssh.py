@@ -54,7 +54,7 @@ def split(argv: List[str]) -> Tuple[Optional[str], List[str]]:
 
 
 def main() -> None:
-    from commbench.cluster.network import load
+    from commbench.cluster.state import load
 
     directory = Path(os.path.abspath(sys.argv[0])).parent.parent
     cluster = load(directory.name)

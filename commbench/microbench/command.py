@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from commbench import units
 from commbench.config import RunConfig, config_from_args
 from commbench.errors import UsageError
-from commbench.flags import (add_flags, flag_fields, int_at_least_2, names_from, non_negative_int,
-                             positive_int, size)
+from commbench.flags import (accepting, add_flags, flag_fields, int_at_least_2, names_from,
+                             non_negative_int, positive_int)
 from commbench.microbench import harness
 from commbench.microbench.ops import OPS
 from commbench.microbench.ops.base import ELEMENT_BYTES
@@ -35,6 +36,15 @@ from commbench.microbench.results import KIND
 # The flags microbench shares with `commbench run`, declared there.
 RUN_FLAGS = ("topology", "disable_dynamic_topology", "machine_size", "cpu_transport", "no_cuda",
              "timeout", "results_dir", "tag")
+
+
+@accepting(units.SIZE_FORMS)
+def size(text: str) -> int:
+    """-b and -e: a size as commbench.units reads it; a bad one said as argparse says it."""
+    try:
+        return units.size_bytes(text)
+    except UsageError:
+        raise ValueError from None
 
 
 def add_arguments(parser) -> None:

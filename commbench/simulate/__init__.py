@@ -2,9 +2,13 @@
 sizes with a cost model of each strategy's real schedule. A projection is a model's
 output, never a measurement: it is labelled, drawn dashed and stored as its own kind.
 
-network   links (latency α, seconds per byte β) per class, stated or fitted
-compute   the model's step: phase times, gradient layout, per-batch time samples
-costs     the communication of each strategy per step, in closed form
-step      one training step of each strategy on a timeline (overlap as scheduled)
-command   the subcommand: table, chart and projection file
+network          links (latency α, seconds per byte β) per class, and networks of them
+compute          the model's step: phase times, gradient layout, per-batch time samples
+costs            the communication of each strategy per step, in closed form
+step             one training step of each strategy on a timeline (overlap as scheduled)
+project          the projection: img/sec, efficiency and its band per strategy and N
+calibrate        links fitted from microbench files or flags; compute and more from runs
+table            the printed table and its notes
+projection_file  the projection file: written, read back, found for report and plot
+command          the subcommand: its flags, then calibrate, project, print, store, chart
 """

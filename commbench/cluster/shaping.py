@@ -1,0 +1,19 @@
+"""The capped links of an emulated cluster: the tc token bucket (tbf) that holds each
+end of a machine's link to its rate, a NIC's rate in each direction, with no latency
+added (the kernel's netem is not used).
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from commbench import units
+
+# tbf: the bucket holds at least one full-size burst of a fast NIC and the queue stays
+# shallow, so MPI's and gloo's bursts are paced at the rate rather than dropped late.
+BURST_SECONDS, MIN_BURST_BYTES, QUEUE_LATENCY = 0.002, 64 * 1024, "5ms"
+
+
+def tbf(link: str) -> List[str]:
+    burst = max(MIN_BURST_BYTES, int(units.rate_bits(link, "--link") / 8 * BURST_SECONDS))
+    return ["rate", link, "burst", str(burst), "latency", QUEUE_LATENCY]

@@ -1,0 +1,65 @@
+"""The projection file (kind "projection") that `commbench simulate` writes beside its
+chart, never among measured results: writing one, reading its rows back, and finding
+every one under some paths for `commbench report` and `commbench plot`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List
+
+from commbench.simulate.project import Inputs, Row
+
+KIND = "projection"
+
+
+def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
+          inputs: Inputs, files: List[str]) -> Path:
+    from commbench.results import new_document, write_result
+
+    doc = new_document(KIND)
+    net = inputs.network
+    doc.update(
+        title=title,
+        notes=notes,
+        summary={"strategies": list(dict.fromkeys(r.strategy for r in rows)),
+                 "workers": sorted({r.workers for r in rows}),
+                 "measured_points": sum(r.measured is not None for r in rows)},
+        config={k: v for k, v in vars(args).items() if k not in ("run_flags",)},
+        inputs={"files": files, "gradient_bytes": inputs.gradients.total,
+                "per_machine": inputs.per_machine, "algorithms": list(inputs.algorithms),
+                "links": {name: link and vars(link) for name, link in
+                          (("intra", net.intra), ("inter", net.inter),
+                           ("exchange_intra", net.exchange_intra),
+                           ("exchange_inter", net.exchange_inter))},
+                "compute": {str(n): {"forward": c.forward, "backward": c.backward,
+                                     "optimizer": c.optimizer, "mean_ci": c.mean_ci,
+                                     "source": c.source} for n, c in inputs.compute.items()}},
+        rows=[{"strategy": r.strategy, "workers": r.workers, "machines": r.machines,
+               "img_sec": r.img_sec, "band": [r.low, r.high], "efficiency": r.efficiency,
+               "step": {"compute": r.step.compute, "exposed": r.step.exposed,
+                        "overlapped": r.step.overlapped, "straggler_wait": r.wait,
+                        "allreduce": r.step.algorithm},
+               "img_sec_with_stragglers": r.with_stragglers, "basis": r.basis,
+               "measured": r.measured, "measured_ci": r.measured_ci} for r in rows])
+    json.dumps(doc, allow_nan=False)  # fail here, not half-written
+    return write_result(out_dir, doc, f"projection-{title.split(',')[0].split()[-1]}")
+
+
+def rows_of(doc) -> List[Row]:
+    """The rows of a projection file, as `project` made them."""
+    from commbench.simulate.step import StepTime
+
+    return [Row(r["strategy"], r["workers"], r["machines"], r["img_sec"], *r["band"],
+                r["efficiency"], StepTime(r["step"]["compute"], r["step"]["exposed"],
+                                          r["step"]["overlapped"], 0.0, r["step"]["allreduce"]),
+                r["img_sec_with_stragglers"], r["step"]["straggler_wait"], r["basis"],
+                r["measured"], r["measured_ci"]) for r in doc["rows"]]
+
+
+def load(paths) -> List:
+    """Every projection file under paths (commbench.results.Result objects)."""
+    from commbench.results import load_results
+
+    found, _ = load_results(paths)
+    return [r for r in found if r.kind == KIND and isinstance(r.doc.get("rows"), list)]

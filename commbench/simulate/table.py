@@ -1,0 +1,67 @@
+"""The printed projection: its table (one row per strategy and worker count), the notes
+that say what it rests on, and the tables of projection files for `commbench report`."""
+
+from __future__ import annotations
+
+from typing import List
+
+from commbench.analysis import tables
+from commbench.simulate.network import Network
+from commbench.simulate.project import Inputs, Row
+from commbench.simulate.projection_file import rows_of
+
+HEADERS = ["strategy", "N", "machines", "img/sec", "band", "E(N)", "compute ms",
+           "exposed ms", "hidden ms", "straggler ms", "with stragglers", "allreduce",
+           "basis", "measured", "error"]
+
+
+def _cells(row: Row) -> List[str]:
+    def ms(v):
+        return "-" if v is None else f"{v * 1e3:.1f}"
+
+    error = row.error
+    measured = "-" if row.measured is None else (
+        f"{row.measured:.1f}" + (f" ±{row.measured_ci:.1f}" if row.measured_ci else ""))
+    return [row.strategy, str(row.workers), str(row.machines), f"{row.img_sec:.1f}",
+            f"{row.low:.0f}-{row.high:.0f}", f"{100 * row.efficiency:.1f}%",
+            ms(row.step.compute), ms(row.step.exposed), ms(row.step.overlapped), ms(row.wait),
+            "-" if row.with_stragglers is None else f"{row.with_stragglers:.1f}",
+            row.step.algorithm, row.basis, measured,
+            "-" if error is None else f"{100 * error:+.1f}%"]
+
+
+def render(title: str, rows: List[Row], notes: List[str], fmt: str) -> str:
+    body = tables.render(HEADERS, [_cells(r) for r in rows], "lrrrrrrrrrrllrr", fmt)
+    return f"{tables.heading(title, fmt)}\n\n{body}\n{tables.notes(notes, fmt)}"
+
+
+def notes_of(inputs: Inputs) -> List[str]:
+    net, c = inputs.network, inputs.compute_at(1)
+    return [
+        "A PROJECTION by commbench's cost model, not a measurement.",
+        f"compute: {c.source}; {c.seconds * 1e3:.1f} ms per batch (forward "
+        f"{c.forward * 1e3:.1f}, backward {c.backward * 1e3:.1f}, optimizer "
+        f"{c.optimizer * 1e3:.1f}); gradients {inputs.gradients.total / 1e6:.1f} MB"
+        + (", sent as float16." if inputs.bytes_per_element == 2 else "."),
+        f"links: between machines {net.inter.describe()}; inside a machine "
+        f"{net.intra.describe()}." + ("" if net.for_exchange() == Network(net.intra, net.inter)
+                                     else f" Neighbor exchanges: between machines "
+                                     f"{net.for_exchange().inter.describe()}; inside "
+                                     f"{net.for_exchange().intra.describe()}."),
+        "band: the projection with compute and links at the slow and fast ends of their "
+        "calibration's 95% intervals. E(N): img/sec / (N x one worker's compute-only "
+        "img/sec).",
+        "basis: measured (a run at this N and layout), within (up to the largest N "
+        "measured for the strategy), extrapolated (beyond it), unvalidated (never "
+        "measured: the model alone).",
+        "with stragglers: each step also waits for the slowest worker it depends on "
+        "(all for allreduce, in-neighbors for neighbor averaging), drawn from the measured "
+        "per-batch times; a few hundred batches of one machine cannot show a large "
+        "cluster's tail.",
+    ]
+
+
+def render_files(found, fmt: str) -> str:
+    """`commbench report` of projection files: their tables, labelled as projections."""
+    return "\n".join(render(r.doc["title"], rows_of(r.doc), r.doc.get("notes") or [], fmt)
+                     for r in found)

@@ -1,0 +1,126 @@
+"""`commbench sweep`: its flags, and the order of the work: plan the jobs, print them
+(--dry-run) or run them (on emulated clusters with --emulate), then the report and the
+charts of exactly the runs it made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+from commbench import units
+from commbench.config import RunConfig
+from commbench.errors import UsageError
+from commbench.flags import (accepting, add_flags, flag_fields, positive_float, positive_int,
+                             positive_ints)
+from commbench.sweep.emulate import run_emulated
+from commbench.sweep.execute import job_environment, run_jobs
+from commbench.sweep.plan import cluster_shape, plan, plan_emulated, shell_line
+
+# A few minutes for 1,2,4 workers x 3 strategies on 2 cores, each job measured long
+# enough that its own interval is narrow; whether two sweeps then agree is up to how
+# steady the machine is (benchmarks/machine_drift.py, quick_sweep_stability.py).
+QUICK = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16",
+         "--num-warmup-batches", "20", "--num-batches-per-iter", "5", "--num-iters", "60",
+         "--reference-iters", "4", "--reference-seconds", "3"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--np", default=[1, 2, 4], type=positive_ints, metavar="N,N,...",
+                        help="worker counts to run (default: 1,2,4)")
+    parser.add_argument("--dist-optimizer", default="allreduce", metavar="NAME,...",
+                        help="strategies to run, comma-separated (default: allreduce)")
+    parser.add_argument("--launcher", choices=("mpiexec", "torchrun"), default="mpiexec",
+                        help="how each job is started (default: mpiexec)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small model and images, one thread per worker: "
+                        + " ".join(QUICK))
+    parser.add_argument("--job-timeout", type=positive_float, default=900, metavar="SECONDS",
+                        help="end a job that runs longer than this (default: 900)")
+    add_flags(parser, flag_fields(RunConfig, ["results_dir"]))
+    parser.add_argument("--plots-dir", default="charts", metavar="DIR",
+                        help="where the charts go (default: charts)")
+    parser.add_argument("--repeat", type=positive_int, default=1, metavar="K",
+                        help="run every configuration K times, round-robin (default: 1)")
+    parser.add_argument("--emulate", type=layouts, metavar="MxS,...",
+                        help="run on an emulated cluster instead (needs root; see `commbench "
+                             "cluster`): each layout M machines x S ranks per machine, e.g. "
+                             "1x1,2x2,4x1; takes the place of --np")
+    parser.add_argument("--link", type=link_rates, default=["1gbit"], metavar="RATE,...",
+                        help="with --emulate: each machine's link rate, one cluster per rate "
+                             "(default: 1gbit)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the launcher commands, run nothing")
+    parser.epilog = "Any other `commbench run` flag is passed to every job."
+
+
+# Flags this parser does not know are `commbench run` flags, for every job.
+PASSES_RUN_FLAGS = True
+
+
+@accepting("layouts MxS (machines x ranks per machine), comma-separated, e.g. 2x2,4x1")
+def layouts(text: str) -> List[Tuple[int, int]]:
+    found = [tuple(int(n) for n in part.lower().split("x")) for part in text.split(",")]
+    if not found or any(len(f) != 2 or min(f) < 1 for f in found):
+        raise ValueError
+    return list(dict.fromkeys(found))
+
+
+@accepting(f"link rates, comma-separated, each {units.RATE_FORMS}")
+def link_rates(text: str) -> List[str]:
+    found = [r.strip() for r in text.split(",") if r.strip()]
+    if not found:
+        raise ValueError
+    try:
+        rates = [units.tc_rate(r) for r in found]
+    except UsageError:
+        raise ValueError from None
+    return list(dict.fromkeys(rates))
+
+
+def main(args) -> int:
+    flags = (QUICK if args.quick else []) + args.run_flags
+    strategies = [s for s in args.dist_optimizer.split(",") if s]
+    cluster = f"s{os.getpid() % 10**6}"  # this sweep's own: two sweeps never share one
+    if args.emulate:
+        jobs = plan_emulated(args.emulate, args.link, cluster, strategies, flags,
+                             args.results_dir, args.repeat)
+    else:
+        jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir, args.repeat)
+    if args.dry_run:
+        for link in dict.fromkeys(j.link for j in jobs):
+            if link:
+                machines, slots = cluster_shape(args.emulate)
+                print(f"# commbench cluster up --name {cluster} --machines {machines} "
+                      f"--slots {slots} --link {link}")
+            for job in (j for j in jobs if j.link == link):
+                print(f"# skipped: {job.strategy} on {job.workers}: {job.skip_reason}"
+                      if job.skip_reason else shell_line(job.command)
+                      + (f"  # repeat {job.repeat}/{args.repeat}" if args.repeat > 1 else ""))
+            if link:
+                print(f"# commbench cluster down --name {cluster}")
+        return 0
+    Path(args.results_dir).mkdir(parents=True, exist_ok=True)
+    env = job_environment(args.quick)
+    if args.emulate:
+        run_emulated(jobs, args.job_timeout, env, cluster, cluster_shape(args.emulate))
+    else:
+        run_jobs(jobs, args.job_timeout, env)
+    made = [str(j.result) for j in jobs if j.result]
+    if made:
+        _commbench("report", *made)
+        _commbench("plot", *made, "-o", args.plots_dir)
+    failed = [j for j in jobs if not j.ok and not j.skip_reason]
+    if failed:
+        print(f"{len(failed)} job(s) failed: " + ", ".join(
+            f"{j.strategy} on {j.workers}" for j in failed), flush=True)
+    return 1 if failed or not made else 0
+
+
+def _commbench(*args: str) -> None:
+    print(f"$ commbench {args[0]} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "commbench", *args], check=False)

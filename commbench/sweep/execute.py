@@ -1,0 +1,116 @@
+"""Running a sweep's jobs one after another, each in its own process group with a
+timeout: progress and an estimate of the time left, each job's headline or the last
+lines of its output, and the result file it reports back.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from commbench.results import RECEIPT
+from commbench.sweep.plan import Job, shell_line
+
+TAIL_LINES = 15
+
+
+def job_environment(quick: bool = False) -> Dict[str, str]:
+    env = dict(os.environ)
+    if quick:
+        # A worker is one core: a small model runs slower on two threads than on one,
+        # which would make the 1-worker baseline, and so every E(N), misleading.
+        env.setdefault("OMP_NUM_THREADS", "1")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Open MPI refuses to start as root unless told twice; a sweep on a
+        # container or CI box is usually root.
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def run_jobs(jobs: List[Job], timeout: float, env: Dict[str, str]) -> None:
+    runnable = [j for j in jobs if not j.skip_reason]
+    for job in jobs:
+        if job.skip_reason:
+            print(f"skip {job.strategy} on {job.workers} worker(s): {job.skip_reason}",
+                  flush=True)
+    start = time.monotonic()
+    for index, job in enumerate(runnable, 1):
+        again = f" (repeat {job.repeat})" if job.repeat > 1 else ""
+        print(f"[{index}/{len(runnable)}] {job.strategy} on {job.workers} worker(s){again}: "
+              f"{shell_line(job.command)}", flush=True)
+        output = run_one(job, timeout, env)
+        if job.ok:
+            print(f"    done in {job.seconds:.1f} s: {job.headline}\n    result: {job.result}",
+                  flush=True)
+        else:
+            print(f"    FAILED after {job.seconds:.1f} s; last lines of its output:", flush=True)
+            for line in output.splitlines()[-TAIL_LINES:]:
+                print(f"    | {line}", flush=True)
+        print(f"    elapsed {_clock(time.monotonic() - start)}, "
+              f"about {_clock(_remaining(runnable, index, time.monotonic() - start))} left",
+              flush=True)
+
+
+def run_one(job: Job, timeout: float, env: Dict[str, str]) -> str:
+    with tempfile.TemporaryDirectory(prefix="commbench-sweep-") as scratch:
+        receipt = Path(scratch) / "result"
+        begin = time.monotonic()
+        proc = subprocess.Popen(job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env={**env, RECEIPT: str(receipt)},
+                                start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            output, _ = proc.communicate()
+            output += f"\n(ended by the sweep after its {timeout:.0f} s timeout)"
+        job.seconds = time.monotonic() - begin
+        if proc.returncode == 0:
+            try:
+                job.result = Path(receipt.read_text())
+                job.headline = headline(job.result)
+                job.ok = True
+            except (OSError, ValueError) as e:
+                output += f"\n(the job ended well but left no usable result: {e})"
+    return output
+
+
+def headline(path: Path) -> str:
+    """A job's total img/sec and in-job efficiency, read from its result file."""
+    from commbench.metrics import trust_flags
+    from commbench.results import read_result
+    from commbench.run import percent, total_line
+
+    doc = read_result(path)
+    summary = doc["summary"]
+    kind = "GPU" if (doc.get("environment") or {}).get("device") == "cuda" else "worker"
+    line = total_line(summary, kind)
+    if "efficiency_in_job" in summary:
+        line += (", in-job efficiency "
+                 f"{percent(summary['efficiency_in_job'], summary.get('efficiency_in_job_ci95'))}")
+    flags = trust_flags(summary)
+    return line + (f" [NOT TO BE TRUSTED: {', '.join(flags)}]" if flags else "")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _remaining(jobs: List[Job], done: int, elapsed: float) -> float:
+    """Estimate from the worker-seconds so far: bigger jobs take longer."""
+    spent = sum(j.workers for j in jobs[:done])
+    return elapsed / spent * sum(j.workers for j in jobs[done:]) if spent else 0.0
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"

@@ -1,0 +1,128 @@
+"""The jobs of a sweep: one per strategy and worker count (or emulated layout and link
+rate), each the launcher line of a `commbench run`, repeated round-robin; a job that
+cannot run carries the reason `commbench run` would give, found here once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from commbench.errors import UsageError
+
+
+@dataclass
+class Job:
+    workers: int
+    strategy: str
+    command: List[str]
+    skip_reason: Optional[str] = None
+    repeat: int = 1  # which of the configuration's --repeat runs
+    link: Optional[str] = None  # the emulated cluster's link rate it runs on (--emulate)
+    ok: bool = False
+    seconds: float = 0.0
+    result: Optional[Path] = None
+    headline: str = ""
+
+
+def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: str,
+         results_dir: str, repeat: int = 1) -> List[Job]:
+    """One job per (strategy, worker count), `repeat` times round-robin (every
+    configuration once, then again: drift of the machine spreads over all of them);
+    impossible ones carry a skip reason, once."""
+    from commbench.launch.detect import LaunchInfo
+
+    jobs = []
+    for strategy, workers in itertools.product(strategies, counts):
+        job_flags = _job_flags(strategy, flags, results_dir)
+        jobs.append(Job(workers, strategy, launch_command(launcher, workers, job_flags),
+                        _skip_reason(job_flags, LaunchInfo(launcher, 0, workers, 0, workers, 0))))
+    return _repeated(jobs, repeat)
+
+
+def _job_flags(strategy: str, flags: List[str], results_dir: str) -> List[str]:
+    return [f"--dist-optimizer={strategy}", *flags, "--results-dir", results_dir]
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """As commbench.cli's parser: a bad flag is one line (no usage block), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _skip_reason(job_flags: List[str], launch) -> Optional[str]:
+    """Why the job cannot run, as `commbench run` would say it; None if it can.
+    The run parser rejects a bad flag here, once, instead of in every job."""
+    from commbench.config import config_from_args
+    from commbench.run import add_arguments, validate
+
+    parser = _OneLineParser(prog="commbench run")
+    add_arguments(parser)
+    args, extra = parser.parse_known_args(job_flags)
+    if extra:  # said by the whole command, as `commbench run ...` would be
+        _OneLineParser(prog="commbench").error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        validate(config_from_args(args), launch)
+    except UsageError as e:
+        return str(e)
+    return None
+
+
+def _repeated(jobs: List[Job], repeat: int) -> List[Job]:
+    return [dataclasses.replace(j, repeat=r + 1) for r in range(repeat) for j in jobs
+            if r == 0 or not j.skip_reason]
+
+
+def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
+                  strategies: List[str], flags: List[str], results_dir: str,
+                  repeat: int = 1) -> List[Job]:
+    """plan() on an emulated cluster: per link rate, one job per (strategy, layout),
+    each through mpirun on the layout's machines. Not bound to cores: every emulated
+    machine would bind its ranks to the same host cores."""
+    from commbench.cluster.state import Cluster
+    from commbench.launch.detect import LaunchInfo
+
+    on = Cluster(cluster, *cluster_shape(shapes), "", "")
+    jobs = []
+    for link, strategy, (m, s) in itertools.product(links, strategies, shapes):
+        job_flags = _job_flags(strategy, flags, results_dir)
+        hosts = ",".join(f"{on.machine(i)}:{s}" for i in range(m))
+        command = [_tool("mpirun"), "-H", hosts, "-np", str(m * s), "--bind-to", "none",
+                   sys.executable, "-m", "commbench", *job_flags]
+        reason = _skip_reason(job_flags, LaunchInfo("openmpi", 0, m * s, 0, s, 0))
+        jobs.append(Job(m * s, strategy, command, reason, link=link))
+    return _repeated(jobs, repeat)
+
+
+def cluster_shape(shapes: List[Tuple[int, int]]) -> Tuple[int, int]:
+    return max(m for m, _ in shapes), max(s for _, s in shapes)
+
+
+def launch_command(launcher: str, workers: int, run_flags: List[str]) -> List[str]:
+    python = sys.executable
+    if launcher == "torchrun":
+        return [_tool("torchrun"), "--standalone", "--nproc-per-node", str(workers),
+                "-m", "commbench", *run_flags]
+    mpiexec = [_tool("mpiexec"), "-n", str(workers)]
+    if workers > (os.cpu_count() or 1):
+        mpiexec.append("--oversubscribe")  # Open MPI refuses more ranks than cores
+    return mpiexec + [python, "-m", "commbench", *run_flags]
+
+
+def _tool(name: str) -> str:
+    """The launcher installed beside this Python (the mpi extra's), else PATH's."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else (shutil.which(name) or name)
+
+
+def shell_line(command: List[str]) -> str:
+    return " ".join(shlex.quote(part) for part in command)
