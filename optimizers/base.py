@@ -241,10 +241,10 @@ def combine_step(model, optimizer, mixer: Mixer, atc: bool) -> TrainStep:
     def post(at: float):
         """The averaging step as a communication piece (asked of the mixer only while
         recording: its peers come from the schedule)."""
-        if not spans.RECORDER.on:
+        nbytes = mixer.piece_bytes() if spans.RECORDER.on else 0
+        if not nbytes:  # not recording, or a step that sends nothing (one node)
             return None
-        return spans.record("comm", at, None, "neighbor averaging", mixer.piece_bytes(),
-                            mixer.peers())
+        return spans.record("comm", at, None, "neighbor averaging", nbytes, mixer.peers())
 
     def adapt_with_combine(images, labels):
         optimizer.zero_grad()

@@ -246,6 +246,28 @@ def _simulate(*args, cwd=None):
                           text=True, timeout=120, cwd=cwd)
 
 
+def test_a_measured_step_split_is_shown_beside_the_projected_one(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for path in (DATA / "runs-new").glob("*-resnet18-allreduce-n[12]-*.json"):
+        doc = json.loads(path.read_text())
+        if doc["summary"]["workers"] == 2:  # as a run of today records it
+            parts = {"step": 0.2, "compute": 0.15, "overlapped": 0.03, "exposed": 0.03,
+                     "waiting": 0.015, "other": 0.005}
+            doc["summary"]["step_split"] = {k: {"mean": v, "median": v, "p10": v, "p90": v}
+                                            for k, v in parts.items()}
+        (runs / path.name).write_text(json.dumps(doc))
+    done = _simulate(str(runs), "--np", "1,2", "--link", "10gbit", "--img-sec", "300",
+                     "-o", str(tmp_path / "p"))
+    assert done.returncode == 0, done.stderr
+    _, split = done.stdout.split("Step split: PROJECTED / measured")
+    rows = [line.split() for line in split.splitlines() if line.startswith("allreduce")]
+    assert [row[1] for row in rows] == ["2"]  # only where a run measured the split
+    cells = " ".join(rows[0])
+    assert "/ 150.0 (" in cells and "/ 30.0 (" in cells and "/ 15.0 (" in cells
+    assert cells.endswith(" 5.0")  # the measured "other", which the projection lacks
+
+
 def test_the_command_prints_the_golden_table_and_writes_a_projection(tmp_path):
     done = _simulate(*STATED, "--np", "1,8,16,64,1024", "-o", str(tmp_path / "p"))
     assert done.returncode == 0, done.stderr

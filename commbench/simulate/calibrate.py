@@ -220,3 +220,19 @@ def measured_img_sec(runs, per_machine) -> Dict[Tuple[str, int], Tuple[float, Op
         ci = metrics.ci95_halfwidth(means) if len(means) > 1 else totals[0].get("ci95")
         measured[key] = (float(np.mean(means)), ci)
     return measured
+
+
+def measured_split(runs, per_machine) -> Dict[Tuple[str, int], Dict[str, float]]:
+    """The measured step split (`summary.step_split`, mean seconds per step of each part)
+    of each strategy and N laid out like the projection, averaged over repeats; runs
+    without a split (older files, engines that time their own steps) add nothing."""
+    by: Dict[Tuple[str, int], List[Dict[str, float]]] = defaultdict(list)
+    for r in runs:
+        strategy, env = strategy_of(r.doc), r.doc["environment"]
+        split = r.doc["summary"].get("step_split")
+        n = int(r.doc["summary"]["workers"])
+        if strategy is None or not split or min(n, per_machine) != int(env.get("local_size") or n):
+            continue
+        by[(strategy.label(), n)].append({part: value["mean"] for part, value in split.items()})
+    return {key: {part: float(np.mean([s[part] for s in splits])) for part in splits[0]}
+            for key, splits in by.items()}

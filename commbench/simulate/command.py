@@ -110,6 +110,9 @@ def main(args) -> int:
              f"{per_machine} workers per machine")
     notes = table.notes_of(inputs) + [overlap_note]
     print(table.render(title, rows, notes, args.format))
+    split = table.render_split(rows, calibrate.measured_split(runs, per_machine), args.format)
+    if split:
+        print(split)
     path = projection_file.write(out_dir, args, title, rows, notes, inputs,
                                  [str(r.path) for r in runs + benches])
     from commbench.plots import projection

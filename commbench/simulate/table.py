@@ -3,7 +3,7 @@ that say what it rests on, and the tables of projection files for `commbench rep
 
 from __future__ import annotations
 
-from typing import List
+from typing import Dict, List, Tuple
 
 from commbench.analysis import tables
 from commbench.simulate.network import Network
@@ -59,6 +59,40 @@ def notes_of(inputs: Inputs) -> List[str]:
         "per-batch times; a few hundred batches of one machine cannot show a large "
         "cluster's tail.",
     ]
+
+
+# (projected part, the measured part it is set against); the projection has no "other"
+SPLIT_PARTS = [("compute", "compute"), ("exposed", "exposed"), ("straggler", "waiting"),
+               ("hidden", "overlapped"), ("step", "step")]
+
+
+def render_split(rows: List[Row], measured: Dict[Tuple[str, int], Dict[str, float]],
+                 fmt: str) -> str:
+    """The projected split of each step beside the measured one, where a run of the same
+    strategy and N recorded it: ms per step, projected / measured (difference)."""
+    cells = []
+    for row in rows:
+        split = measured.get((row.strategy, row.workers))
+        if split is None:
+            continue
+        projected = {"compute": row.step.compute, "exposed": row.step.exposed,
+                     "straggler": row.wait or 0.0, "hidden": row.step.overlapped}
+        projected["step"] = projected["compute"] + projected["exposed"] + projected["straggler"]
+        cells.append([row.strategy, str(row.workers)] + [
+            f"{1e3 * projected[ours]:.1f} / {1e3 * split[theirs]:.1f} "
+            f"({1e3 * (projected[ours] - split[theirs]):+.1f})" for ours, theirs in SPLIT_PARTS]
+            + [f"{1e3 * split['other']:.1f}"])
+    if not cells:
+        return ""
+    headers = ["strategy", "N"] + [f"{ours} ms" for ours, _ in SPLIT_PARTS] + ["other ms"]
+    title = "Step split: PROJECTED / measured (projected - measured), ms per step"
+    notes = ["measured: the mean over ranks and steps of the runs' own split (docs/run.md, "
+             "\"Where a step's time goes\"); straggler is set against the measured waiting "
+             "for peers, hidden against the measured overlapped communication; the "
+             "projection has no \"other\" (data, bookkeeping), which the measured step "
+             "includes."]
+    body = tables.render(headers, cells, "lr" + "r" * (len(headers) - 2), fmt)
+    return f"{tables.heading(title, fmt)}\n\n{body}\n{tables.notes(notes, fmt)}"
 
 
 def render_files(found, fmt: str) -> str:
