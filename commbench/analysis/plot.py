@@ -1,9 +1,13 @@
 """`commbench plot PATH...`: one scaling chart per group of comparable runs
-(rendering in commbench.plots.scaling), written as PNG, plus SVG or PDF on request.
+(rendering in commbench.plots.scaling) and, where the runs recorded it, where their
+steps' time went (commbench.plots.step_split); a `--timeline` trace file given as a
+PATH is drawn as a picture of its last steps (commbench.plots.timeline). PNG, plus SVG
+or PDF on request.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -35,11 +39,19 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts"
     """Draw every group under paths into out_dir and print the files written;
     1 when no usable result was found."""
     out = out or sys.stdout
+    paths = [Path(p) for p in paths]
+    traces = [p for p in paths if timeline_trace(p) is not None]
+    written = write_timelines(traces, out_dir, formats)
+    paths = [p for p in paths if p not in traces]
+    if not paths:
+        for path in written:
+            print(path, file=out)
+        return 0
     found = runs.load_for("plot", paths, err or sys.stderr)
     if found is None:
         return 1
     groups, benches, projections = found
-    written = write_charts(groups, out_dir, formats) if groups else []
+    written += write_charts(groups, out_dir, formats) if groups else []
     if benches:
         from commbench.plots import microbench as microbench_charts
 
@@ -57,7 +69,7 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts"
 
 def write_charts(groups: List[Group], out_dir: Union[str, Path],
                  formats: Sequence[str] = ()) -> List[Path]:
-    from commbench.plots import scaling
+    from commbench.plots import scaling, step_split
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -66,6 +78,44 @@ def write_charts(groups: List[Group], out_dir: Union[str, Path],
     for group, name in zip(groups, chart_names(groups)):
         paths = [out_dir / f"{name}.{ext}" for ext in dict.fromkeys(["png", *formats])]
         scaling.save(scaling.figure(group, styles), paths)
+        written += paths
+        if step_split.has_split(group):
+            paths = [out_dir / f"{name.replace('scaling-', 'split-', 1)}.{ext}"
+                     for ext in dict.fromkeys(["png", *formats])]
+            scaling.save(step_split.figure(group), paths)
+            written += paths
+    return written
+
+
+def timeline_trace(path: Path) -> Optional[dict]:
+    """The trace of a `--timeline` file, or None for anything else (results are read
+    elsewhere, and what is neither is reported there)."""
+    if not path.is_file() or path.suffix != ".json":
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(doc, dict) and "commbench" in (doc.get("otherData") or {}) \
+            and isinstance(doc.get("traceEvents"), list):
+        return doc
+    return None
+
+
+def write_timelines(traces: List[Path], out_dir: Union[str, Path],
+                    formats: Sequence[str] = ()) -> List[Path]:
+    """timeline-<trace's name>.png for each trace file."""
+    if not traces:
+        return []
+    from commbench.plots import scaling, timeline
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for trace in traces:
+        paths = [out_dir / f"timeline-{trace.stem}.{ext}"
+                 for ext in dict.fromkeys(["png", *formats])]
+        scaling.save(timeline.figure(timeline_trace(trace)), paths)
         written += paths
     return written
 

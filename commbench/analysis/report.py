@@ -14,6 +14,7 @@ from commbench import metrics
 from commbench.analysis import runs, tables
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
+from commbench.plots import step_split
 
 FORMATS = ("text", "markdown", "csv", "json")
 
@@ -93,10 +94,30 @@ def render(groups: List[Group], fmt: str = "text") -> str:
     for g in groups:
         table = tables.render(HEADERS, [formatted_row(p) for p in g.points], ALIGN, fmt)
         parts.append(f"{tables.heading(g.key.title(), fmt)}\n\n{baseline_line(g)}\n\n{table}")
+        if step_split.has_split(g):
+            parts.append(split_table(g, fmt))
     flags = dict.fromkeys(f for g in groups for p in g.points for f in p.flags)
     flagged = [f"{MARK}: a number its row's flags put in doubt. Flags: "
                + "; ".join(f"{flag}: {metrics.FLAGS[flag]}" for flag in flags)] if flags else []
     return "\n".join(parts) + "\n" + tables.notes(NOTES + flagged, fmt)
+
+
+SPLIT_HEADERS = ["strategy", "topology", "N", "step ms", "compute", "exposed", "waiting",
+                 "other", "hidden"]
+SPLIT_TITLE = ("Where a step's time goes, ms per step (mean over ranks, steps and runs): "
+               "compute + exposed + waiting + other = step; hidden: communication "
+               "overlapped with compute")
+
+
+def split_table(group: Group, fmt: str) -> str:
+    rows = []
+    for p in group.points:
+        split = step_split.split_of(p)
+        rows.append([p.series.strategy, p.series.settings() or "-", str(p.workers)] + (
+            ["-"] * 6 if split is None else
+            [f"{1e3 * split[part]:.1f}" for part in ("step", "compute", "exposed", "waiting",
+                                                     "other", "overlapped")]))
+    return f"\n{SPLIT_TITLE}\n\n" + tables.render(SPLIT_HEADERS, rows, "llrrrrrrr", fmt)
 
 
 def baseline_line(group: Group) -> str:
@@ -142,7 +163,8 @@ def group_record(g: Group) -> Dict[str, Any]:
             "baselines": {s.label(): {"img_sec": b.total, "ci95": b.ci, "runs": b.runs,
                                       "from": b.source.label()}
                           for s, b in sorted(g.baselines.items(), key=lambda sb: sb[0].order())},
-            "rows": [dict(point_record(p), files=[str(r.path) for r in p.runs])
+            "rows": [dict(point_record(p), files=[str(r.path) for r in p.runs],
+                          step_split=step_split.split_of(p))
                      for p in g.points]}
 
 

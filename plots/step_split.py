@@ -1,0 +1,58 @@
+"""Where a step's time goes, per strategy and worker count of one group of comparable
+runs: stacked bars of compute, exposed communication, waiting for peers and other
+(they add up to the step), with the communication hidden behind compute outlined
+inside the compute bar."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+    from commbench.analysis.runs import Group, Point
+
+STACK = [("compute", "compute", "#4c72b0"), ("exposed", "exposed communication", "#dd8452"),
+         ("waiting", "waiting for peers", "#c44e52"), ("other", "other", "0.7")]
+
+
+def split_of(point: "Point") -> Optional[Dict[str, float]]:
+    """The mean split of the point's runs (seconds per step of each part), or None
+    when a run recorded none (older files, engines that time their own steps)."""
+    splits = [run.doc["summary"].get("step_split") for run in point.runs]
+    if not splits or any(split is None for split in splits):
+        return None
+    return {part: sum(split[part]["mean"] for split in splits) / len(splits)
+            for part in splits[0]}
+
+
+def has_split(group: "Group") -> bool:
+    return any(split_of(p) is not None for p in group.points)
+
+
+def figure(group: "Group") -> "Figure":
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    bars = [(p, split_of(p)) for p in group.points]
+    bars = [(p, s) for p, s in bars if s is not None]
+    fig = Figure(figsize=(9.0, 1.6 + 0.45 * len(bars)), layout="constrained")
+    ax = fig.subplots()
+    labels: List[str] = []
+    for y, (point, split) in enumerate(bars):
+        left = 0.0
+        for part, _, color in STACK:
+            ax.barh(y, 1e3 * split[part], left=left, color=color, height=0.7)
+            left += 1e3 * split[part]
+        ax.barh(y, 1e3 * min(split["overlapped"], split["compute"]), height=0.7, fill=False,
+                edgecolor="white", linestyle=":", linewidth=1.2)
+        labels.append(f"{point.series.label()}, N={point.workers}")
+    ax.set_yticks(range(len(bars)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per step (mean over ranks, steps and runs)")
+    fig.suptitle(f"Where a step's time goes\n{group.key.title()}", fontsize=10)
+    handles = [Patch(color=color, label=name) for _, name, color in STACK]
+    handles.append(Patch(facecolor="#4c72b0", edgecolor="white", linestyle=":",
+                         label="of it hidden behind compute (dotted)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    return fig

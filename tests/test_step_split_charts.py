@@ -1,0 +1,68 @@
+"""Where a step's time goes, as `report` and `plot` show it: the split table and chart
+of a group whose runs recorded it, none for runs that did not (golden fixtures), and a
+`--timeline` trace drawn as a picture."""
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+from commbench import spans
+from commbench.analysis import plot, report
+from test_spans import step_events
+
+DATA = Path(__file__).parent / "data"
+PARTS = {"step": 0.2, "compute": 0.15, "overlapped": 0.03, "exposed": 0.03, "waiting": 0.015,
+         "other": 0.005}
+
+
+def runs_with_split(tmp_path):
+    """The runs-new fixtures, the 2-worker allreduce ones with a split as runs record it."""
+    runs = tmp_path / "runs"
+    shutil.copytree(DATA / "runs-new", runs)
+    for path in runs.glob("*-allreduce-n2-*.json"):
+        doc = json.loads(path.read_text())
+        doc["summary"]["step_split"] = {k: {"mean": v, "median": v, "p10": v, "p90": v}
+                                        for k, v in PARTS.items()}
+        path.write_text(json.dumps(doc))
+    return runs
+
+
+def test_report_adds_the_split_table_where_runs_recorded_it(tmp_path):
+    out = io.StringIO()
+    assert report.report([runs_with_split(tmp_path)], out=out, err=io.StringIO()) == 0
+    tables = out.getvalue().split("Where a step's time goes")[1:]
+    assert tables
+    rows = [line.split() for table in tables for line in table.splitlines()
+            if line.startswith("allreduce")]
+    assert ["allreduce", "-", "2", "200.0", "150.0", "30.0", "15.0", "5.0", "30.0"] in rows
+    assert ["allreduce", "-", "4", "-", "-", "-", "-", "-", "-"] in rows  # recorded none
+    as_json = io.StringIO()
+    report.report([runs_with_split(tmp_path / "again")], fmt="json", out=as_json)
+    rows = [r for g in json.loads(as_json.getvalue())["groups"] for r in g["rows"]]
+    assert {r["workers"]: r["step_split"] is not None for r in rows
+            if r["strategy"] == "allreduce"} == {1: False, 2: True, 4: False}
+
+
+def test_no_split_table_for_runs_without_one():
+    out = io.StringIO()
+    report.report([DATA / "runs"], out=out, err=io.StringIO())
+    assert "Where a step's time goes" not in out.getvalue()
+
+
+def test_plot_draws_the_split_beside_the_scaling_chart_and_a_timeline(tmp_path):
+    trace = tmp_path / "trace.json"
+    events = [e for s in range(5) for e in step_events(s, s, 0.01, 0.02, 0.07, 0.005)]
+    spans.write_trace(str(trace), spans.trace_events([events, events], [0.0, 0.0],
+                                                     ["rank 0", "rank 1"]), {"commbench": 1})
+    out = io.StringIO()
+    code = plot.plot([runs_with_split(tmp_path), trace], tmp_path / "charts", out=out,
+                     err=io.StringIO())
+    names = sorted(Path(line).name for line in out.getvalue().splitlines())
+    assert code == 0
+    assert "split-resnet18-bs8-32px-fp32-cpu-gloo-new.png" in names
+    assert "timeline-trace.png" in names
+    assert all((tmp_path / "charts" / n).stat().st_size > 10_000 for n in names)
+    only_trace = io.StringIO()
+    assert plot.plot([trace], tmp_path / "alone", out=only_trace) == 0
+    assert only_trace.getvalue().strip().endswith("timeline-trace.png")
