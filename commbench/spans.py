@@ -262,11 +262,13 @@ def trace_events(events: Sequence[Sequence[Event]], offsets: Sequence[float],
     return out
 
 
-def engine_timeline(path: str, engine: str) -> str:
-    """Where an engine's own timeline goes beside commbench's: trace.json ->
-    trace.horovod.json."""
+def beside(path: str, name: str, separator: str = ".") -> str:
+    """A file named after path, for another trace: an engine's own timeline beside
+    commbench's (trace.json -> trace.horovod.json), a sweep's job's (trace-none-n2.json)."""
     stem, dot, suffix = path.rpartition(".")
-    return f"{stem}.{engine}.{suffix}" if dot and "/" not in suffix else f"{path}.{engine}"
+    if dot and "/" not in suffix:
+        return f"{stem}{separator}{name}.{suffix}"
+    return f"{path}{separator}{name}"
 
 
 def check_writable(path: str) -> None:

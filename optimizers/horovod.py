@@ -64,7 +64,7 @@ class Horovod(Strategy):
         if config.timeline is not None and "HOROVOD_TIMELINE" not in os.environ:
             # Horovod's own timeline (per tensor: negotiation, queue, fused allreduce)
             # beside commbench's; one given to horovodrun (--timeline-filename) stays.
-            path = spans.engine_timeline(config.timeline, "horovod")
+            path = spans.beside(config.timeline, "horovod")
             if os.path.exists(path):
                 raise UsageError(f"argument --timeline: {path} (Horovod's own timeline) "
                                  "exists; commbench never overwrites a measurement")

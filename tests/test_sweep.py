@@ -59,6 +59,16 @@ def test_dry_run_prints_the_exact_commands_and_skips_impossible_ones(tmp_path):
     assert len(lines) == 6 and not (tmp_path / "results").exists()
 
 
+def test_a_timeline_passed_through_is_each_jobs_own(tmp_path):
+    done = sweep(tmp_path, "--dry-run", "--np", "1,2", "--dist-optimizer", "allreduce,none",
+                 "--repeat", "2", "--timeline", str(tmp_path / "t.json"))
+    assert done.returncode == 0, done.stderr
+    paths = [line.split("--timeline ")[1].split()[0] for line in done.stdout.splitlines()]
+    assert paths == [str(tmp_path / f"t-{name}.json") for name in (
+        "allreduce-n1", "allreduce-n2", "none-n1", "none-n2",
+        "allreduce-n1-r2", "allreduce-n2-r2", "none-n1-r2", "none-n2-r2")]
+
+
 def test_torchrun_dry_run_and_bad_run_flags_fail_before_any_job(tmp_path):
     done = sweep(tmp_path, "--dry-run", "--launcher", "torchrun", "--np", "2")
     assert "torchrun --standalone --nproc-per-node 2 -m commbench" in done.stdout

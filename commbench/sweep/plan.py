@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from commbench.errors import UsageError
+from commbench.spans import beside
 
 
 @dataclass
@@ -42,14 +43,27 @@ def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: s
 
     jobs = []
     for strategy, workers in itertools.product(strategies, counts):
-        job_flags = _job_flags(strategy, flags, results_dir)
+        job_flags = _job_flags(strategy, flags, results_dir, f"{strategy}-n{workers}")
         jobs.append(Job(workers, strategy, launch_command(launcher, workers, job_flags),
                         _skip_reason(job_flags, LaunchInfo(launcher, 0, workers, 0, workers, 0))))
     return _repeated(jobs, repeat)
 
 
-def _job_flags(strategy: str, flags: List[str], results_dir: str) -> List[str]:
-    return [f"--dist-optimizer={strategy}", *flags, "--results-dir", results_dir]
+def _job_flags(strategy: str, flags: List[str], results_dir: str, name: str) -> List[str]:
+    return [f"--dist-optimizer={strategy}", *own_timeline(flags, name), "--results-dir",
+            results_dir]
+
+
+def own_timeline(flags: List[str], name: str) -> List[str]:
+    """The run flags with a `--timeline FILE` made the job's own: FILE-<name>.json (a
+    trace is never written over, so one path for every job would end all but the first)."""
+    out = list(flags)
+    for i, flag in enumerate(out):
+        if flag == "--timeline" and i + 1 < len(out):
+            out[i + 1] = beside(out[i + 1], name, "-")
+        elif flag.startswith("--timeline="):
+            out[i] = "--timeline=" + beside(flag.split("=", 1)[1], name, "-")
+    return out
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -78,8 +92,9 @@ def _skip_reason(job_flags: List[str], launch) -> Optional[str]:
 
 
 def _repeated(jobs: List[Job], repeat: int) -> List[Job]:
-    return [dataclasses.replace(j, repeat=r + 1) for r in range(repeat) for j in jobs
-            if r == 0 or not j.skip_reason]
+    return [dataclasses.replace(j, repeat=r + 1, command=own_timeline(j.command, f"r{r + 1}")
+                                if r else j.command)
+            for r in range(repeat) for j in jobs if r == 0 or not j.skip_reason]
 
 
 def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
@@ -94,7 +109,7 @@ def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
     on = Cluster(cluster, *cluster_shape(shapes), "", "")
     jobs = []
     for link, strategy, (m, s) in itertools.product(links, strategies, shapes):
-        job_flags = _job_flags(strategy, flags, results_dir)
+        job_flags = _job_flags(strategy, flags, results_dir, f"{strategy}-{m}x{s}-{link}")
         hosts = ",".join(f"{on.machine(i)}:{s}" for i in range(m))
         command = [_tool("mpirun"), "-H", hosts, "-np", str(m * s), "--bind-to", "none",
                    sys.executable, "-m", "commbench", *job_flags]
