@@ -32,6 +32,11 @@ class RunConfig:
     batch_size: int = flag(32, "input batch size per worker", positive_int)
     image_size: int = flag(224, "synthetic image height and width in pixels", positive_int)
     num_classes: int = flag(1000, "number of classes of the synthetic labels", positive_int)
+    data: str = flag("synthetic", "what to train on: synthetic (one fixed random batch, for "
+                     "speed) or learnable[:classes=N,noise=X,samples=N] (a classification "
+                     "task generated from --seed)", metavar="SPEC")
+    partition: str = flag("iid", "how a learnable task's samples are split among the "
+                          "workers: iid, or dirichlet:ALPHA (label skew)", metavar="SPEC")
     num_warmup_batches: int = flag(10, "untimed batches before the benchmark", non_negative_int)
     num_batches_per_iter: int = flag(10, "batches per timed iteration", positive_int)
     num_iters: int = flag(10, "timed iterations", positive_int)

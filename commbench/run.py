@@ -17,11 +17,12 @@ from typing import Any, Dict, List, Optional
 from commbench import environment, metrics, precision, registry, results, spans
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
+from commbench.data import batches, partition
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.loop import Timings, device_sync, measure, warm_up
 from commbench.reference import ComputeOnly
-from commbench.models import build_model, model_names, synthetic_batch
+from commbench.models import build_model, model_names
 
 
 def add_arguments(parser) -> None:
@@ -53,13 +54,16 @@ def run(config: RunConfig) -> Dict[str, Any]:
         torch.backends.cudnn.benchmark = True
     strategy = strategy_cls(ctx, config)
 
+    data = _batches(config, ctx)
     torch.manual_seed(config.seed + (ctx.rank if config.independent_init else 0))
-    model = build_model(config.model, config.num_classes).to(ctx.device)
-    images, labels = synthetic_batch(config.batch_size, config.image_size, config.num_classes,
-                                     ctx.device, seed=config.seed + 7919 * (ctx.rank + 1))
+    model = build_model(config.model, data.classes).to(ctx.device)
+    images, labels = data.next()
     _check_image_size(model, images, config)
     sync = device_sync(ctx.device)
     _print_header(say, config, ctx, strategy)
+    if "class_mix" in data.facts:
+        say(f"Data: {data.facts['data']}, {data.facts['steps_per_epoch']} steps per epoch; "
+            f"partition {config.partition}: {partition.describe(data.facts['class_mix'])}")
 
     reference = None
     if config.reference_iters and strategy_cls.name != "none":
@@ -71,10 +75,10 @@ def run(config: RunConfig) -> Dict[str, Any]:
     step = strategy.wrap(*_trainable(model, config, ctx.device))
     progress = IterationReport(ctx, config, model, strategy_cls.decentralized, say)
     say("Running warmup...")
-    warm_up(lambda: step(images, labels), sync, config.num_warmup_batches)
+    warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches)
     say("Running benchmark...")
     spans.RECORDER.reset()
-    timings = measure(lambda: step(images, labels), sync, config.num_iters,
+    timings = measure(lambda: step(*data.next()), sync, config.num_iters,
                       config.num_batches_per_iter, after_iteration=progress,
                       recorder=spans.RECORDER)
     if reference is not None:
@@ -89,6 +93,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
     samples["step_split"] = spans.split_steps(events, offsets)
     samples["clock_offsets"] = {"seconds": offsets, "uncertainty": offset_errors}
     doc = _result_document(config, ctx, strategy, samples)
+    doc["data"] = data.facts
     if config.timeline is not None:
         names = [f"rank {r} ({host})" for r, host in enumerate(hosts)]
         spans.write_trace(config.timeline,
@@ -108,6 +113,15 @@ def run(config: RunConfig) -> Dict[str, Any]:
     return doc
 
 
+def _batches(config: RunConfig, ctx) -> batches.Batches:
+    task = batches.parse(config.data, config.seed)
+    if task is None:
+        return batches.synthetic(config.batch_size, config.image_size, config.num_classes,
+                                 ctx.device, seed=config.seed + 7919 * (ctx.rank + 1))
+    return batches.learnable(task, config.partition, config.batch_size, config.image_size,
+                             ctx.rank, ctx.world_size, ctx.device, config.seed)
+
+
 def validate(config: RunConfig, launch: LaunchInfo):
     """Everything that can be wrong with the request, checked before any communication
     so that all ranks fail alike instead of waiting on each other. Returns the plugin."""
@@ -117,6 +131,8 @@ def validate(config: RunConfig, launch: LaunchInfo):
         raise UsageError(f"argument --dist-optimizer: {strategy_cls.name} cannot run here: "
                          f"{why_not}")
     strategy_cls.check(config, launch)
+    batches.parse(config.data, config.seed)
+    partition.parse(config.partition)
     if config.timeline is not None:
         try:
             spans.check_writable(config.timeline)
@@ -307,7 +323,8 @@ def _result_stem(config: RunConfig, ctx, strategy) -> str:
 
 def _print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     kind = ctx.device_kind
-    say(f"Model: {config.model} ({config.image_size}x{config.image_size} synthetic images)")
+    images = "synthetic" if config.data == "synthetic" else "learnable"
+    say(f"Model: {config.model} ({config.image_size}x{config.image_size} {images} images)")
     say(f"Batch size: {config.batch_size} per {kind}")
     say(f"Number of {kind}s: {ctx.world_size} (launcher: {ctx.launch.launcher}, "
         f"{ctx.num_machines} machine(s))")

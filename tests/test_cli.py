@@ -14,11 +14,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The run flags, snapshotted: a change here is a change users see. Update it on purpose.
 RUN_FLAGS = [
-    "--amp", "--atc-style", "--batch-size", "--cpu-transport", "--disable-dynamic-topology",
-    "--dist-optimizer",
+    "--amp", "--atc-style", "--batch-size", "--cpu-transport", "--data",
+    "--disable-dynamic-topology", "--dist-optimizer",
     "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
     "--lr", "--machine-size", "--model", "--momentum", "--no-cuda", "--num-batches-per-iter",
-    "--num-classes", "--num-iters", "--num-warmup-batches", "--reference-iters",
+    "--num-classes", "--num-iters", "--num-warmup-batches", "--partition", "--reference-iters",
     "--reference-seconds",
     "--results-dir", "--seed", "--tag", "--timeline", "--timeline-steps", "--timeout", "--topology", "--use-adasum",
 ]
@@ -49,7 +49,8 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
     fixture = next((REPO / "tests" / "data" / "runs").glob("*-allreduce-n2-*.json"))
     recorded = json.loads(fixture.read_text())["config"]
     config = config_from_args(build_parser().parse_args(["run"]))
-    added_since = {"amp", "reference_seconds", "timeline", "timeline_steps"}
+    added_since = {"amp", "reference_seconds", "timeline", "timeline_steps", "data",
+                   "partition"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

@@ -26,7 +26,7 @@ LAYERS = [
     ("charts", ["commbench.plots"]),
     ("reading and modelling", ["commbench.analysis", "commbench.simulate", "commbench.cluster",
                                "commbench.microbench", "commbench.microbench.results"]),
-    ("a job", ["commbench.config", "commbench.loop", "commbench.reference", "commbench.registry",
+    ("a job", ["commbench.config", "commbench.data", "commbench.loop", "commbench.reference", "commbench.registry",
                "commbench.optimizers", "commbench.comm", "commbench.microbench.harness",
                "commbench.microbench.ops"]),
     ("foundations", ["commbench.flags", "commbench.launch", "commbench.environment",

@@ -1,0 +1,70 @@
+"""A worker's batches (`--data`): the fixed synthetic batch, or the worker's shard of a
+learnable task, built once before the clock starts and served on the device in a
+seeded order, reshuffled at each pass, so that reading data is never what a run
+measures. Every worker takes the same number of steps per epoch: an epoch is the
+task's samples over the workers' total batch, whatever the partition's shard sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from commbench.data import partition as partitions
+from commbench.data.learnable import LearnableTask
+from commbench.errors import UsageError
+
+FORMS = "synthetic, learnable[:classes=N,noise=X,samples=N]"
+# Seeds drawn from --seed: the task (its prototypes), its training and validation samples
+# and the partition; shifted so that none equals another.
+TASK, TRAIN, VALIDATION, PARTITION = 0, 1, 2, 3
+
+
+def parse(spec: str, seed: int) -> Optional[LearnableTask]:
+    """None for the synthetic batch; the task of `learnable[:knobs]`."""
+    kind, _, knobs = spec.partition(":")
+    if kind == "synthetic" and not knobs:
+        return None
+    if kind == "learnable":
+        return LearnableTask.parse(knobs, seed + TASK)
+    raise UsageError(f"argument --data: {spec!r} is not one of {FORMS}")
+
+
+@dataclass
+class Batches:
+    """next() -> (images, labels) on the device; facts: what the result records."""
+
+    next: Callable[[], Tuple[Any, Any]]
+    classes: int
+    facts: Dict[str, Any]
+
+
+def synthetic(batch_size: int, image_size: int, classes: int, device, seed: int) -> Batches:
+    from commbench.models import synthetic_batch
+
+    images, labels = synthetic_batch(batch_size, image_size, classes, device, seed=seed)
+    return Batches(lambda: (images, labels), classes, {"data": "synthetic"})
+
+
+def learnable(task: LearnableTask, partition: str, batch_size: int, image_size: int,
+              rank: int, world_size: int, device, seed: int) -> Batches:
+    import torch
+
+    _, labels = task.draw(task.samples, image_size, seed + TRAIN, indices=[])
+    shards = partitions.partition(labels, world_size, partition, seed + PARTITION)
+    images, mine = task.draw(task.samples, image_size, seed + TRAIN, indices=shards[rank])
+    images, mine = images.to(device), labels[shards[rank]].to(device)
+    order = torch.Generator().manual_seed(seed + PARTITION + 7919 * (rank + 1))
+    state = {"queue": torch.empty(0, dtype=torch.int64)}
+
+    def next_batch():
+        queue = state["queue"]
+        while len(queue) < batch_size:  # a new pass over the shard, in a new order
+            queue = torch.cat([queue, torch.randperm(len(mine), generator=order)])
+        state["queue"] = queue[batch_size:]
+        taken = queue[:batch_size].to(device)
+        return images[taken], mine[taken]
+
+    mix = partitions.class_mix(labels, shards, task.classes)
+    facts = {"data": task.describe(), "partition": partition, "class_mix": mix,
+             "steps_per_epoch": max(1, task.samples // (batch_size * world_size))}
+    return Batches(next_batch, task.classes, facts)
