@@ -20,7 +20,7 @@ from commbench import spans
 from commbench.errors import UsageError
 from commbench.flags import flag
 from commbench.launch.detect import MPI_WORLDS
-from commbench.optimizers.base import Strategy, TrainStep, waiting_step
+from commbench.optimizers.base import Strategy, TrainStep, local_step, waiting_step
 
 # Launchers under which hvd.init() finds its peers (torchrun gives Horovod nothing to use).
 LAUNCHERS = ("horovodrun",) + MPI_WORLDS
@@ -110,6 +110,9 @@ class Horovod(Strategy):
             "hierarchical_allreduce": self.options.hierarchical_allreduce,
             "engine_timeline": os.environ.get("HOROVOD_TIMELINE"),
         }
+        if self.options.use_adasum:  # Horovod's Adasum refuses a step without its sync
+            return local_step(model, optimizer)
+
         # Horovod's step() waits for its allreduces first; waiting for them apart
         # (its documented synchronize/skip_synchronize) puts that wait on the record.
         def update():

@@ -38,8 +38,9 @@ def test_sweep_runs_every_combination_reports_failures_and_goes_on(tmp_path):
             for d in (json.loads(f.read_text()) for f in files)}
     assert made == {("allreduce", 1), ("allreduce", 2), ("none", 1), ("none", 2)}
     assert "E(N)" in out  # the report of what it ran
-    charts = list((tmp_path / "charts").glob("*.png"))
-    assert len(charts) == 1 and charts[0].stat().st_size > 10_000
+    charts = sorted((tmp_path / "charts").glob("*.png"))  # scaling, and where time went
+    assert [c.name.split("-")[0] for c in charts] == ["scaling", "split"]
+    assert all(c.stat().st_size > 10_000 for c in charts)
 
 
 def test_dry_run_prints_the_exact_commands_and_skips_impossible_ones(tmp_path):
