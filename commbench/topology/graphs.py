@@ -1,16 +1,7 @@
-"""Who averages with whom: the mixing matrices behind decentralized strategies.
-
-`neighbor_allreduce` and `hierarchical_neighbor_allreduce` replace each worker's
-parameters by a weighted average of its own and its in-neighbors'. This module
-builds those weights, as static graphs (`build_topology`) and as per-step dynamic
-schedules (`build_schedule`), and says how fast each one mixes (`spectral_gap`).
-
-Convention: W[i, j] is the weight receiver i gives to worker j's value, so one
-averaging step is x' = W @ x. Row i off the diagonal lists i's in-neighbors,
-column j lists j's out-neighbors. Bluefog's networkx graphs store the transpose
-(edge j -> i carries W[i, j]). In a circulant graph with shift set S, worker i
-receives from i - k and sends to i + k (mod n) for every k in S.
-"""
+"""Topology families: the static mixing matrices behind decentralized strategies
+(exponential, symmetric exponential, rings, 2-D mesh, star, fully connected), built
+by name for a number of workers, and how fast each mixes (`spectral_gap`). The
+conventions are the package's (commbench.topology)."""
 
 from __future__ import annotations
 
@@ -18,7 +9,7 @@ import functools
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, NamedTuple, Tuple
 
 import numpy as np
 
@@ -161,7 +152,7 @@ class TopologyInfo(NamedTuple):
 
 
 # family -> (build(n, base), dynamic schedule allowed); <b> families take a base.
-_FAMILIES: Dict[str, Tuple[Callable[[int, int], np.ndarray], bool]] = {
+FAMILIES: Dict[str, Tuple[Callable[[int, int], np.ndarray], bool]] = {
     "exponential": (lambda n, b: _circulant(n, _powers_below(n, b)), True),
     "symmetric-exponential": (_symmetric_exponential, True),
     "ring": (lambda n, _: _circulant(n, (1, n - 1)), True),
@@ -193,7 +184,7 @@ def describe() -> List[TopologyInfo]:
     return list(_CATALOG)
 
 
-def _parse(name: str) -> Tuple[str, int]:
+def parse_name(name: str) -> Tuple[str, int]:
     """Family and base (0 where there is none) of a topology name."""
     based = re.fullmatch(r"((?:symmetric-)?exponential)(?:-(.*))?", name)
     if based:
@@ -206,12 +197,12 @@ def _parse(name: str) -> Tuple[str, int]:
                     f"topology {name!r}: the base must be an integer >= 2 (e.g. {family}-2)"
                 )
             return family, int(base)
-    elif name in _FAMILIES:
+    elif name in FAMILIES:
         return name, 0
     raise TopologyError(f"unknown topology {name!r}; accepted: {', '.join(TOPOLOGY_NAMES)}")
 
 
-def _positive(value: object, what: str) -> int:
+def positive(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise TopologyError(f"{what} must be a positive integer, got {value!r}")
     return int(value)
@@ -219,124 +210,7 @@ def _positive(value: object, what: str) -> int:
 
 def build_topology(name: str, size: int) -> Topology:
     """The static topology `name` on `size` workers."""
-    n = _positive(size, "number of workers")
-    family, base = _parse(name)
-    build, _ = _FAMILIES[family]
+    n = positive(size, "number of workers")
+    family, base = parse_name(name)
+    build, _ = FAMILIES[family]
     return Topology(name, build(n, base))
-
-
-# --- dynamic schedules -------------------------------------------------------
-
-
-class Schedule:
-    """The mixing matrix at each training step t = 0, 1, 2, ...; it repeats every `period` steps.
-
-    kind is "static" (the same topology every step), "one-peer" (each worker sends
-    to one out-neighbor per step) or "inner-outer" (Bluefog's multi-machine schedule).
-    """
-
-    def __init__(self, name: str, size: int, kind: str, period: int,
-                 build: Callable[[int], np.ndarray]) -> None:
-        self.name, self.size, self.kind, self.period = name, size, kind, period
-        # Bounded: fully-connected one-peer on n workers has n-1 dense n x n phases.
-        self._at = functools.lru_cache(maxsize=64)(lambda phase: Topology(name, build(phase)))
-
-    @property
-    def dynamic(self) -> bool:
-        return self.kind != "static"
-
-    def at(self, step: int) -> Topology:
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
-        return self._at(step % self.period)
-
-    def __repr__(self) -> str:
-        return f"Schedule({self.name!r}, size={self.size}, kind={self.kind!r}, period={self.period})"
-
-
-def _one_peer(static: Topology) -> Schedule:
-    """Bluefog's GetDynamicOnePeerSendRecvRanks, with its weights.
-
-    At step t worker i sends only to the (t mod out-degree)-th of its out-neighbors,
-    taken clockwise (sorted by (j - i) mod n); a worker averages itself and
-    everyone who sent to it with equal weights. On a circulant graph every worker
-    receives exactly one value (weights 1/2); for exponential-2 on n = 2^m, m
-    consecutive steps multiply to the exact average 11^T/n.
-    """
-    n = static.size
-    targets = [sorted(static.out_neighbors(i), key=lambda j, i=i: (j - i) % n) for i in range(n)]
-    period = math.lcm(*(len(t) for t in targets if t)) if n > 1 else 1
-
-    def build(phase: int) -> np.ndarray:
-        sent = np.zeros((n, n))
-        for src, dsts in enumerate(targets):
-            if dsts:  # n = 1 has nobody to talk to
-                sent[dsts[phase % len(dsts)], src] = 1.0
-        weights = sent + np.eye(n)
-        return weights / weights.sum(axis=1, keepdims=True)
-
-    return Schedule(static.name, n, "one-peer", period, build)
-
-
-def _inner_outer(machines: int, local: int) -> Schedule:
-    """Bluefog's GetInnerOuterExpo2DynamicSendRecvRanks (machines >= 2, local >= 3).
-
-    Rank r = m * local + l. At step t local rank o = t mod local of every machine
-    receives from the same local rank of machine m - 2^(t mod (floor(log2(M-1)) + 1));
-    the other local - 1 ranks form a ring that skips o and receive from 2^(t mod
-    (floor(log2(local-2)) + 1)) places back on it. Every rank averages 1/2 with
-    its one source, so each step is a permutation averaged with I.
-    """
-    n = machines * local
-    out_levels = (machines - 1).bit_length()  # floor(log2(M - 1)) + 1
-    in_levels = (local - 2).bit_length()  # floor(log2(L - 2)) + 1
-    machine, lrank = np.divmod(np.arange(n), local)
-
-    def build(phase: int) -> np.ndarray:
-        outside = phase % local
-        hop, inner_hop = 1 << (phase % out_levels), 1 << (phase % in_levels)
-        ring_pos = (lrank - outside - 1) % local  # 0 .. local-2 on the ring skipping o
-        inner_src = (outside + 1 + (ring_pos - inner_hop) % (local - 1)) % local
-        src = np.where(lrank == outside,
-                       ((machine - hop) % machines) * local + lrank,
-                       machine * local + inner_src)
-        return 0.5 * (np.eye(n) + np.eye(n)[src])
-
-    return Schedule(DEFAULT_TOPOLOGY, n, "inner-outer",
-                    math.lcm(local, out_levels, in_levels), build)
-
-
-def build_schedule(name: str, size: int, dynamic: bool,
-                   machine_size: Optional[int] = None) -> Schedule:
-    """The mixing matrices per step for `--topology name` on `size` workers.
-
-    dynamic=False: `name` every step. dynamic=True: the one-peer schedule over
-    `name`, except that exponential-2 over several machines of `machine_size`
-    ranks each uses Bluefog's inner-outer schedule, as Bluefog's benchmark does
-    when size > local_size. For hierarchical neighbor allreduce, where machines
-    are the nodes, call build_schedule("exponential-2", num_machines, dynamic).
-
-    Where this departs from Bluefog: Bluefog refuses machine_size <= 2 for the
-    inner-outer schedule; we use the one-peer schedule there instead (identical
-    for machine_size 1; for 2 the inner-outer rule never mixes a machine's two
-    ranks, so the graph would stay disconnected). Other topologies keep their own
-    one-peer schedule on several machines rather than being swapped for exponential-2.
-    """
-    static = build_topology(name, size)
-    n = static.size
-    if machine_size is not None:
-        local = _positive(machine_size, "ranks per machine")
-        if n % local:
-            raise TopologyError(
-                f"ranks per machine ({local}) must divide the number of workers ({n})"
-            )
-    if not dynamic:
-        return Schedule(name, n, "static", 1, lambda phase: static.weights)
-    family, _ = _parse(name)
-    if not _FAMILIES[family][1]:
-        raise TopologyError(
-            f"topology {name!r} has no dynamic schedule; pass --disable-dynamic-topology"
-        )
-    if name == DEFAULT_TOPOLOGY and machine_size is not None and 3 <= machine_size < n:
-        return _inner_outer(n // machine_size, machine_size)
-    return _one_peer(static)
