@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from commbench.errors import UsageError
-from commbench.launch import distributed
+from commbench.launch import distributed, gpus, groups
 from commbench.launch.detect import LaunchInfo, detect_launch
 
 
@@ -104,10 +104,10 @@ HOSTS = ["a", "a", "b", "b"]
 ])
 def test_more_ranks_than_gpus_on_a_machine_is_a_clear_error(claims, ok):
     if ok:
-        distributed._check_one_gpu_each(HOSTS, claims)
+        gpus.check_one_gpu_each(HOSTS, claims)
         return
     with pytest.raises(UsageError, match="runs 2 ranks but they have only 1 GPU"):
-        distributed._check_one_gpu_each(HOSTS, claims)
+        gpus.check_one_gpu_each(HOSTS, claims)
 
 
 @pytest.fixture
@@ -123,8 +123,8 @@ def test_subgroups_get_the_jobs_timeout_and_are_made_once(one_rank, monkeypatch)
     new_group = dist.new_group
     monkeypatch.setattr(dist, "new_group",
                         lambda *a, **kw: made.append(kw.get("timeout")) or new_group(*a, **kw))
-    first = distributed.machine_groups(1, 1)
-    assert distributed.machine_groups(1, 1) is first
+    first = groups.machine_groups(1, 1)
+    assert groups.machine_groups(1, 1) is first
     assert made == [timedelta(seconds=9)]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from commbench.comm.neighbor_exchange import NeighborExchange
-from commbench.launch.distributed import machine_groups
+from commbench.launch.groups import machine_groups
 
 
 class MachineAveraging:

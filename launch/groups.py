@@ -1,0 +1,34 @@
+"""Process groups over parts of a job (one per machine), made once per job and layout
+with the job's own patience."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Dict, List, Optional
+
+
+class Subgroups:
+    """Process groups over parts of the job, made once per job and layout."""
+
+    def __init__(self) -> None:
+        self.timeout: Optional[timedelta] = None
+        self._machines: Dict[int, List[Any]] = {}
+
+    def forget(self) -> None:
+        self._machines.clear()
+
+    def machines(self, machine_size: int, world_size: int) -> List[Any]:
+        """One group per machine of machine_size consecutive ranks. Collective: every
+        rank calls it with the same sizes, in the same order."""
+        import torch.distributed as dist
+
+        if machine_size not in self._machines:
+            options = {"timeout": self.timeout} if self.timeout else {}
+            self._machines[machine_size] = [
+                dist.new_group(list(range(m, m + machine_size)), **options)
+                for m in range(0, world_size, machine_size)]
+        return self._machines[machine_size]
+
+
+SUBGROUPS = Subgroups()
+machine_groups = SUBGROUPS.machines
