@@ -17,7 +17,7 @@ import time
 from itertools import combinations
 from pathlib import Path
 
-from commbench.analysis.runs import analyse
+from commbench.analysis.reading import analyse
 
 README_SWEEP = ["--quick", "--np", "1,2,4", "--dist-optimizer",
                 "allreduce,neighbor_allreduce,hierarchical_neighbor_allreduce,none",

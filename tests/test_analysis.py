@@ -1,4 +1,4 @@
-"""commbench.analysis.runs: loading, grouping and combining the committed fixture runs
+"""commbench.analysis (runs, reading, grouping): loading, grouping and combining the committed fixture runs
 (tests/data, made by tests/data/make_fixtures.sh from real tiny runs)."""
 
 import copy
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from commbench import metrics
-from commbench.analysis import runs as analysis
+from commbench.analysis import grouping, reading, runs
 
 DATA = Path(__file__).parent / "data"
 RUNS, NEW, JUNK = DATA / "runs", DATA / "runs-new", DATA / "junk"
@@ -29,7 +29,7 @@ def write(directory: Path, name: str, doc: dict) -> Path:
 
 
 def test_every_junk_file_is_skipped_with_one_note_and_the_runs_still_load():
-    runs, notes = analysis.load_runs([RUNS, JUNK])
+    runs, notes = reading.load_runs([RUNS, JUNK])
     assert len(runs) == len(list(RUNS.glob("*.json")))
     assert len(notes) == len(list(JUNK.iterdir())) == 5
     text = "\n".join(notes)
@@ -44,12 +44,12 @@ def test_a_malformed_run_is_skipped_not_a_crash(tmp_path):
     doc = fixture_doc("*-allreduce-n1-*.json")
     del doc["summary"]["total_img_sec"]
     write(tmp_path, "broken.json", doc)
-    runs, notes = analysis.load_runs([tmp_path])
+    runs, notes = reading.load_runs([tmp_path])
     assert runs == [] and len(notes) == 1 and "malformed" in notes[0]
 
 
 def test_fixture_runs_form_one_group_each_strategy_against_its_own_one_worker_run():
-    groups, _ = analysis.analyse([RUNS])
+    groups, _ = reading.analyse([RUNS])
     assert len(groups) == 1
     group = groups[0]
     assert group.key.model == "resnet18" and group.key.batch_size == 8
@@ -66,7 +66,7 @@ def test_fixture_runs_form_one_group_each_strategy_against_its_own_one_worker_ru
 
 
 def test_repeats_are_combined_with_a_ci_over_the_runs_means():
-    group = analysis.analyse([RUNS])[0][0]
+    group = reading.analyse([RUNS])[0][0]
     repeated = [p for p in group.points if len(p.runs) > 1]
     assert len(repeated) == 1
     p = repeated[0]
@@ -79,7 +79,7 @@ def test_repeats_are_combined_with_a_ci_over_the_runs_means():
 
 
 def test_totals_are_the_per_iteration_sum_over_ranks():
-    run = analysis.load_runs([RUNS])[0][0]
+    run = reading.load_runs([RUNS])[0][0]
     config, samples = run.doc["config"], run.doc["samples"]
     images = config["batch_size"] * config["num_batches_per_iter"]
     expected = [sum(images / rank[i] for rank in samples["iteration_seconds"])
@@ -89,28 +89,28 @@ def test_totals_are_the_per_iteration_sum_over_ranks():
 
 
 def test_hardware_and_tag_split_groups_but_not_compare_matches():
-    base = analysis.load_runs([RUNS])[0]
-    new = analysis.load_runs([NEW])[0]
+    base = reading.load_runs([RUNS])[0]
+    new = reading.load_runs([NEW])[0]
     assert {r.key.tag for r in new} == {"new"}
-    groups = analysis.group_runs(base + new)
+    groups = grouping.group_runs(base + new)
     assert len({g.key for g in groups}) == len(groups) >= 2
     assert {r.match_key for r in base} & {r.match_key for r in new}
 
 
 def test_series_carry_the_topology_settings_a_plugin_records():
     doc = fixture_doc("*-allreduce-n2-*.json")
-    assert analysis.series_of(doc) == analysis.Series("allreduce")
+    assert reading.series_of(doc) == runs.Series("allreduce")
     doc["strategy"] = {"name": "neighbor_allreduce", "decentralized": True,
                        "topology": "exponential-2", "dynamic": True, "style": "atc"}
-    series = analysis.series_of(doc)
+    series = reading.series_of(doc)
     assert series.label() == "neighbor_allreduce (exponential-2, dynamic, ATC)"
     # `none` records no topology, whatever --topology said
-    assert analysis.series_of(fixture_doc("*-none-n2-*.json")).settings() == ""
+    assert reading.series_of(fixture_doc("*-none-n2-*.json")).settings() == ""
 
 
 def test_without_a_one_worker_run_the_ideal_is_the_in_job_compute_only_rate():
-    runs = [r for r in analysis.load_runs([RUNS])[0] if r.workers > 1]
-    group = analysis.group_runs(runs)[0]
+    runs = [r for r in reading.load_runs([RUNS])[0] if r.workers > 1]
+    group = grouping.group_runs(runs)[0]
     assert group.baseline is None
     assert all(p.efficiency is None for p in group.points)
     ideal, source = group.ideal()
@@ -123,9 +123,9 @@ def test_repeated_consensus_curves_are_averaged_per_iteration(tmp_path):
     doc = fixture_doc("*-none-n2-*.json")
     other = copy.deepcopy(doc)
     other["samples"]["consensus_distance"] = [2 * c for c in doc["samples"]["consensus_distance"]]
-    runs = [analysis.read_run(write(tmp_path, f"{i}.json", d), d)
+    runs = [reading.read_run(write(tmp_path, f"{i}.json", d), d)
             for i, d in enumerate([doc, other])]
-    point = analysis.combine(runs)
+    point = grouping.combine(runs)
     assert point.consensus == pytest.approx(1.5 * np.array(doc["samples"]["consensus_distance"]))
 
 

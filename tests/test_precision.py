@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from commbench import precision
-from commbench.analysis.runs import precision_of
+from commbench.analysis.reading import precision_of
 from commbench.errors import UsageError
 from launchers import TINY_RUN
 

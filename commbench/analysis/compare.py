@@ -16,7 +16,7 @@ import sys
 from typing import IO, Any, Dict, List, Optional, Tuple
 
 from commbench import metrics
-from commbench.analysis import runs as analysis
+from commbench.analysis import grouping, reading
 from commbench.analysis import tables
 from commbench.analysis.runs import Point, Run, emulated
 
@@ -72,7 +72,7 @@ def compare(base: str, new: str, threshold: float = 0.05, alpha: float = 0.05,
     out, err = out or sys.stdout, err or sys.stderr
     arms = []
     for name, path in (("BASE", base), ("NEW", new)):
-        runs, notes = analysis.load_runs([path])
+        runs, notes = reading.load_runs([path])
         for note in notes:
             print(f"commbench compare: warning: {note}", file=err)
         if not runs:
@@ -90,7 +90,7 @@ def _cells(runs: List[Run]) -> Dict[Tuple, Point]:
     by_key: Dict[Tuple, List[Run]] = {}
     for run in runs:
         by_key.setdefault(run.match_key, []).append(run)
-    return {k: analysis.combine(sorted(v, key=lambda r: str(r.path))) for k, v in by_key.items()}
+    return {k: grouping.combine(sorted(v, key=lambda r: str(r.path))) for k, v in by_key.items()}
 
 
 def _order(match_key: Tuple) -> Tuple:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import IO, Iterable, List, Optional, Sequence, Union
 
-from commbench.analysis import runs
+from commbench.analysis import reading
 from commbench.analysis.runs import Group
 
 FORMATS = ("png", "svg", "pdf")
@@ -47,7 +47,7 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts"
         for path in written:
             print(path, file=out)
         return 0
-    found = runs.load_for("plot", paths, err or sys.stderr)
+    found = reading.load_for("plot", paths, err or sys.stderr)
     if found is None:
         return 1
     groups, benches, projections = found

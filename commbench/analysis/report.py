@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
 from commbench import metrics
-from commbench.analysis import runs, tables
+from commbench.analysis import reading, runs, tables
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
 from commbench.plots import step_split
@@ -61,7 +61,7 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
            out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
     """Write the report of the results under paths; 1 when none is usable."""
     out = out or sys.stdout
-    found = runs.load_for("report", paths, err or sys.stderr)
+    found = reading.load_for("report", paths, err or sys.stderr)
     if found is None:
         return 1
     groups, benches, projections = found
