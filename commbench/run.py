@@ -90,7 +90,8 @@ def run(config: RunConfig) -> Dict[str, Any]:
     if ctx.rank != 0:
         return {}
     events, hosts = samples.pop("spans"), samples.pop("hostname")
-    samples["step_split"] = spans.split_steps(events, offsets)
+    samples["step_split"] = spans.split_steps(events, offsets) if strategy_cls.records_split \
+        else None
     samples["clock_offsets"] = {"seconds": offsets, "uncertainty": offset_errors}
     doc = _result_document(config, ctx, strategy, samples)
     doc["data"] = data.facts
@@ -369,7 +370,8 @@ def _print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
 def split_line(split: Optional[Dict[str, Any]]) -> str:
     """Where a step's time went, in means that add up to the step's."""
     if split is None:
-        return "Step split: not measured (this strategy's engine times its own steps)"
+        return ("Step split: not measured (this strategy's engine communicates inside its "
+                "own optimizer step, out of commbench's sight)")
     ms = {part: 1000 * split[part]["mean"] for part in spans.PARTS}
     return (f"Step split (mean per step): {ms['step']:.1f} ms = compute {ms['compute']:.1f} + "
             f"exposed communication {ms['exposed']:.1f} + waiting for peers "

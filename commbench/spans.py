@@ -175,11 +175,13 @@ def split_steps(events: Sequence[Sequence[Event]], offsets: Sequence[float]
     return out
 
 
-def summarize(split: Sequence[Sequence[Sequence[float]]]) -> Optional[Dict[str, Any]]:
+def summarize(split: Optional[Sequence[Sequence[Sequence[float]]]]) -> Optional[Dict[str, Any]]:
     """summary.step_split: per part, seconds per step over all ranks and steps (mean,
     median and the 10th/90th percentiles); the means of the parts sum to the step's."""
     import numpy as np
 
+    if split is None:
+        return None
     rows = np.array([row for rank in split for row in rank if row], dtype=float)
     if rows.size == 0:
         return None

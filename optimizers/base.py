@@ -51,6 +51,9 @@ class Strategy:
     # records the consensus distance of the parameters after every iteration.
     decentralized: ClassVar[bool] = False
     Options: ClassVar[Type[Any]] = NoOptions
+    # False when the strategy communicates where commbench's spans cannot see it (inside
+    # an engine's own step): its steps then get no split rather than a wrong one.
+    records_split: ClassVar[bool] = True
 
     @classmethod
     def unusable_reason(cls) -> Optional[str]:

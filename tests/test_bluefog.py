@@ -121,6 +121,8 @@ def test_bfrun_writes_a_normal_result(tmp_path, engine, extra):
     assert env["packages"]["bluefog"] == doc["strategy"]["bluefog_version"] == "0.3.0"
     assert doc["strategy"]["name"] == engine and doc["strategy"]["engine"] == "bluefog"
     assert doc["summary"]["total_img_sec"]["mean"] > 0
+    # Bluefog communicates inside its optimizer's step: no split rather than a wrong one
+    assert doc["summary"]["step_split"] is None and doc["samples"]["step_split"] is None
     if engine == "bluefog.gradient_allreduce":
         assert doc["summary"]["parameters_identical"] is True
     else:
