@@ -13,7 +13,7 @@ GPUs), checked at the end with an assumed per-GPU speed.
 import statistics
 
 from commbench import units
-from commbench.simulate import compute, costs
+from commbench.simulate import compute
 from commbench.simulate.network import Link, Network
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import Strategy

@@ -1,4 +1,5 @@
-"""commbench.analysis (runs, reading, grouping): loading, grouping and combining the committed fixture runs
+"""commbench.analysis (runs, reading, grouping): loading, grouping and combining the
+committed fixture runs
 (tests/data, made by tests/data/make_fixtures.sh from real tiny runs)."""
 
 import copy

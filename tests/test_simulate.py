@@ -18,7 +18,7 @@ from commbench.simulate import calibrate, compute, costs  # noqa: E402
 from commbench.simulate.network import Link, Network  # noqa: E402
 from commbench.simulate.step import Strategy, simulate  # noqa: E402
 from commbench.topology import build_schedule  # noqa: E402
-from launchers import TINY_RUN, mpiexec, torchrun  # noqa: E402
+from launchers import mpiexec, torchrun  # noqa: E402
 
 PYTHON = sys.executable
 DATA = Path(__file__).parent / "data"

@@ -84,7 +84,7 @@ def test_a_bad_timeline_path_is_one_line_before_the_run(tmp_path, where, message
                        "--timeline", str(tmp_path / where)], timeout=100)
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("commbench: error")]
-    assert errors and all(f"argument --timeline: " in e and message in e for e in errors), \
+    assert errors and all("argument --timeline: " in e and message in e for e in errors), \
         done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").glob("*.json"))

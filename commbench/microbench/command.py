@@ -95,7 +95,7 @@ def main(args) -> int:
     results.ensure_writable(args.results_dir)
 
     from commbench.launch.distributed import init_distributed
-    from commbench.run import Printer
+    from commbench.console import Printer
 
     ctx = init_distributed(launch, args.no_cuda, args.timeout, args.machine_size)
     say = Printer(ctx.rank == 0)

@@ -84,7 +84,7 @@ def headline(path: Path) -> str:
     """A job's total img/sec and in-job efficiency, read from its result file."""
     from commbench.metrics import trust_flags
     from commbench.results import read_result
-    from commbench.run import percent, total_line
+    from commbench.console import percent, total_line
 
     doc = read_result(path)
     summary = doc["summary"]

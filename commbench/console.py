@@ -1,0 +1,115 @@
+"""What rank 0 prints during a run: the header, a line per timed iteration (with the
+consensus distance of decentralized strategies), and the summary; only rank 0 prints,
+flushed, so output from many ranks never interleaves."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from commbench import metrics, spans
+from commbench.config import RunConfig
+from commbench.loop import Timings
+from commbench.record import consensus_distance, oversubscribed
+
+
+class Printer:
+    """Only rank 0 prints, flushed, so output from many ranks never interleaves."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            print(text, flush=True)
+
+
+class IterationReport:
+    """After each timed iteration (outside the timed region): the mean throughput
+    and loss over all workers, and for decentralized strategies the consensus
+    distance; rank 0 prints them."""
+
+    def __init__(self, ctx, config: RunConfig, model, decentralized: bool, say: Printer):
+        self.ctx, self.model, self.say = ctx, model, say
+        self.images = config.batch_size * config.num_batches_per_iter
+        self.decentralized = decentralized
+        self.consensus: List[float] = []
+
+    def __call__(self, i: int, timings: Timings) -> None:
+        import torch
+        import torch.distributed as dist
+
+        sums = torch.tensor([self.images / timings.iteration_seconds[-1], timings.loss[-1]],
+                            dtype=torch.float64, device=self.ctx.device)
+        dist.all_reduce(sums)
+        rate, loss = (sums / self.ctx.world_size).tolist()
+        line = f"Iter #{i}: {rate:.1f} img/sec per {self.ctx.device_kind}, loss {loss:.4f}"
+        if self.decentralized:
+            self.consensus.append(consensus_distance(self.model, self.ctx.world_size))
+            line += f", consensus distance {self.consensus[-1]:.3g}"
+        self.say(line)
+
+
+def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
+    kind = ctx.device_kind
+    images = "synthetic" if config.data == "synthetic" else "learnable"
+    say(f"Model: {config.model} ({config.image_size}x{config.image_size} {images} images)")
+    say(f"Batch size: {config.batch_size} per {kind}")
+    say(f"Number of {kind}s: {ctx.world_size} (launcher: {ctx.launch.launcher}, "
+        f"{ctx.num_machines} machine(s))")
+    crowded = oversubscribed(ctx)
+    if crowded:
+        say(f"Oversubscribed: {crowded['workers']} workers on {crowded['machine']}, which has "
+            f"{crowded['physical_cores']} physical core(s): this run measures CPU sharing, "
+            "not communication")
+    say(f"Strategy: {strategy.name} - {strategy.summary}")
+    transport = strategy.facts().get("transport", ctx.backend)
+    moved = f" (CPU tensors move over {transport})" if transport != ctx.backend else ""
+    say(f"Backend: {ctx.backend} on {ctx.device}{moved}")
+
+
+def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
+    kind = ctx.device_kind
+    per, total = summary["img_sec_per_worker"], summary["total_img_sec"]
+    say(f"Img/sec per {kind}: {per['mean']:.1f} +-{per['spread']:.1f}")
+    say(total_line(summary, kind))
+    if total["ci95"] is not None:
+        say(f"  (+- is 1.96 std of the {total['n']} iterations; 95% confidence interval of "
+            f"the mean: {total['mean'] - total['ci95']:.1f} .. {total['mean'] + total['ci95']:.1f})")
+    lat = summary["latency_seconds_per_batch"]
+    say("Latency per batch: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in lat.items()))
+    say(split_line(summary.get("step_split")))
+    if "efficiency_in_job" in summary:
+        efficiency = percent(summary["efficiency_in_job"], summary.get("efficiency_in_job_ci95"))
+        overhead = percent(summary["communication_overhead"],
+                           summary.get("communication_overhead_ci95"))
+        say(f"Compute-only: {summary['compute_only_img_sec_per_worker']:.1f} img/sec per "
+            f"{kind}; in-job scaling efficiency {efficiency}; communication overhead {overhead}")
+    for flag in metrics.trust_flags(summary):
+        say(f"NOT TO BE TRUSTED ({flag}): {metrics.FLAGS[flag]}")
+
+
+def split_line(split: Optional[Dict[str, Any]]) -> str:
+    """Where a step's time went, in means that add up to the step's."""
+    if split is None:
+        return ("Step split: not measured (this strategy's engine communicates inside its "
+                "own optimizer step, out of commbench's sight)")
+    ms = {part: 1000 * split[part]["mean"] for part in spans.PARTS}
+    return (f"Step split (mean per step): {ms['step']:.1f} ms = compute {ms['compute']:.1f} + "
+            f"exposed communication {ms['exposed']:.1f} + waiting for peers "
+            f"{ms['waiting']:.1f} + other {ms['other']:.1f}; communication hidden behind "
+            f"compute {ms['overlapped']:.1f}")
+
+
+def percent(value: float, ci) -> str:
+    """A fraction as a percentage, with its 95% CI where known."""
+    shown = f"{100 * value:.1f}%"
+    if ci is None:
+        return shown
+    return f"{shown} (95% CI {100 * (value - ci):.1f}..{100 * (value + ci):.1f}%)"
+
+
+def total_line(summary: Dict[str, Any], kind: str) -> str:
+    """The run's headline, as printed at its end (and by `sweep` for each job)."""
+    total = summary["total_img_sec"]
+    return (f"Total img/sec on {summary['workers']} {kind}(s): {total['mean']:.1f} "
+            f"+-{total['spread']:.1f}")

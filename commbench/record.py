@@ -1,0 +1,120 @@
+"""What a run records: every rank's samples and spans gathered to rank 0, the step
+split on rank 0's clock, the summary, the timeline file and the result file; and the
+consensus distance measured after each iteration."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from typing import Any, Dict, List, Optional, Tuple
+
+from commbench import environment, metrics, results, spans
+from commbench.config import RunConfig
+from commbench.loop import Timings
+
+
+def finish(config: RunConfig, ctx, strategy, timings: Timings, reference, model,
+           consensus: List[float], data_facts: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], Any]]:
+    """Every rank's samples and spans gathered to rank 0, which splits the steps, writes
+    the timeline and the result file: (document, its path) on rank 0, None elsewhere."""
+    offsets, offset_errors = spans.clock_offsets(ctx)
+    samples = gather_samples(ctx, timings, reference, model, consensus)
+    if ctx.rank != 0:
+        return None
+    events, hosts = samples.pop("spans"), samples.pop("hostname")
+    samples["step_split"] = spans.split_steps(events, offsets) \
+        if type(strategy).records_split else None
+    samples["clock_offsets"] = {"seconds": offsets, "uncertainty": offset_errors}
+    doc = result_document(config, ctx, strategy, samples)
+    doc["data"] = data_facts
+    if config.timeline is not None:
+        names = [f"rank {r} ({host})" for r, host in enumerate(hosts)]
+        spans.write_trace(config.timeline,
+                          spans.trace_events(events, offsets, names, config.timeline_steps),
+                          {"commbench": doc["schema_version"], "config": doc["config"],
+                           "clock_offsets": samples["clock_offsets"]})
+    return doc, results.write_result(config.results_dir, doc, result_stem(config, ctx, strategy))
+
+
+def consensus_distance(model, world_size: int) -> float:
+    """Mean over workers of ||x_r - mean x||^2 / ||mean x||^2 (see commbench.metrics)."""
+    import torch
+    import torch.distributed as dist
+
+    x = flat_parameters(model)
+    mean = x.clone()  # summed in the parameters' own precision: half the bytes of float64
+    dist.all_reduce(mean)
+    mean /= world_size
+    x, mean = x.double(), mean.double()
+    gap = torch.stack([(x - mean).pow(2).sum(), mean.pow(2).sum()])
+    dist.all_reduce(gap)  # the second entry is world_size * ||mean||^2
+    return float(gap[0] / gap[1]) if gap[1] > 0 else 0.0
+
+
+def flat_parameters(model):
+    import torch
+
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[str, Any]:
+    import torch.distributed as dist
+
+    flat = flat_parameters(model).cpu().numpy()
+    mine = {
+        "iteration_seconds": timings.iteration_seconds,
+        "batch_seconds": timings.batch_seconds,
+        "loss": timings.loss,
+        "reference_seconds": reference.timings.iteration_seconds if reference else None,
+        "reference_batch_seconds": reference.timings.batch_seconds if reference else None,
+        "reference_windows": reference.windows if reference else None,
+        "reference_phase_seconds": reference.phase_seconds if reference else None,
+        "parameter_digest": hashlib.sha256(flat.tobytes()).hexdigest()[:16],
+        "spans": spans.RECORDER.events,
+        "hostname": socket.gethostname(),
+    }
+    everyone: List[Any] = [None] * ctx.world_size
+    dist.all_gather_object(everyone, mine)
+    samples = {key: [rank[key] for rank in everyone] for key in mine}
+    samples["parameter_digests"] = samples.pop("parameter_digest")
+    if reference is None:
+        for key in ("reference_seconds", "reference_batch_seconds", "reference_windows",
+                    "reference_phase_seconds"):
+            samples[key] = None
+    samples["consensus_distance"] = consensus or None
+    return samples
+
+
+def result_document(config: RunConfig, ctx, strategy, samples) -> Dict[str, Any]:
+    summary = metrics.summarize(config.batch_size, config.num_batches_per_iter,
+                                samples["iteration_seconds"], samples["batch_seconds"],
+                                samples["reference_seconds"], samples["reference_windows"])
+    summary["oversubscribed"] = oversubscribed(ctx)
+    summary["parameters_identical"] = len(set(samples["parameter_digests"])) == 1
+    summary["final_loss"] = sum(r[-1] for r in samples["loss"]) / ctx.world_size
+    summary["final_consensus_distance"] = (samples["consensus_distance"] or [None])[-1]
+    summary["step_split"] = spans.summarize(samples["step_split"])
+    doc = results.new_document("run")
+    doc.update(config=config.to_dict(),
+               strategy={"name": type(strategy).name,
+                         "decentralized": type(strategy).decentralized, **strategy.facts()},
+               environment=environment.collect(ctx), samples=samples, summary=summary)
+    return doc
+
+
+def oversubscribed(ctx) -> Optional[Dict[str, Any]]:
+    """The most loaded machine when CPU workers outnumber its physical cores (each
+    worker then shares cores and the run measures CPU sharing, not communication)."""
+    if ctx.device.type != "cpu":
+        return None  # more ranks than GPUs on a machine is refused at start-up
+    host, workers, cores = max(ctx.machine_load(), key=lambda m: m[1] / m[2])
+    return {"machine": host, "workers": workers, "physical_cores": cores} \
+        if workers > cores else None
+
+
+def result_stem(config: RunConfig, ctx, strategy) -> str:
+    parts = [config.model, type(strategy).name]
+    topology = strategy.facts().get("topology")
+    if topology:
+        parts.append(topology)
+    return "-".join(parts + [f"n{ctx.world_size}"])
