@@ -27,7 +27,8 @@ from typing import Any, Dict
 
 from commbench.errors import UsageError
 from commbench.launch.detect import MPI_WORLDS
-from commbench.optimizers.base import MixingStrategy, Strategy, TrainStep, local_step
+from commbench.optimizers.base import Strategy, TrainStep, local_step
+from commbench.optimizers.mixing import MixingStrategy
 from commbench.optimizers.bluefog_fixes import (HIERARCHICAL_UNFIXED,
                                                 hierarchical_as_fixed_upstream,
                                                 wait_without_the_gil)

@@ -16,7 +16,7 @@ from typing import Any, Dict
 from commbench.comm.neighbor_exchange import CHUNK_BYTES
 from commbench.comm.transport import check_cpu_transport, choose_transport
 from commbench.errors import UsageError
-from commbench.optimizers.base import MixingStrategy
+from commbench.optimizers.mixing import MixingStrategy
 
 
 def torch_older_than(major: int, minor: int) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Dict, NamedTuple, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from commbench.optimizers.base import MixingStrategy
+    from commbench.optimizers.mixing import MixingStrategy
 
 ELEMENT_BYTES = 4  # float32
 

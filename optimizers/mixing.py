@@ -1,0 +1,176 @@
+"""What the strategies that average parameters along a mixing matrix W share: the
+topology schedule (`MixingStrategy`), the mixer that runs one averaging step
+(`Mixer`), the AWC/ATC training step around it (`combine_step`), and their checks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from commbench import spans
+from commbench.errors import UsageError
+from commbench.optimizers.base import Strategy, TrainStep
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from commbench.config import RunConfig
+    from commbench.launch.detect import LaunchInfo
+    from commbench.topology import Schedule
+
+
+class Mixer:
+    """One averaging step of the parameters, x <- (W x) in place, in two halves:
+    start() begins it (the parameters must not change until finish()), finish()
+    completes it. commbench.comm's NeighborExchange and MachineAveraging are mixers."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        raise NotImplementedError
+
+    def peers(self) -> Optional[List[int]]:
+        """The ranks whose pieces the next averaging step waits for (None: all)."""
+        return None
+
+    def piece_bytes(self) -> int:
+        """Bytes of parameters one averaging step carries (timeline labels)."""
+        return 0
+
+
+class MixingStrategy(Strategy):
+    """A strategy that averages parameters along W of --topology (static, or a
+    dynamic schedule), around the local gradient step: AWC by default, ATC with
+    --atc-style. The graph's nodes are ranks, or machines for hierarchical ones.
+
+    After wrap(), `mixer` runs one averaging step as the training step does and
+    `schedule` says which W applies at each step (commbench microbench times both).
+    """
+
+    decentralized = True
+    mixer: Optional[Mixer] = None
+
+    @classmethod
+    def nodes_before_init(cls, config: "RunConfig", launch: "LaunchInfo") -> int:
+        """How many nodes W will have, as far as the launcher's variables tell."""
+        return launch.world_size
+
+    @classmethod
+    def check(cls, config, launch) -> None:
+        super().check(config, launch)
+        if config.machine_size is not None and launch.world_size % config.machine_size:
+            raise UsageError(f"argument --machine-size: {config.machine_size} does not divide "
+                             f"the {launch.world_size} ranks into equal machines")
+        # Every error of the topology itself shows here, before any communication.
+        checked_schedule(config.topology, cls.nodes_before_init(config, launch),
+                         not config.disable_dynamic_topology)
+
+    def __init__(self, ctx, config):
+        super().__init__(ctx, config)
+        self.schedule: "Schedule" = checked_schedule(
+            config.topology, self.nodes(), not config.disable_dynamic_topology,
+            self.schedule_machine_size())
+
+    def nodes(self) -> int:
+        """Size of the graph W mixes."""
+        return self.ctx.world_size
+
+    def node(self) -> int:
+        """This process's node in that graph."""
+        return self.ctx.rank
+
+    def schedule_machine_size(self) -> Optional[int]:
+        """Ranks per machine when the nodes are ranks on several equal machines (real
+        or simulated): the dynamic schedule is then Bluefog's inner-outer machine
+        schedule, as Bluefog's benchmark chooses it."""
+        equal = self.ctx.machine_size > 0
+        return self.ctx.machine_size if equal and self.ctx.num_machines > 1 else None
+
+    def build_mixer(self, buffers: List["torch.Tensor"]) -> Mixer:
+        """The mixer over the model's flat parameter buffers."""
+        raise NotImplementedError
+
+    def wrap(self, model, optimizer) -> TrainStep:
+        from commbench.comm.fused import fuse_parameters
+
+        self.mixer = self.build_mixer(fuse_parameters(model))
+        return combine_step(model, optimizer, self.mixer, self.config.atc_style)
+
+    def facts(self) -> Dict[str, Any]:
+        return {"topology": self.config.topology, "dynamic": self.schedule.dynamic,
+                "schedule": self.schedule.kind, "schedule_period": self.schedule.period,
+                "style": "atc" if self.config.atc_style else "awc"}
+
+
+def combine_step(model, optimizer, mixer: Mixer, atc: bool) -> TrainStep:
+    """The training step of a strategy that averages parameters with `mixer` (W).
+
+    AWC (adapt-with-combine, default): x' = W x - lr g(x). The parameters start
+    travelling right after the forward pass and arrive while backward runs; the
+    local step then applies the gradient taken at the old x to the averaged x.
+    ATC (adapt-then-combine): x' = W (x - lr g(x)): the local step first, then the
+    exchange, which has nothing left to overlap with.
+    """
+    import torch.nn.functional as F
+
+    def post(at: float):
+        """The averaging step as a communication piece (asked of the mixer only while
+        recording: its peers come from the schedule)."""
+        nbytes = mixer.piece_bytes() if spans.RECORDER.on else 0
+        if not nbytes:  # not recording, or a step that sends nothing (one node)
+            return None
+        return spans.record("comm", at, None, "neighbor averaging", nbytes, mixer.peers())
+
+    def adapt_with_combine(images, labels):
+        optimizer.zero_grad()
+        t0 = spans.now()
+        loss = F.cross_entropy(model(images), labels)
+        t1 = spans.now()
+        piece = post(t1)
+        mixer.start()  # backward only reads the parameters, so they can be sent meanwhile
+        t2 = spans.now()
+        loss.backward()
+        t3 = spans.now()
+        mixer.finish()
+        t4 = spans.now()
+        spans.close(piece)
+        optimizer.step()
+        t5 = spans.now()
+        spans.record("forward", t0, t1)
+        spans.record("post", t1, t2)
+        spans.record("backward", t2, t3)
+        spans.record("wait", t3, t4)
+        spans.record("optimizer", t4, t5)
+        return loss
+
+    def adapt_then_combine(images, labels):
+        optimizer.zero_grad()
+        t0 = spans.now()
+        loss = F.cross_entropy(model(images), labels)
+        t1 = spans.now()
+        loss.backward()
+        t2 = spans.now()
+        optimizer.step()
+        t3 = spans.now()
+        piece = post(t3)
+        mixer.start()
+        mixer.finish()
+        spans.close(piece)
+        spans.record("forward", t0, t1)
+        spans.record("backward", t1, t2)
+        spans.record("optimizer", t2, t3)
+        spans.record("wait", t3, piece[3] if piece else t3)
+        return loss
+
+    return adapt_then_combine if atc else adapt_with_combine
+
+
+def checked_schedule(topology: str, size: int, dynamic: bool,
+                     machine_size: Optional[int] = None) -> "Schedule":
+    """topology.build_schedule, its errors worded as errors of the --topology flag."""
+    from commbench.topology import TopologyError, build_schedule
+
+    try:
+        return build_schedule(topology, size, dynamic, machine_size)
+    except TopologyError as e:
+        raise UsageError(f"argument --topology: {e}") from None
