@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from commbench import spans
 from commbench.errors import UsageError
-from commbench.optimizers.base import Strategy, TrainStep
+from commbench.optimizers.base import Strategy, TrainStep, local_step
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -143,23 +143,16 @@ def combine_step(model, optimizer, mixer: Mixer, atc: bool) -> TrainStep:
         spans.record("optimizer", t4, t5)
         return loss
 
+    local = local_step(model, optimizer)
+
     def adapt_then_combine(images, labels):
-        optimizer.zero_grad()
-        t0 = spans.now()
-        loss = F.cross_entropy(model(images), labels)
-        t1 = spans.now()
-        loss.backward()
-        t2 = spans.now()
-        optimizer.step()
-        t3 = spans.now()
-        piece = post(t3)
+        loss = local(images, labels)
+        started = spans.now()
+        piece = post(started)
         mixer.start()
         mixer.finish()
         spans.close(piece)
-        spans.record("forward", t0, t1)
-        spans.record("backward", t1, t2)
-        spans.record("optimizer", t2, t3)
-        spans.record("wait", t3, piece[3] if piece else t3)
+        spans.record("wait", started, spans.now())
         return loss
 
     return adapt_then_combine if atc else adapt_with_combine

@@ -71,14 +71,7 @@ def chart_name(result) -> str:
 
 
 def write(found: List[Any], out_dir: Union[str, Path], formats: Sequence[str] = ()) -> List[Path]:
-    from commbench.plots.scaling import save
+    from commbench.plots.scaling import save_named
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for result in found:
-        paths = [out_dir / f"{chart_name(result)}.{ext}"
-                 for ext in dict.fromkeys(["png", *formats])]
-        save(figure(result.doc), paths)
-        written += paths
-    return written
+    return [path for result in found
+            for path in save_named(figure(result.doc), out_dir, chart_name(result), formats)]

@@ -56,6 +56,17 @@ def figure(group: "Group", styles: Optional[Dict["Series", dict]] = None) -> "Fi
     return fig
 
 
+def save_named(fig: "Figure", out_dir, name: str, formats=()) -> list:
+    """Save fig as out_dir/name.png and in each further format; the paths written."""
+    from pathlib import Path
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.{ext}" for ext in dict.fromkeys(["png", *formats])]
+    save(fig, paths)
+    return paths
+
+
 def save(fig: "Figure", paths) -> None:
     import os
     import tempfile

@@ -71,19 +71,13 @@ def write_charts(groups: List[Group], out_dir: Union[str, Path],
                  formats: Sequence[str] = ()) -> List[Path]:
     from commbench.plots import scaling, step_split
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     styles = scaling.palette(s for g in groups for s in g.series)
     written = []
     for group, name in zip(groups, chart_names(groups)):
-        paths = [out_dir / f"{name}.{ext}" for ext in dict.fromkeys(["png", *formats])]
-        scaling.save(scaling.figure(group, styles), paths)
-        written += paths
+        written += scaling.save_named(scaling.figure(group, styles), out_dir, name, formats)
         if step_split.has_split(group):
-            paths = [out_dir / f"{name.replace('scaling-', 'split-', 1)}.{ext}"
-                     for ext in dict.fromkeys(["png", *formats])]
-            scaling.save(step_split.figure(group), paths)
-            written += paths
+            written += scaling.save_named(step_split.figure(group), out_dir,
+                                          name.replace("scaling-", "split-", 1), formats)
     return written
 
 
@@ -109,15 +103,8 @@ def write_timelines(traces: List[Path], out_dir: Union[str, Path],
         return []
     from commbench.plots import scaling, timeline
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for trace in traces:
-        paths = [out_dir / f"timeline-{trace.stem}.{ext}"
-                 for ext in dict.fromkeys(["png", *formats])]
-        scaling.save(timeline.figure(timeline_trace(trace)), paths)
-        written += paths
-    return written
+    return [path for trace in traces for path in scaling.save_named(
+        timeline.figure(timeline_trace(trace)), out_dir, f"timeline-{trace.stem}", formats)]
 
 
 def chart_names(groups: List[Group]) -> List[str]:
