@@ -77,7 +77,7 @@ def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
             f"the mean: {total['mean'] - total['ci95']:.1f} .. {total['mean'] + total['ci95']:.1f})")
     lat = summary["latency_seconds_per_batch"]
     say("Latency per batch: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in lat.items()))
-    say(split_line(summary.get("step_split")))
+    say(split_line(summary.get("step_split"), ctx.device.type))
     if "efficiency_in_job" in summary:
         efficiency = percent(summary["efficiency_in_job"], summary.get("efficiency_in_job_ci95"))
         overhead = percent(summary["communication_overhead"],
@@ -88,8 +88,11 @@ def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
         say(f"NOT TO BE TRUSTED ({flag}): {metrics.FLAGS[flag]}")
 
 
-def split_line(split: Optional[Dict[str, Any]]) -> str:
+def split_line(split: Optional[Dict[str, Any]], device: str = "cpu") -> str:
     """Where a step's time went, in means that add up to the step's."""
+    if split is None and device != "cpu":
+        return ("Step split: not measured on GPUs yet (the host's clock sees when work was "
+                "queued, not when the device did it)")
     if split is None:
         return ("Step split: not measured (this strategy's engine communicates inside its "
                 "own optimizer step, out of commbench's sight)")

@@ -23,7 +23,7 @@ def finish(config: RunConfig, ctx, strategy, timings: Timings, reference, model,
         return None
     events, hosts = samples.pop("spans"), samples.pop("hostname")
     samples["step_split"] = spans.split_steps(events, offsets) \
-        if type(strategy).records_split else None
+        if type(strategy).records_split and ctx.device.type == "cpu" else None
     samples["clock_offsets"] = {"seconds": offsets, "uncertainty": offset_errors}
     doc = result_document(config, ctx, strategy, samples)
     doc["data"] = data_facts
