@@ -56,7 +56,7 @@ class StoppedNeighbor(_Faulty, NeighborAllreduce):
     fault = Stopped.fault
 
 
-SLOW_SECONDS = 0.1
+SLOW_SECONDS = 0.2
 
 
 class _Slow:
