@@ -1,13 +1,20 @@
-"""Is an emulated cluster's link real? On 2 emulated machines (1 rank each) at --link,
-`commbench microbench` measures allreduce busbw for every contender (commbench's,
-torch/gloo's, MPI's) and neighbor exchange bandwidth at --size; then the same job on
-shared memory (`mpiexec -n 2`, no cluster). Prints each figure against the configured
-rate, and how many times slower the link is than shared memory. Needs root.
+"""Every strategy at link rate between machines? On emulated clusters (--layouts, e.g.
+2x1 = 2 machines of 1 rank) at each --links rate, `commbench microbench` with default
+flags measures commbench's allreduce, neighbor_allreduce (exponential-2, dynamic
+one-peer and static) and hierarchical_neighbor_allreduce against their raw contenders
+(gloo, MPI) at --size per rank. For every contender it prints the machine's link as
+its interface counted it (bytes that left each machine per second, headers included,
+over the configured rate: the figure on layouts where ranks share a machine), the
+payload figure (busbw for allreduce, per-link bandwidth for neighbor exchanges) over
+the rate, and commbench's time against the best raw contender's in the same run
+(interleaved calls). Needs root.
 
-    python benchmarks/cluster_link.py [--link 200mbit] [--size 64M]
+    python benchmarks/cluster_link.py [--links 200mbit,1gbit] [--layouts 2x1,2x2,4x1,4x2]
+                                      [--size 64M] [--small 64K]
 
-Target (issue: commbench cluster): allreduce busbw at 64 MB within 0.85-1.05x of the
-configured rate, and at least 10x below the same job on shared memory.
+Targets (issue: every strategy at link rate): at --size, commbench's link figure
+>= 0.90x the rate and its time within 1/0.98 of the best raw contender's; at --small,
+no slower than MPI's Allreduce (what `auto` used between machines before).
 """
 
 import argparse
@@ -16,51 +23,76 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from commbench import units
 from commbench.cluster import namespaces
 
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+CASES = [("allreduce", "allreduce", []),
+         ("neighbor_allreduce", "neighbor_allreduce one-peer", []),
+         ("neighbor_allreduce", "neighbor_allreduce static", ["--disable-dynamic-topology"]),
+         ("hierarchical_neighbor_allreduce", "hierarchical", [])]
 
 
-def microbench(launch, size, directory: Path, path_first=None):
+def microbench(cluster, n, op, flags, size, iters, directory: Path):
     env = dict(os.environ, **ROOT_OK)
-    if path_first:
-        env["PATH"] = f"{path_first}{os.pathsep}{env['PATH']}"
-    subprocess.run([*launch, sys.executable, "-m", "commbench", "microbench", "--op",
-                    "allreduce,neighbor_allreduce", "-b", size, "-e", size, "-n", "5", "-w",
-                    "1", "-c", "0", "--results-dir", str(directory)], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    env["PATH"] = f"{cluster.bin}{os.pathsep}{env['PATH']}"
+    subprocess.run(["mpirun", "-H", cluster.hosts, "-np", str(n), "--bind-to", "none",
+                    sys.executable, "-m", "commbench", "microbench", "--op", op, "-b", size,
+                    "-e", size, "-n", str(iters), "-w", "1", "-c", "0", *flags,
+                    "--results-dir", str(directory)], check=True, env=env,
+                   stdout=subprocess.DEVNULL, timeout=1800)
     (found,) = directory.glob("*.json")
-    rows = json.loads(found.read_text())["rows"]
-    return {(r["op"], r["impl"]): r["summary"] for r in rows}
+    return json.loads(found.read_text())["rows"]
+
+
+def report(label, rows, rate):
+    ours = rows[0]
+    for row in rows:
+        s = row["summary"]
+        payload = s.get("busbw") or s.get("link_bw")
+        if row["impl"] == "combine only":
+            continue  # no communication
+        versus = (ours["summary"]["time"]["p50"] / s["time"]["p50"]) if row is not ours else None
+        print(f"  {label:<28} {row['impl']:<34} {s.get('link_fraction') or float('nan'):6.2f} "
+              f"{payload / rate:8.2f} {'' if versus is None else f'{1 / versus:9.2f}':>9}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--link", default="200mbit")
+    parser.add_argument("--links", default="200mbit,1gbit")
+    parser.add_argument("--layouts", default="2x1,2x2,4x1,4x2")
     parser.add_argument("--size", default="64M")
+    parser.add_argument("--small", default="64K")
+    parser.add_argument("--iters", type=int, default=3)
     args = parser.parse_args()
-    rate = units.rate_bits(args.link, "--link") / 8  # bytes/s
-    name = f"b{os.getpid() % 10**6}"
-    with tempfile.TemporaryDirectory() as scratch:
-        cluster = namespaces.up(name, 2, 1, args.link)
-        try:
-            linked = microbench(["mpirun", "-H", cluster.hosts, "-np", "2", "--bind-to", "none"],
-                                args.size, Path(scratch) / "link", str(cluster.bin))
-        finally:
-            namespaces.down(name)
-        shared = microbench(["mpiexec", "-n", "2"], args.size, Path(scratch) / "shm")
-    print(f"2 emulated machines at {args.link} ({rate / 1e6:.1f} MB/s), {args.size} per rank")
-    print(f"{'op':<20} {'contender':<34} {'GB/s':>8} {'x rate':>7} {'shm GB/s':>9} {'shm/link':>9}")
-    for key, summary in linked.items():
-        bw = summary.get("busbw") or summary.get("algbw")
-        if "combine only" in key[1]:
-            continue  # no communication
-        shm = (shared.get(key) or {}).get("busbw") or (shared.get(key) or {}).get("algbw")
-        print(f"{key[0]:<20} {key[1]:<34} {bw / 1e9:8.4f} {bw / rate:7.2f} "
-              f"{shm / 1e9 if shm else float('nan'):9.3f} {shm / bw if shm else float('nan'):9.1f}")
+    started = time.monotonic()
+    print(f"size {args.size} per rank (small: {args.small}); columns: x rate = bytes out of "
+          "each machine's interface / configured rate; payload = busbw or per-link bw / "
+          "rate; raw/ours = the raw contender's p50 time / commbench's (> 1: ours faster)")
+    for link in args.links.split(","):
+        rate = units.rate_bits(link, "--links") / 8
+        for layout in args.layouts.split(","):
+            machines, slots = (int(v) for v in layout.split("x"))
+            name = f"b{os.getpid() % 10**5}"
+            print(f"\n{layout} at {link}:\n  {'case':<28} {'contender':<34} {'x rate':>6} "
+                  f"{'payload':>8} {'raw/ours':>9}")
+            cluster = namespaces.up(name, machines, slots, link)
+            try:
+                with tempfile.TemporaryDirectory() as scratch:
+                    for i, (op, label, flags) in enumerate(CASES):
+                        if op == "hierarchical_neighbor_allreduce" and slots == 1:
+                            continue  # plain neighbor averaging between machines
+                        for size, tag in ((args.size, ""), (args.small, " small")):
+                            rows = microbench(cluster, machines * slots, op, flags, size,
+                                              args.iters if not tag else 20,
+                                              Path(scratch) / f"{i}{tag}")
+                            report(label + tag, rows, rate)
+            finally:
+                namespaces.down(name)
+    print(f"\nwall time {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """`allreduce`: average gradients over all workers with torch's DistributedDataParallel,
 which buckets gradients and overlaps their allreduce with the backward pass.
 
-On CPU under an MPI launcher (--cpu-transport auto or mpi) each bucket is averaged by
-MPI's Allreduce instead of gloo's (commbench.comm.mpi_averager, installed as DDP's
-comm hook): DDP and its buckets stay, only the wire changes. --fp16-allreduce stays
-on gloo: MPI has no float16 sum.
+On CPU under an MPI launcher on one machine (--cpu-transport auto) or with
+--cpu-transport mpi, each bucket is averaged by MPI's Allreduce instead of gloo's
+(commbench.comm.mpi_averager, installed as DDP's comm hook): DDP and its buckets stay,
+only the wire changes. Between machines `auto` keeps gloo's ring, which fills a TCP
+link. --fp16-allreduce stays on gloo: MPI has no float16 sum.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Dict
 
 from commbench import spans
 from commbench.comm.mpi_averager import MpiAverager
-from commbench.comm.transport import check_cpu_transport, choose_transport
+from commbench.comm.transport import check_cpu_transport, choose_transport, transport_reason
 from commbench.errors import UsageError
 from commbench.optimizers.base import Strategy, TrainStep, local_step
 
@@ -33,7 +34,7 @@ class Allreduce(Strategy):
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
         self.transport = ctx.backend if config.fp16_allreduce else \
-            choose_transport(config.cpu_transport, ctx)
+            choose_transport(config.cpu_transport, ctx, collective=True)
         self.averager = MpiAverager(ctx.world_size) if self.transport == "mpi" else None
 
     def wrap(self, model, optimizer) -> TrainStep:
@@ -66,7 +67,10 @@ class Allreduce(Strategy):
         dist.all_reduce(bucket)
 
     def facts(self) -> Dict[str, Any]:
-        return {"transport": self.transport, "fp16": self.config.fp16_allreduce}
+        why = "--fp16-allreduce" if self.config.fp16_allreduce else \
+            transport_reason(self.config.cpu_transport, self.transport, self.ctx)
+        return {"transport": self.transport, "transport_reason": why,
+                "fp16": self.config.fp16_allreduce}
 
 
 def record_buffer_broadcast(ddp, model) -> None:

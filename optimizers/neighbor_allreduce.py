@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from commbench.comm.neighbor_exchange import CHUNK_BYTES
-from commbench.comm.transport import check_cpu_transport, choose_transport
+from commbench.comm.transport import check_cpu_transport, choose_transport, transport_reason
 from commbench.errors import UsageError
 from commbench.optimizers.mixing import MixingStrategy
 
@@ -61,6 +61,7 @@ class NeighborAllreduce(MixingStrategy):
             **super().facts(),
             "fp16": self.config.fp16_allreduce,
             "transport": self.transport,
+            "transport_reason": transport_reason(self.config.cpu_transport, self.transport, ctx),
             "message_bytes": CHUNK_BYTES[self.transport],  # None: one per buffer and peer
             "spectral_gap": build_topology(self.config.topology, self.nodes()).spectral_gap,
             "machine_size": ctx.machine_size,

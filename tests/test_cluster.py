@@ -18,7 +18,7 @@ import pytest
 from commbench.cluster import host, namespaces, state
 from commbench.errors import UsageError
 from launchers import BIN, TINY_RUN, only_result, run
-from programs.check_strategies import assert_strategy_clean, outcome
+from programs.check_strategies import STRATEGIES, assert_strategy_clean, outcome
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
@@ -163,11 +163,27 @@ def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_p
     if n > cores:
         assert doc["summary"]["oversubscribed"] == {"machine": host, "workers": n,
                                                     "physical_cores": cores}
-    # hierarchical averaging on real machines against the dense reference
+    # the leaders' exchange between machines is point-to-point: MPI under mpirun
+    assert doc["strategy"]["transport"] == "mpi"
+    # against the dense reference on real machines: on 2x2 every strategy, on both
+    # transports; on 4x2 the hierarchical one
+    strategies = [] if machines == 2 else ["hierarchical_neighbor_allreduce"]
     check = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", str(n), "python",
-                             str(PROGRAMS / "check_strategies.py"),
-                             "hierarchical_neighbor_allreduce"], timeout=600, cwd=tmp_path)
-    assert_strategy_clean(n, "hierarchical_neighbor_allreduce", outcome(check))
+                             str(PROGRAMS / "check_strategies.py"), *strategies],
+                   timeout=600, cwd=tmp_path)
+    for strategy in strategies or STRATEGIES:
+        assert_strategy_clean(n, strategy, outcome(check))
+    if machines == 2:
+        # allreduce between machines: `auto` leaves it to gloo's ring, and says so
+        done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", str(n), "python", "-m",
+                                "commbench", "--dist-optimizer=allreduce", "--results-dir",
+                                "allreduce", *TINY_RUN], timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        strategy = only_result(tmp_path / "allreduce")["strategy"]
+        assert strategy["transport"] == "gloo"
+        why = "--cpu-transport auto for an allreduce between machines"
+        assert strategy["transport_reason"] == why
+        assert f"(CPU tensors move over gloo: {why})" in done.stdout
 
 
 @pytest.mark.mpi
@@ -183,6 +199,12 @@ def test_the_link_is_capped_at_its_rate(name, tmp_path):
     rows = {(r["op"], r["impl"]): r for r in doc["rows"]}
     busbw = rows[("allreduce", "torch all_reduce")]["summary"]["busbw"]  # bytes/s
     assert 0.6 * rate < busbw < 1.05 * rate, busbw / rate
+    # each machine's interface counted the bytes; every contender is set against the rate
+    for row in doc["rows"]:
+        fraction = row["summary"]["link_fraction"]
+        assert 0.6 < fraction < 1.1, (row["impl"], fraction)
+        assert row["summary"]["nic_bw"] >= row["summary"]["busbw"]  # headers, acks
+    assert "x rate" in done.stdout and "headers included" in done.stdout
 
 
 @pytest.mark.mpi

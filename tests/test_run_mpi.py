@@ -47,7 +47,7 @@ def test_mpiexec_run_writes_a_consistent_result(tmp_path, workers, strategy):
         assert 0 < doc["summary"]["efficiency_in_job"]
         # On the CPU under mpiexec, DDP's buckets go through MPI (--cpu-transport auto).
         assert doc["strategy"]["transport"] == "mpi"
-        assert "(CPU tensors move over mpi)" in done.stdout
+        assert "(CPU tensors move over mpi: --cpu-transport auto under an MPI launcher)" in done.stdout
     else:
         # Without communication, workers fed different data drift apart.
         assert doc["summary"]["parameters_identical"] is False

@@ -78,7 +78,7 @@ class Cluster:
     def describe(self) -> Dict[str, object]:
         """What results record as the emulated network."""
         return {"cluster": self.name, "machines": self.machines, "slots": self.slots,
-                "link": self.link, "link_bits_per_second": self.link_bits,
+                "link": self.link, "link_bits_per_second": self.link_bits, "nic": self.nic,
                 "latency": "none added (host's own; netem is not used)"}
 
 

@@ -2,6 +2,11 @@
 tensors under an MPI launcher, mpi4py on the tensors' own memory (zero copy).
 `--cpu-transport` chooses; GPU tensors always go through torch.distributed.
 
+`auto` picks per path: MPI for point-to-point messages anywhere and for collectives
+on one machine (shared memory), gloo for a collective between machines, where Open
+MPI's TCP allreduce leaves much of the link idle and gloo's ring fills it
+(docs/measurements.md, "Every strategy at link rate").
+
 A transport posts a list of chunks, each a list of messages, and returns one
 handle per chunk that is done when all of that chunk's messages are, so a caller
 can use each chunk as soon as it arrived.
@@ -32,15 +37,32 @@ def check_cpu_transport(choice: str, launch) -> None:
         raise UsageError(MPI_UNAVAILABLE)
 
 
-def choose_transport(choice: str, ctx) -> str:
+def choose_transport(choice: str, ctx, collective: bool = False) -> str:
     """The transport of --cpu-transport `choice` in this job: "mpi", or the process
-    group's backend ("gloo", "nccl")."""
+    group's backend ("gloo", "nccl"). `collective`: the path is an allreduce over all
+    ranks, which `auto` leaves to gloo when the ranks span several machines."""
     if getattr(ctx.device, "type", ctx.device) != "cpu":
         return ctx.backend
     available = ctx.launch.mpi and mpi_ready()
     if choice == "mpi" and not available:
         raise UsageError(MPI_UNAVAILABLE)
-    return "mpi" if choice == "mpi" or (choice == "auto" and available) else ctx.backend
+    if choice == "auto":
+        between_machines = collective and len(set(ctx.hostnames)) > 1
+        return "mpi" if available and not between_machines else ctx.backend
+    return "mpi" if choice == "mpi" else ctx.backend
+
+
+def transport_reason(choice: str, transport: str, ctx) -> str:
+    """Why a path moves over `transport`, for the run's header and result."""
+    if choice != "auto":
+        return f"--cpu-transport {choice}"
+    if getattr(ctx.device, "type", ctx.device) != "cpu":
+        return "GPU tensors"
+    if transport == "mpi":
+        return "--cpu-transport auto under an MPI launcher"
+    if ctx.launch.mpi and mpi_ready():
+        return "--cpu-transport auto for an allreduce between machines"
+    return "--cpu-transport auto without an MPI launcher"
 
 
 class Handle(NamedTuple):

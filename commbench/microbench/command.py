@@ -28,7 +28,7 @@ from commbench.config import RunConfig, config_from_args
 from commbench.errors import UsageError
 from commbench.flags import (accepting, add_flags, flag_fields, int_at_least_2, names_from,
                              non_negative_int, positive_int)
-from commbench.microbench import harness
+from commbench.microbench import harness, link
 from commbench.microbench.ops import OPS
 from commbench.microbench.ops.base import ELEMENT_BYTES
 from commbench.microbench.results import KIND
@@ -114,6 +114,10 @@ def main(args) -> int:
             for line in format_rows(measured):
                 say(line)
             found += measured
+    if any(r["summary"].get("link_fraction") is not None for r in found):
+        say(f"# x rate: bytes that left each machine's interface per second (headers "
+            f"included) / the emulated link's configured rate; (slow): below "
+            f"{link.SLOW_FRACTION}")
     wrong = sum(r["wrong"] or 0 for r in found)
     say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     if ctx.rank == 0:
@@ -128,7 +132,7 @@ def main(args) -> int:
 IMPL_WIDTH = 32  # "MPI Neighbor_allgather + combine"
 HEADER = (f"# {'op':<32} {'impl':<{IMPL_WIDTH}} {'size(B)':>11} {'time(us)':>10} "
           f"{'p50(us)':>10} {'p99(us)':>10} {'algbw':>7} {'busbw':>7} {'link':>7} "
-          f"{'sent(B)':>11} {'recv(B)':>11} {'#wrong':>6} {'ours/this':>9}\n"
+          f"{'sent(B)':>11} {'recv(B)':>11} {'#wrong':>6} {'ours/this':>9} {'x rate':>11}\n"
           f"# {'':<32} {'':<{IMPL_WIDTH}} {'':>11} {'':>10} {'':>10} {'':>10} {'(GB/s)':>7} "
           f"{'(GB/s)':>7} {'(GB/s)':>7}")
 
@@ -153,7 +157,8 @@ def format_row(row: Dict[str, Any], ratio: Optional[float] = None) -> str:
     return (f"  {row['op']:<32} {row['impl']:<{IMPL_WIDTH}} {row['bytes']:>11} "
             f"{t['mean'] * 1e6:10.1f} {t['p50'] * 1e6:10.1f} {t['p99'] * 1e6:10.1f} "
             f"{gb('algbw')} {gb('busbw')} {gb('link_bw')} {row['bytes_sent']:11.0f} "
-            f"{row['bytes_received']:11.0f} {wrong:>6} {shown:>9}")
+            f"{row['bytes_received']:11.0f} {wrong:>6} {shown:>9} "
+            f"{link.flag(s.get('link_fraction')):>11}")
 
 
 def result_document(args, ctx, the_sizes, rows, wrong) -> Dict[str, Any]:

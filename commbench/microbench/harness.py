@@ -2,7 +2,8 @@
 contenders (commbench's call, then the raw primitives) interleaved within each call
 so that load on a shared machine hits all of them alike, each output checked, and
 the rows of every rank's samples (schema in commbench.microbench.results; metrics
-defined in commbench.metrics).
+defined in commbench.metrics). On an emulated cluster each machine's interface
+counts what left it during each call (commbench.microbench.link).
 """
 
 from __future__ import annotations
@@ -10,15 +11,20 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from commbench.microbench import link
 from commbench.microbench.ops.base import Data
 
 
 def bench(op_cls, plugin_cls, ctx, config, count: int, args) -> List[Dict[str, Any]]:
     """Every contender of one op (a commbench.microbench.ops class) at one size of `count`
     elements; its rows (on rank 0; [] elsewhere)."""
+    from commbench.environment import emulated_network
+
     op = op_cls(plugin_cls, ctx, config, Data(ctx, count))
     timed = contenders(op, raw=not args.no_raw, check=bool(args.check))
-    return rows(op, timed, measure(timed, ctx, args.warmup_iters, args.iters))
+    network = emulated_network()
+    nic = link.counter(network, ctx.launch.local_rank)
+    return rows(op, timed, measure(timed, ctx, args.warmup_iters, args.iters, nic), network)
 
 
 class Contender:
@@ -35,6 +41,7 @@ class Contender:
         self.wrong = 0
         self.sent: List[float] = []
         self.received: List[float] = []
+        self.nic_bytes: List[int] = []  # what left this machine per call (first rank only)
 
 
 def contenders(op, raw: bool, check: bool) -> List[Contender]:
@@ -50,19 +57,29 @@ def contenders(op, raw: bool, check: bool) -> List[Contender]:
     return found
 
 
-def measure(timed: List[Contender], ctx, warmup: int, iters: int) -> List[Any]:
+def measure(timed: List[Contender], ctx, warmup: int, iters: int,
+            nic: Optional[link.NicCounter] = None) -> List[Any]:
     """Interleaved calls of every contender; every rank's samples (on every rank).
-    The clock stops after a device sync: a GPU collective returns when it is queued."""
+    The clock stops after a device sync: a GPU collective returns when it is queued.
+    `nic`: this machine's interface counter, read before each call (untimed)."""
     import torch.distributed as dist
 
     from commbench.loop import device_sync
 
     sync = device_sync(ctx.device)
+    before, last = 0, None
     for call in range(warmup + iters):
         for c in timed:
             c.reset()
             sync()  # the reset's copies are not the call's work
             dist.barrier()
+            if nic:
+                # What left since the previous call began is that call's: its tail may
+                # leave after it returned, but before this barrier's messages.
+                counted = nic.read()
+                if last is not None:
+                    last.nic_bytes.append(counted - before)
+                before, last = counted, (c if call >= warmup else None)
             start = time.perf_counter()
             c.run()
             sync()
@@ -74,13 +91,17 @@ def measure(timed: List[Contender], ctx, warmup: int, iters: int) -> List[Any]:
                 sent, received = c.traffic(call)
                 c.sent.append(sent)
                 c.received.append(received)
-    mine = [(c.seconds, c.wrong, c.sent, c.received) for c in timed]
+    dist.barrier()  # the last call's tail has left by now
+    if nic and last is not None:
+        last.nic_bytes.append(nic.read() - before)
+    mine = [(c.seconds, c.wrong, c.sent, c.received, c.nic_bytes) for c in timed]
     everyone: List[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, mine)
     return everyone
 
 
-def rows(op, timed: List[Contender], everyone: List[Any]) -> List[Dict[str, Any]]:
+def rows(op, timed: List[Contender], everyone: List[Any],
+         network: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """One row per contender from every rank's samples (rank 0; [] elsewhere)."""
     import numpy as np
 
@@ -94,6 +115,10 @@ def rows(op, timed: List[Contender], everyone: List[Any]) -> List[Dict[str, Any]
         stats = metrics.call_time_stats(seconds)
         algbw = metrics.algbw(op.S, stats["mean"])
         summary: Dict[str, Any] = {"time": stats, "algbw": algbw, **op.bandwidths(algbw)}
+        machines = [(rank[i][4], rank[i][0]) for rank in everyone if rank[i][4]]
+        if machines:  # each machine's bytes out over its first rank's time, averaged
+            summary["nic_bw"] = float(np.mean([sum(b) / sum(t) for b, t in machines]))
+            summary["link_fraction"] = link.fraction_of_rate(summary["nic_bw"], network)
         found.append({
             "op": op.name, "impl": c.impl, "commbench": c.impl == "commbench",
             "bytes": op.S, "count": op.data.count, "seconds": seconds,

@@ -8,7 +8,9 @@ Result document (kind "microbench"), besides the common header of commbench.resu
                  bytes, count, seconds [rank][call], bytes_sent/bytes_received (mean
                  per rank and call), wrong (commbench rows) and summary: time
                  {mean,p50,p99}, algbw, busbw (allreduce), link_bw (neighbor ops),
-                 ratio_to_raw {impl: p50 / its p50} (commbench rows)
+                 ratio_to_raw {impl: p50 / its p50} (commbench rows); on an emulated
+                 cluster nic_bw (bytes that left a machine's interface per second,
+                 mean over machines) and link_fraction (nic_bw / configured rate)
     summary      world_size, sizes, ops, wrong (total)
 """
 
@@ -18,6 +20,7 @@ import json
 from typing import Any, Dict, List
 
 from commbench.analysis import tables
+from commbench.microbench.link import SLOW_FRACTION, flag
 
 KIND = "microbench"
 
@@ -46,10 +49,10 @@ def title(doc: Dict[str, Any]) -> str:
 
 
 TABLE_HEADERS = ["op", "impl", "bytes", "time us", "p50 us", "p99 us", "algbw GB/s",
-                 "busbw GB/s", "link GB/s", "sent B/rank", "recv B/rank", "#wrong", "x raw"]
+                 "busbw GB/s", "link GB/s", "sent B/rank", "recv B/rank", "#wrong", "x raw", "x rate"]
 TABLE_FIELDS = ("op", "impl", "bytes", "time_mean_s", "time_p50_s", "time_p99_s",
                 "algbw", "busbw", "link_bw", "bytes_sent", "bytes_received", "wrong",
-                "ratio_to_raw")
+                "ratio_to_raw", "link_fraction")
 NOTES = [
     "time: seconds per call pooled over ranks and calls (mean, p50, p99); each call "
     "after a barrier, on data reset outside the timed region.",
@@ -58,6 +61,8 @@ NOTES = [
     "sent/recv: nominal bytes per rank and call (ring allreduce 2(n-1)/n x S; neighbor "
     "exchange out/in-degree x S). x raw: commbench p50 / the raw primitive's p50, one "
     "ratio per raw row in the order listed.",
+    "x rate (emulated clusters): bytes that left each machine's interface per second, "
+    f"headers included, / the link's configured rate; (slow): below {SLOW_FRACTION}.",
 ]
 
 
@@ -68,7 +73,7 @@ def record(row: Dict[str, Any]) -> Dict[str, Any]:
             "time_p99_s": s["time"]["p99"], "algbw": s.get("algbw"), "busbw": s.get("busbw"),
             "link_bw": s.get("link_bw"), "bytes_sent": row.get("bytes_sent"),
             "bytes_received": row.get("bytes_received"), "wrong": row.get("wrong"),
-            "ratio_to_raw": s.get("ratio_to_raw")}
+            "ratio_to_raw": s.get("ratio_to_raw"), "link_fraction": s.get("link_fraction")}
 
 
 def _cells(r: Dict[str, Any]) -> List[str]:
@@ -80,7 +85,7 @@ def _cells(r: Dict[str, Any]) -> List[str]:
             f"{r['time_p50_s'] * 1e6:.1f}", f"{r['time_p99_s'] * 1e6:.1f}", gb(r["algbw"]),
             gb(r["busbw"]), gb(r["link_bw"]), f"{r['bytes_sent']:.0f}",
             f"{r['bytes_received']:.0f}", "-" if r["wrong"] is None else str(r["wrong"]),
-            " ".join(f"{v:.2f}" for v in ratios.values()) or "-"]
+            " ".join(f"{v:.2f}" for v in ratios.values()) or "-", flag(r["link_fraction"])]
 
 
 def render(found: List[Any], fmt: str = "text") -> str:
@@ -97,6 +102,6 @@ def render(found: List[Any], fmt: str = "text") -> str:
     parts = []
     for r in found:
         body = tables.render(TABLE_HEADERS, [_cells(record(row)) for row in r.doc["rows"]],
-                             "llrrrrrrrrrrr", fmt)
+                             "llrrrrrrrrrrrr", fmt)
         parts.append(f"{tables.heading(title(r.doc), fmt)}\n\n{body}")
     return "\n".join(parts) + "\n" + tables.notes(NOTES, fmt)

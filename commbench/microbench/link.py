@@ -1,0 +1,50 @@
+"""A machine's link as its network interface counts it: the bytes that left the
+machine during a call (every rank on it together, headers included, as the link's
+rate limit counts them), read from the kernel's counters of the emulated machine's
+interface. Only on an emulated cluster, whose configured rate the result records,
+so that each contender's figure can be set against that rate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+# A contender below this fraction of the configured rate is flagged in tables.
+SLOW_FRACTION = 0.8
+
+
+class NicCounter:
+    """Bytes sent so far by this machine's interface `nic` (its own sysfs: a process
+    in a network namespace sees that namespace's interfaces)."""
+
+    def __init__(self, nic: str):
+        self.path = Path("/sys/class/net") / nic / "statistics" / "tx_bytes"
+
+    def read(self) -> int:
+        return int(self.path.read_text())
+
+
+def counter(network: Optional[Dict[str, Any]], local_rank: Optional[int]) -> Optional[NicCounter]:
+    """The counter this rank reads: the first rank of each machine of an emulated
+    cluster reads its interface; others, and real machines, none."""
+    if not network or not network.get("nic") or local_rank not in (0, None):
+        return None
+    found = NicCounter(network["nic"])
+    try:
+        found.read()
+    except (OSError, ValueError):
+        return None
+    return found
+
+
+def fraction_of_rate(nic_bw: Optional[float], network: Optional[Dict[str, Any]]) -> Optional[float]:
+    """nic_bw (bytes/s) as a fraction of the emulated link's configured rate."""
+    rate = (network or {}).get("link_bits_per_second")
+    return nic_bw * 8 / rate if nic_bw is not None and rate else None
+
+
+def flag(fraction: Optional[float]) -> str:
+    if fraction is None:
+        return "-"
+    return f"{fraction:.2f}" + (" (slow)" if fraction < SLOW_FRACTION else "")
