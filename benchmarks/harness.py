@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import torchvision
 
 from commbench.config import RunConfig, add_run_arguments
+from commbench.recipe import Recipe
 from commbench.run import run
 
 
@@ -32,7 +33,7 @@ def hand_written(config: RunConfig, rank: int, wrap: Callable, total: Callable) 
     adds the communication; total(rate) sums a rank's rate over all ranks."""
     torch.manual_seed(config.seed)
     model = getattr(torchvision.models, config.model)(num_classes=config.num_classes)
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    optimizer = Recipe.for_speed(config).optimizer(model.parameters())
     model, optimizer = wrap(model, optimizer)
     generator = torch.Generator().manual_seed(config.seed + rank)
     data = torch.randn(config.batch_size, 3, config.image_size, config.image_size,

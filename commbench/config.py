@@ -16,14 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from commbench.errors import UsageError
-from commbench.flags import (add_flags, flag, flag_fields, integer, non_negative_float,
-                             non_negative_int, one_of, option_name, positive_float, positive_int)
+from commbench.flags import (add_flags, flag, flag_fields, fraction, integer,
+                             non_negative_float, non_negative_int, one_of, option_name,
+                             positive_float, positive_int)
 from commbench.precision import AMP_MODES
 
 CPU_TRANSPORTS = ("auto", "gloo", "mpi")
 # Steps a timeline keeps by default: a few hundred events per rank and step at most, so
 # a file of 16 ranks stays within tens of megabytes.
 TIMELINE_STEPS = 200
+# Training to accuracy: how often the models are evaluated, and the bound on a run given
+# neither --max-epochs nor --time-budget.
+EVAL_EVERY = 20
+MAX_EPOCHS = 20.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,19 @@ class RunConfig:
                      "task generated from --seed)", metavar="SPEC")
     partition: str = flag("iid", "how a learnable task's samples are split among the "
                           "workers: iid, or dirichlet:ALPHA (label skew)", metavar="SPEC")
+    target_accuracy: Optional[float] = flag(
+        None, "train to accuracy instead of timing iterations: end the run when the "
+        "workers' averaged model reaches this validation accuracy (needs --data learnable)",
+        fraction, "X")
+    eval_every: Optional[int] = flag(
+        None, "training to accuracy: evaluate every N steps, the clock paused (default: "
+        f"{EVAL_EVERY})", positive_int, "STEPS")
+    time_budget: Optional[float] = flag(
+        None, "training to accuracy: stop after this much training time (checked at each "
+        "evaluation)", positive_float, "SECONDS")
+    max_epochs: Optional[float] = flag(
+        None, "training to accuracy: stop after this many passes over the training set "
+        f"(default: {MAX_EPOCHS} when no --time-budget is given)", positive_float, "N")
     num_warmup_batches: int = flag(10, "untimed batches before the benchmark", non_negative_int)
     num_batches_per_iter: int = flag(10, "batches per timed iteration", positive_int)
     num_iters: int = flag(10, "timed iterations", positive_int)
@@ -66,11 +84,21 @@ class RunConfig:
                     "{off,fp16,bf16}")
     cpu_transport: str = flag(
         "auto", "how allreduce and neighbor exchanges move CPU tensors: mpi (mpi4py, "
-        "under an MPI launcher), gloo, or auto (mpi when available)",
+        "under an MPI launcher), gloo, or auto (mpi when available, gloo for an allreduce "
+        "between machines)",
         one_of(CPU_TRANSPORTS), "{auto,gloo,mpi}")
     no_cuda: bool = flag(False, "run on the CPU even when a GPU is available")
-    lr: float = flag(0.01, "SGD learning rate", non_negative_float)
+    lr: Optional[float] = flag(
+        None, "SGD learning rate (default: 0.01 for a speed run, as Horovod's and Bluefog's "
+        "benchmarks; training to accuracy: the peak, 0.1 x total batch / 256; see "
+        "commbench.recipe)", non_negative_float)
     momentum: float = flag(0.9, "SGD momentum", non_negative_float)
+    weight_decay: Optional[float] = flag(
+        None, "SGD weight decay (default: 0 for a speed run; 5e-4 training to accuracy)",
+        non_negative_float, "W")
+    warmup_epochs: float = flag(
+        1.0, "training to accuracy: epochs of linear learning-rate warm-up before the cosine "
+        "decay", non_negative_float, "N")
     seed: int = flag(42, "random seed of model weights and synthetic data", integer)
     timeout: float = flag(300.0, "seconds a collective may wait for a peer before the job "
                           "is ended", positive_float, "SECONDS")
@@ -90,6 +118,13 @@ class RunConfig:
         values = {f.name: getattr(self, f.name) for f in flag_fields(RunConfig)}
         values.update(self.options)
         return values
+
+    @property
+    def trains_to_accuracy(self) -> bool:
+        """Whether this run trains to accuracy (commbench.convergence) rather than
+        timing iterations."""
+        return any(v is not None for v in (self.target_accuracy, self.eval_every,
+                                           self.time_budget, self.max_epochs))
 
 
 def plugin_options() -> List[Tuple[str, List[dataclasses.Field]]]:

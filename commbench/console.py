@@ -62,8 +62,10 @@ def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
             f"{crowded['physical_cores']} physical core(s): this run measures CPU sharing, "
             "not communication")
     say(f"Strategy: {strategy.name} - {strategy.summary}")
-    transport = strategy.facts().get("transport", ctx.backend)
-    moved = f" (CPU tensors move over {transport})" if transport != ctx.backend else ""
+    facts = strategy.facts()
+    transport, why = facts.get("transport", ctx.backend), facts.get("transport_reason", "")
+    moved = f" (CPU tensors move over {transport}: {why})" if ctx.launch.mpi and \
+        ctx.device.type == "cpu" and why else ""
     say(f"Backend: {ctx.backend} on {ctx.device}{moved}")
 
 
@@ -116,3 +118,43 @@ def total_line(summary: Dict[str, Any], kind: str) -> str:
     total = summary["total_img_sec"]
     return (f"Total img/sec on {summary['workers']} {kind}(s): {total['mean']:.1f} "
             f"+-{total['spread']:.1f}")
+
+
+def training_plan(say: Printer, rule, steps_per_epoch: int, recipe) -> None:
+    bounds = [f"target accuracy {rule.target:g}" if rule.target is not None else None,
+              f"at most {rule.max_steps} steps ({rule.max_steps / steps_per_epoch:.3g} "
+              "epochs)" if rule.max_steps is not None else None,
+              f"a time budget of {rule.time_budget:g} s" if rule.time_budget else None]
+    say(f"Training to accuracy: {', '.join(b for b in bounds if b)}; evaluating every "
+        f"{rule.eval_every} steps, the clock paused")
+    say(f"Recipe: SGD, momentum {recipe.momentum:g}, weight decay {recipe.weight_decay:g}; "
+        f"learning rate {recipe.peak_lr:g} ({recipe.lr_rule}), {recipe.warmup_steps} "
+        "warm-up steps, then a cosine decay to 0 over the budget")
+
+
+def point_line(point) -> str:
+    return (f"Step {point.step} (epoch {point.epoch:.2f}): accuracy {point.accuracy:.3f} "
+            f"averaged model, {point.worker_mean:.3f} worker mean, {point.worker_worst:.3f} "
+            f"worst; loss {point.loss:.4f}; consensus distance {point.consensus_distance:.3g}; "
+            f"{point.training_seconds:.1f} s training, {point.wall_seconds:.1f} s wall")
+
+
+def trained_line(outcome: Dict[str, Any]) -> str:
+    """How a run trained to accuracy ended: its time to the target, or "not reached"
+    with its best accuracy (never a time)."""
+    if outcome["reached"]:
+        return (f"Time to target {outcome['target_accuracy']:g}: "
+                f"{outcome['time_to_target']:.1f} s of training "
+                f"({outcome['wall_time_to_target']:.1f} s wall with evaluation), "
+                f"{outcome['steps_to_target']} steps, {outcome['epochs_to_target']:.2f} "
+                f"epochs, {outcome['samples_to_target']} samples")
+    missed = "" if outcome["target_accuracy"] is None else \
+        f"Target {outcome['target_accuracy']:g} not reached; "
+    return (f"{missed}best accuracy {outcome['best_accuracy']:.3f} at step "
+            f"{outcome['best_at_step']}; stopped by the {outcome['stopped_by']} after "
+            f"{outcome['steps']} steps ({outcome['training_seconds']:.1f} s of training)")
+
+
+def print_outcome(say: Printer, outcome: Dict[str, Any]) -> None:
+    say(trained_line(outcome))
+    say(f"Img/sec during training: {outcome['img_sec']:.1f} (all workers)")

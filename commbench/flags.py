@@ -83,6 +83,11 @@ def probability(text: str) -> float:
     return _number(text, lambda v: 0 < v < 1)
 
 
+@accepting("a number greater than 0 and at most 1")
+def fraction(text: str) -> float:
+    return _number(text, lambda v: 0 < v <= 1)
+
+
 @accepting("positive integers like 1,2,4")
 def positive_ints(text: str) -> List[int]:
     counts = [int(n) for n in text.split(",")]

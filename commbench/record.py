@@ -1,6 +1,6 @@
 """What a run records: every rank's samples and spans gathered to rank 0, the step
-split on rank 0's clock, the summary, the timeline file and the result file; and the
-consensus distance measured after each iteration."""
+split on rank 0's clock, the summary, the timeline file and the result file; the
+result of a run trained to accuracy; and the consensus distance."""
 
 from __future__ import annotations
 
@@ -34,6 +34,25 @@ def finish(config: RunConfig, ctx, strategy, timings: Timings, reference, model,
                           {"commbench": doc["schema_version"], "config": doc["config"],
                            "clock_offsets": samples["clock_offsets"]})
     return doc, results.write_result(config.results_dir, doc, result_stem(config, ctx, strategy))
+
+
+def finish_training(config: RunConfig, ctx, strategy, outcome: Dict[str, Any],
+                    data_facts: Dict[str, Any], recipe: Dict[str, Any]
+                    ) -> Optional[Tuple[Dict[str, Any], Any]]:
+    """The result of a run trained to accuracy, written by rank 0: (document, its path)
+    on rank 0, None elsewhere."""
+    if ctx.rank != 0:
+        return None
+    curve = outcome.pop("curve")
+    doc = results.new_document("accuracy")
+    doc.update(config=config.to_dict(),
+               strategy={"name": type(strategy).name,
+                         "decentralized": type(strategy).decentralized, **strategy.facts()},
+               environment=environment.collect(ctx), data=data_facts, recipe=recipe,
+               curve=curve,
+               summary={**outcome, "oversubscribed": oversubscribed(ctx)})
+    stem = result_stem(config, ctx, strategy) + "-accuracy"
+    return doc, results.write_result(config.results_dir, doc, stem)
 
 
 def consensus_distance(model, world_size: int) -> float:

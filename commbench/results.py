@@ -19,6 +19,21 @@ Schema (version 1), a `run` result:
                       consensus_distance [iter] or null, parameter_digests [rank]
     summary           commbench.metrics.summarize() of the samples, plus
                       parameters_identical, final_loss, final_consensus_distance
+
+An `accuracy` result (a run trained to accuracy, commbench.convergence) has the same
+header, config, strategy and environment, and instead of samples:
+
+    data              the task, the partition and each worker's class mix
+    recipe            commbench.recipe.Recipe: peak_lr, lr_rule, momentum,
+                      weight_decay, warmup_steps, total_steps, time_budget, schedule
+    curve             one entry per evaluation: step, epoch, samples,
+                      training_seconds, wall_seconds, accuracy (the averaged model),
+                      worker_mean, worker_worst, loss, consensus_distance
+    summary           commbench.convergence.outcome(): target_accuracy, reached,
+                      time_to_target, wall_time_to_target, steps/epochs/samples_to_target
+                      (null when not reached: never a time), best_accuracy,
+                      best_at_step, stopped_by, steps, training_seconds, wall_seconds,
+                      img_sec, eval_every, max_steps, time_budget, oversubscribed
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Dict, List
 
-from commbench import console, precision, record, registry, results, spans
+from commbench import console, convergence, precision, record, registry, results, spans
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
@@ -22,6 +22,7 @@ from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.loop import device_sync, measure, warm_up
 from commbench.reference import ComputeOnly
 from commbench.models import build_model, model_names
+from commbench.recipe import Recipe
 
 
 def add_arguments(parser) -> None:
@@ -70,14 +71,18 @@ def run(config: RunConfig) -> Dict[str, Any]:
         say(f"Data: {data.facts['data']}, {data.facts['steps_per_epoch']} steps per epoch; "
             f"partition {config.partition}: {partition.describe(data.facts['class_mix'])}")
 
+    if config.trains_to_accuracy:
+        return _train_to_accuracy(config, ctx, strategy, model, data, sync, say)
+
+    speed = Recipe.for_speed(config)
     reference = None
     if config.reference_iters and strategy_cls.name != "none":
         say("Measuring the compute-only reference...")
-        reference = ComputeOnly(lambda twin: _trainable(twin, config, ctx.device), model,
+        reference = ComputeOnly(lambda twin: _trainable(twin, config, ctx.device, speed), model,
                                 config, images, labels, sync)
         reference.half()
 
-    step = strategy.wrap(*_trainable(model, config, ctx.device))
+    step = strategy.wrap(*_trainable(model, config, ctx.device, speed))
     progress = console.IterationReport(ctx, config, model, strategy_cls.decentralized, say)
     say("Running warmup...")
     warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches)
@@ -107,6 +112,35 @@ def run(config: RunConfig) -> Dict[str, Any]:
     return doc
 
 
+def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Batches, sync,
+                       say) -> Dict[str, Any]:
+    per_epoch = data.facts["steps_per_epoch"]
+    rule = convergence.StopRule.of(config, per_epoch)
+    total_batch = config.batch_size * ctx.world_size
+    recipe = Recipe.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
+    trained, optimizer = _trainable(model, config, ctx.device, recipe)
+    step = strategy.wrap(trained, optimizer)
+
+    def train_step(index: int, training_seconds: float):
+        recipe.apply(optimizer, index, training_seconds)
+        return step(*data.next())
+
+    twin = build_model(config.model, data.classes).to(ctx.device)
+    task = batches.parse(config.data, config.seed)
+    evaluate = convergence.Evaluator(model, twin, batches.validation(
+        task, config.image_size, config.seed), ctx)
+    console.training_plan(say, rule, per_epoch, recipe)
+    outcome = convergence.train(train_step, sync, rule, evaluate, model, ctx, total_batch,
+                                per_epoch, lambda point: say(console.point_line(point)))
+    recorded = record.finish_training(config, ctx, strategy, dict(outcome), data.facts,
+                                      recipe.facts())
+    console.print_outcome(say, outcome)
+    if recorded is None:
+        return {}
+    say(f"Result: {recorded[1]}")
+    return recorded[0]
+
+
 def _batches(config: RunConfig, ctx) -> batches.Batches:
     task = batches.parse(config.data, config.seed)
     if task is None:
@@ -127,6 +161,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
     strategy_cls.check(config, launch)
     batches.parse(config.data, config.seed)
     partition.parse(config.partition)
+    convergence.check(config)
     if config.timeline is not None:
         try:
             spans.check_writable(config.timeline)
@@ -186,9 +221,7 @@ def _check_image_size(model, images, config: RunConfig) -> None:
         model.train()
 
 
-def _trainable(model, config: RunConfig, device):
-    """The model and its SGD optimizer, as a plugin gets them (under --amp's autocast)."""
-    import torch
-
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+def _trainable(model, config: RunConfig, device, recipe: Recipe):
+    """The model and its optimizer, as a plugin gets them (under --amp's autocast)."""
+    optimizer = recipe.optimizer(model.parameters())
     return precision.mixed_precision(model, optimizer, config.amp, device)

@@ -14,7 +14,7 @@ from commbench.config import RunConfig
 from commbench.errors import UsageError
 from launchers import PYTHON, TINY_RUN, mpiexec, run
 
-NUMBERS = (flags.positive_int, flags.non_negative_int, flags.positive_float,
+NUMBERS = (flags.positive_int, flags.non_negative_int, flags.positive_float, flags.fraction,
            flags.non_negative_float)
 NUMERIC_FLAGS = [f for f in flags.flag_fields(RunConfig) if f.metadata["type"] in NUMBERS]
 

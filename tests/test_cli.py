@@ -15,12 +15,14 @@ REPO = Path(__file__).resolve().parents[1]
 # The run flags, snapshotted: a change here is a change users see. Update it on purpose.
 RUN_FLAGS = [
     "--amp", "--atc-style", "--batch-size", "--cpu-transport", "--data",
-    "--disable-dynamic-topology", "--dist-optimizer",
+    "--disable-dynamic-topology", "--dist-optimizer", "--eval-every",
     "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
-    "--lr", "--machine-size", "--model", "--momentum", "--no-cuda", "--num-batches-per-iter",
+    "--lr", "--machine-size", "--max-epochs", "--model", "--momentum", "--no-cuda", "--num-batches-per-iter",
     "--num-classes", "--num-iters", "--num-warmup-batches", "--partition", "--reference-iters",
     "--reference-seconds",
-    "--results-dir", "--seed", "--tag", "--timeline", "--timeline-steps", "--timeout", "--topology", "--use-adasum",
+    "--results-dir", "--seed", "--tag", "--target-accuracy", "--time-budget", "--timeline",
+    "--timeline-steps", "--timeout", "--topology", "--use-adasum", "--warmup-epochs",
+    "--weight-decay",
 ]
 
 
@@ -50,7 +52,8 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
     recorded = json.loads(fixture.read_text())["config"]
     config = config_from_args(build_parser().parse_args(["run"]))
     added_since = {"amp", "reference_seconds", "timeline", "timeline_steps", "data",
-                   "partition"}
+                   "partition", "target_accuracy", "eval_every", "time_budget", "max_epochs",
+                   "weight_decay", "warmup_epochs"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

@@ -68,3 +68,9 @@ def learnable(task: LearnableTask, partition: str, batch_size: int, image_size: 
     facts = {"data": task.describe(), "partition": partition, "class_mix": mix,
              "steps_per_epoch": max(1, task.samples // (batch_size * world_size))}
     return Batches(next_batch, task.classes, facts)
+
+
+def validation(task: LearnableTask, image_size: int, seed: int) -> Tuple[Any, Any]:
+    """The task's held-out validation set, a tenth of its training samples: the same on
+    every worker, drawn from a seed of its own."""
+    return task.draw(max(1, task.samples // 10), image_size, seed + VALIDATION)

@@ -81,13 +81,16 @@ def run_one(job: Job, timeout: float, env: Dict[str, str]) -> str:
 
 
 def headline(path: Path) -> str:
-    """A job's total img/sec and in-job efficiency, read from its result file."""
+    """A job's total img/sec and in-job efficiency, read from its result file; for a run
+    trained to accuracy, its time to the target or its best accuracy."""
     from commbench.metrics import trust_flags
     from commbench.results import read_result
-    from commbench.console import percent, total_line
+    from commbench.console import percent, total_line, trained_line
 
     doc = read_result(path)
     summary = doc["summary"]
+    if doc.get("kind") == "accuracy":
+        return trained_line(summary)
     kind = "GPU" if (doc.get("environment") or {}).get("device") == "cuda" else "worker"
     line = total_line(summary, kind)
     if "efficiency_in_job" in summary:

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from commbench import registry
 from commbench.config import add_run_arguments, config_from_args
+from commbench.recipe import Recipe
 from commbench.launch.distributed import init_distributed, leave_libraries
 from commbench.launch.detect import detect_launch
 from commbench.models import build_model, synthetic_batch
@@ -32,7 +33,7 @@ def train(name, base, config, ctx, images, labels, steps):
     cls = registry.resolve(name)
     cls.check(config, ctx.launch)
     model = copy.deepcopy(base)
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    optimizer = Recipe.for_speed(config).optimizer(model.parameters())
     step = cls(ctx, config).wrap(model, optimizer)
     # The same random stream for both engines: dropout (squeezenet's classifier) must
     # drop the same units, or the engines train different networks.

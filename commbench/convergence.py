@@ -1,0 +1,214 @@
+"""Training to accuracy: the loop of a run with --target-accuracy (or --eval-every,
+--time-budget, --max-epochs). Workers train from step 0 with no warm-up, since every
+step counts towards reaching the target. Every --eval-every steps the training clock
+pauses and all workers evaluate, on the task's held-out validation set:
+
+- the averaged model: the mean of all workers' parameters and BatchNorm statistics
+  (what a user would deploy), each worker scoring its share of the validation set;
+- each worker's own model on the whole set (mean and worst over workers: how far the
+  models a decentralized strategy leaves apart have drifted).
+
+The run stops at the first evaluation where the averaged model reaches the target,
+where the training time passed --time-budget, or at --max-epochs. Every stop decision
+is made from values all ranks share (reduced over them), so all ranks stop together.
+Two clocks are kept: training time (steps only; evaluation paused) and wall time
+(evaluation included, as MLPerf Training counts it); the slowest rank's of each.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from commbench.config import EVAL_EVERY, MAX_EPOCHS, RunConfig
+from commbench.errors import UsageError
+from commbench.record import consensus_distance
+
+EVAL_BATCH = 500  # validation images per forward pass: outside the clock, any size works
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When to evaluate and when to stop, in steps and training seconds."""
+
+    target: Optional[float]
+    eval_every: int
+    max_steps: Optional[int]  # None: bounded by time_budget alone
+    time_budget: Optional[float]
+
+    @classmethod
+    def of(cls, config: RunConfig, steps_per_epoch: int) -> "StopRule":
+        epochs = config.max_epochs
+        if epochs is None and config.time_budget is None:
+            epochs = MAX_EPOCHS
+        max_steps = None if epochs is None else max(1, round(epochs * steps_per_epoch))
+        return cls(config.target_accuracy, config.eval_every or EVAL_EVERY, max_steps,
+                   config.time_budget)
+
+    def why_stop(self, point: "Point") -> Optional[str]:
+        if self.target is not None and point.accuracy >= self.target:
+            return "target"
+        if self.max_steps is not None and point.step >= self.max_steps:
+            return "max epochs"
+        if self.time_budget is not None and point.training_seconds >= self.time_budget:
+            return "time budget"
+        return None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One evaluation: where training stood and how good the models were."""
+
+    step: int
+    epoch: float
+    samples: int
+    training_seconds: float
+    wall_seconds: float
+    accuracy: float  # the averaged model's
+    worker_mean: float
+    worker_worst: float
+    loss: float  # training loss, mean over ranks and the steps since the last evaluation
+    consensus_distance: float
+
+
+def check(config: RunConfig) -> None:
+    """Training to accuracy needs something to learn (before any communication)."""
+    if config.trains_to_accuracy and config.data == "synthetic":
+        flag = next(f"--{name.replace('_', '-')}" for name in
+                    ("target_accuracy", "eval_every", "time_budget", "max_epochs")
+                    if getattr(config, name) is not None)
+        raise UsageError(f"argument {flag}: training to accuracy needs --data learnable "
+                         "(the synthetic batch is one fixed batch: nothing to learn)")
+
+
+class Evaluator:
+    """Scores the averaged model and this worker's own on the validation set."""
+
+    def __init__(self, model, twin, validation, ctx):
+        import torch
+
+        self.model, self.twin, self.ctx = model, twin, ctx
+        images, labels = validation
+        self.images, self.labels = images.to(ctx.device), labels.to(ctx.device)
+        share = torch.arange(ctx.rank, len(labels), ctx.world_size)  # this rank's share
+        self.share = share.to(ctx.device)
+
+    def __call__(self):
+        """(averaged model's accuracy, every worker's own accuracy), the same on all ranks."""
+        import torch
+        import torch.distributed as dist
+
+        average_into(self.twin, self.model, self.ctx.world_size)
+        correct = count_correct(self.twin, self.images[self.share], self.labels[self.share])
+        own = torch.zeros(self.ctx.world_size + 1, dtype=torch.float64, device=self.ctx.device)
+        own[self.ctx.rank] = count_correct(self.model, self.images, self.labels) / len(self.labels)
+        own[-1] = correct
+        dist.all_reduce(own)
+        return float(own[-1]) / len(self.labels), own[:-1].tolist()
+
+
+def average_into(twin, model, world_size: int) -> None:
+    """twin <- the mean over ranks of model's parameters and floating-point buffers
+    (BatchNorm's running statistics); integer buffers (batches seen) are this rank's."""
+    import torch
+    import torch.distributed as dist
+
+    mine, theirs = model.state_dict(), twin.state_dict()
+    floating = [k for k, v in mine.items() if v.is_floating_point()]
+    flat = torch.cat([mine[k].detach().reshape(-1).double() for k in floating])
+    dist.all_reduce(flat)
+    flat /= world_size
+    at = 0
+    with torch.no_grad():
+        for key, value in mine.items():
+            if key in floating:
+                theirs[key].copy_(flat[at:at + value.numel()].view_as(value))
+                at += value.numel()
+            else:
+                theirs[key].copy_(value)
+
+
+def count_correct(model, images, labels) -> int:
+    import torch
+
+    was_training = model.training
+    model.eval()
+    correct = 0
+    try:
+        with torch.no_grad():
+            for lo in range(0, len(labels), EVAL_BATCH):
+                guess = model(images[lo:lo + EVAL_BATCH]).argmax(dim=1)
+                correct += int((guess == labels[lo:lo + EVAL_BATCH]).sum())
+    finally:
+        model.train(was_training)
+    return correct
+
+
+def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: StopRule,
+          evaluate: Evaluator, model, ctx, samples_per_step: int, steps_per_epoch: int,
+          report: Callable[[Point], None]) -> Dict[str, Any]:
+    """Train until the rule stops it; the curve and how it ended. step(index, training
+    seconds so far) takes one training step and returns its loss."""
+    import torch
+    import torch.distributed as dist
+
+    curve: List[Point] = []
+    training, losses, steps = 0.0, [], 0
+    started = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        loss = step(steps, training)
+        sync()
+        training += time.perf_counter() - t0
+        losses.append(float(loss.detach()))
+        steps += 1
+        if steps % rule.eval_every and steps != rule.max_steps:
+            continue
+        accuracy, own = evaluate()
+        shared = torch.tensor([training, time.perf_counter() - started],
+                              dtype=torch.float64, device=ctx.device)
+        dist.all_reduce(shared, op=dist.ReduceOp.MAX)  # the slowest rank's clocks
+        mean_loss = torch.tensor([sum(losses) / len(losses)], dtype=torch.float64,
+                                 device=ctx.device)
+        dist.all_reduce(mean_loss)
+        point = Point(steps, steps / steps_per_epoch, steps * samples_per_step,
+                      float(shared[0]), float(shared[1]), accuracy, sum(own) / len(own),
+                      min(own), float(mean_loss) / ctx.world_size,
+                      consensus_distance(model, ctx.world_size))
+        curve.append(point)
+        report(point)
+        losses = []
+        stopped_by = rule.why_stop(point)
+        if stopped_by:
+            return outcome(curve, rule, stopped_by, samples_per_step)
+
+
+def outcome(curve: List[Point], rule: StopRule, stopped_by: str,
+            samples_per_step: int) -> Dict[str, Any]:
+    """The summary of a curve: time, steps, epochs and samples to the target, or "not
+    reached" with the best accuracy (never a time)."""
+    last = curve[-1]
+    reached = stopped_by == "target"
+    best = max(curve, key=lambda p: p.accuracy)
+    return {
+        "target_accuracy": rule.target,
+        "reached": reached if rule.target is not None else None,
+        "time_to_target": last.training_seconds if reached else None,
+        "wall_time_to_target": last.wall_seconds if reached else None,
+        "steps_to_target": last.step if reached else None,
+        "epochs_to_target": last.epoch if reached else None,
+        "samples_to_target": last.samples if reached else None,
+        "best_accuracy": best.accuracy,
+        "best_at_step": best.step,
+        "final_worker_worst": last.worker_worst,
+        "stopped_by": stopped_by,
+        "steps": last.step,
+        "training_seconds": last.training_seconds,
+        "wall_seconds": last.wall_seconds,
+        "img_sec": last.samples / last.training_seconds if last.training_seconds else None,
+        "eval_every": rule.eval_every,
+        "max_steps": rule.max_steps,
+        "time_budget": rule.time_budget,
+        "curve": [asdict(p) for p in curve],
+    }

@@ -1,0 +1,85 @@
+"""The training recipe: one optimizer and learning-rate schedule for every strategy, so
+that two runs of the same configuration differ only in how workers exchange.
+
+A speed run keeps Horovod's and Bluefog's benchmark recipe (SGD, a constant learning
+rate of 0.01, momentum 0.9, no weight decay): its numbers stay comparable with theirs.
+A run trained to accuracy takes the large-batch recipe of Goyal et al. ("Accurate,
+Large Minibatch SGD"): momentum SGD with weight decay, a peak learning rate scaled
+linearly with the total batch (0.1 per 256 images), reached by a linear warm-up and
+decayed by a cosine to zero over the run's budget (its steps, or its time budget where
+no step bound is given). --lr and --weight-decay override the peak and the decay.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Optional
+
+SPEED_LR = 0.01
+BASE_LR = 0.1  # per REFERENCE_BATCH images of the total batch
+REFERENCE_BATCH = 256
+WEIGHT_DECAY = 5e-4
+
+
+@dataclass(frozen=True)
+class Recipe:
+    peak_lr: float
+    momentum: float
+    weight_decay: float
+    lr_rule: str  # how the peak was chosen, in words (recorded)
+    warmup_steps: int = 0
+    total_steps: Optional[int] = None  # cosine decay over these steps...
+    time_budget: Optional[float] = None  # ...or over this much training time
+    schedule: str = "constant"  # or "warm-up, then cosine"
+
+    @classmethod
+    def for_speed(cls, config) -> "Recipe":
+        lr = SPEED_LR if config.lr is None else config.lr
+        rule = "--lr" if config.lr is not None else "the benchmarks' constant 0.01"
+        return cls(lr, config.momentum, config.weight_decay or 0.0, rule)
+
+    @classmethod
+    def for_accuracy(cls, config, total_batch: int, steps_per_epoch: int,
+                     max_steps: Optional[int]) -> "Recipe":
+        if config.lr is not None:
+            lr, rule = config.lr, "--lr"
+        else:
+            lr = BASE_LR * total_batch / REFERENCE_BATCH
+            rule = f"linear scaling: {BASE_LR:g} x {total_batch}/{REFERENCE_BATCH}"
+        decay = WEIGHT_DECAY if config.weight_decay is None else config.weight_decay
+        warmup = round(config.warmup_epochs * steps_per_epoch)
+        if max_steps is not None:
+            warmup = min(warmup, max_steps)
+        return cls(lr, config.momentum, decay, rule, warmup, max_steps, config.time_budget,
+                   "warm-up, then cosine")
+
+    def optimizer(self, parameters):
+        import torch
+
+        return torch.optim.SGD(parameters, lr=self.lr_at(0), momentum=self.momentum,
+                               weight_decay=self.weight_decay)
+
+    def lr_at(self, step: int, training_seconds: float = 0.0) -> float:
+        """The learning rate of step `step` (counted from 0), `training_seconds` into
+        the run."""
+        if self.schedule == "constant":
+            return self.peak_lr
+        if step < self.warmup_steps:
+            return self.peak_lr * (step + 1) / self.warmup_steps
+        if self.total_steps is not None:
+            left = max(1, self.total_steps - self.warmup_steps)
+            progress = (step - self.warmup_steps) / left
+        elif self.time_budget:
+            progress = training_seconds / self.time_budget
+        else:
+            progress = 0.0
+        return self.peak_lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    def apply(self, optimizer, step: int, training_seconds: float) -> None:
+        lr = self.lr_at(step, training_seconds)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+    def facts(self) -> Dict[str, Any]:
+        return asdict(self)
