@@ -35,16 +35,18 @@ MAX_EPOCHS = 20.0
 class RunConfig:
     model: str = flag("resnet50", "torchvision classification model", metavar="NAME")
     batch_size: int = flag(32, "input batch size per worker", positive_int)
-    image_size: int = flag(224, "synthetic image height and width in pixels", positive_int)
+    image_size: int = flag(224, "image height and width in pixels (a dataset's images are "
+                           "brought to it)", positive_int)
     num_classes: int = flag(1000, "number of classes of the synthetic labels", positive_int)
     data: str = flag("synthetic", "what to train on: synthetic (one fixed random batch, for "
-                     "speed) or learnable[:classes=N,noise=X,samples=N] (a classification "
-                     "task generated from --seed)", metavar="SPEC")
-    partition: str = flag("iid", "how a learnable task's samples are split among the "
+                     "speed), learnable[:classes=N,noise=X,samples=N] (a classification "
+                     "task generated from --seed), cifar10:PATH or imagefolder:PATH (read "
+                     "from disk, never downloaded)", metavar="SPEC")
+    partition: str = flag("iid", "how a dataset's training samples are split among the "
                           "workers: iid, or dirichlet:ALPHA (label skew)", metavar="SPEC")
     target_accuracy: Optional[float] = flag(
         None, "train to accuracy instead of timing iterations: end the run when the "
-        "workers' averaged model reaches this validation accuracy (needs --data learnable)",
+        "workers' averaged model reaches this validation accuracy (needs --data other than synthetic)",
         fraction, "X")
     eval_every: Optional[int] = flag(
         None, "training to accuracy: evaluate every N steps, the clock paused (default: "

@@ -78,8 +78,8 @@ def check(config: RunConfig) -> None:
         flag = next(f"--{name.replace('_', '-')}" for name in
                     ("target_accuracy", "eval_every", "time_budget", "max_epochs")
                     if getattr(config, name) is not None)
-        raise UsageError(f"argument {flag}: training to accuracy needs --data learnable "
-                         "(the synthetic batch is one fixed batch: nothing to learn)")
+        raise UsageError(f"argument {flag}: training to accuracy needs --data learnable, "
+                         "cifar10:PATH or imagefolder:PATH (the synthetic batch is one fixed batch: nothing to learn)")
 
 
 class Evaluator:

@@ -17,6 +17,7 @@ from commbench import console, convergence, precision, record, registry, results
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
+from commbench.data.local import LocalDataset
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.loop import device_sync, measure, warm_up
@@ -128,7 +129,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     twin = build_model(config.model, data.classes).to(ctx.device)
     task = batches.parse(config.data, config.seed)
     evaluate = convergence.Evaluator(model, twin, batches.validation(
-        task, config.image_size, config.seed), ctx)
+        task, config.image_size, config.seed, ctx.device), ctx)
     console.training_plan(say, rule, per_epoch, recipe)
     outcome = convergence.train(train_step, sync, rule, evaluate, model, ctx, total_batch,
                                 per_epoch, lambda point: say(console.point_line(point)))
@@ -146,8 +147,9 @@ def _batches(config: RunConfig, ctx) -> batches.Batches:
     if task is None:
         return batches.synthetic(config.batch_size, config.image_size, config.num_classes,
                                  ctx.device, seed=config.seed + 7919 * (ctx.rank + 1))
-    return batches.learnable(task, config.partition, config.batch_size, config.image_size,
-                             ctx.rank, ctx.world_size, ctx.device, config.seed)
+    make = batches.from_path if isinstance(task, LocalDataset) else batches.learnable
+    return make(task, config.partition, config.batch_size, config.image_size, ctx.rank,
+                ctx.world_size, ctx.device, config.seed)
 
 
 def validate(config: RunConfig, launch: LaunchInfo):

@@ -1,31 +1,38 @@
-"""A worker's batches (`--data`): the fixed synthetic batch, or the worker's shard of a
+"""A worker's batches (`--data`): the fixed synthetic batch; the worker's shard of a
 learnable task, built once before the clock starts and served on the device in a
 seeded order, reshuffled at each pass, so that reading data is never what a run
-measures. Every worker takes the same number of steps per epoch: an epoch is the
-task's samples over the workers' total batch, whatever the partition's shard sizes."""
+measures; or its shard of a real dataset from a local path (commbench.data.local),
+read by a DataLoader. Every worker takes the same number of steps per epoch: an epoch
+is the training samples over the workers' total batch, whatever the partition's shard
+sizes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
+from commbench.data import local
 from commbench.data import partition as partitions
 from commbench.data.learnable import LearnableTask
+from commbench.data.local import LocalDataset
 from commbench.errors import UsageError
 
-FORMS = "synthetic, learnable[:classes=N,noise=X,samples=N]"
+FORMS = "synthetic, learnable[:classes=N,noise=X,samples=N], cifar10:PATH, imagefolder:PATH"
 # Seeds drawn from --seed: the task (its prototypes), its training and validation samples
 # and the partition; shifted so that none equals another.
 TASK, TRAIN, VALIDATION, PARTITION = 0, 1, 2, 3
 
 
-def parse(spec: str, seed: int) -> Optional[LearnableTask]:
-    """None for the synthetic batch; the task of `learnable[:knobs]`."""
+def parse(spec: str, seed: int) -> Union[None, LearnableTask, LocalDataset]:
+    """None for the synthetic batch; the task of `learnable[:knobs]`; the dataset of
+    `cifar10:PATH` or `imagefolder:PATH`."""
     kind, _, knobs = spec.partition(":")
     if kind == "synthetic" and not knobs:
         return None
     if kind == "learnable":
         return LearnableTask.parse(knobs, seed + TASK)
+    if kind in local.KINDS:
+        return LocalDataset.parse(kind, knobs)
     raise UsageError(f"argument --data: {spec!r} is not one of {FORMS}")
 
 
@@ -70,7 +77,29 @@ def learnable(task: LearnableTask, partition: str, batch_size: int, image_size: 
     return Batches(next_batch, task.classes, facts)
 
 
-def validation(task: LearnableTask, image_size: int, seed: int) -> Tuple[Any, Any]:
-    """The task's held-out validation set, a tenth of its training samples: the same on
-    every worker, drawn from a seed of its own."""
+def from_path(found: LocalDataset, partition: str, batch_size: int, image_size: int,
+              rank: int, world_size: int, device, seed: int) -> Batches:
+    """This worker's shard of a dataset on disk, read by a DataLoader."""
+    train = found.dataset(image_size, train=True)
+    labels = local.labels_of(train)
+    classes = len(train.classes)
+    shards = partitions.partition(labels, world_size, partition, seed + PARTITION)
+    if min(len(s) for s in shards) < batch_size:
+        raise UsageError(f"argument --data: a worker's shard of {found.describe()} holds "
+                         f"fewer than --batch-size {batch_size} images")
+    batches = local.loader(train, shards[rank], batch_size, device,
+                           seed + PARTITION + 7919 * (rank + 1))
+    mix = partitions.class_mix(labels, shards, classes)
+    facts = {"data": found.describe(), "partition": partition, "class_mix": mix,
+             "steps_per_epoch": max(1, len(labels) // (batch_size * world_size))}
+    return Batches(lambda: next(batches), classes, facts)
+
+
+def validation(task: Union[LearnableTask, LocalDataset], image_size: int, seed: int,
+               device="cpu") -> Tuple[Any, Any]:
+    """The held-out validation set, the same on every worker: a learnable task's is a
+    tenth of its training samples drawn from a seed of its own; a dataset's is its test
+    split (CIFAR-10) or its val folder."""
+    if isinstance(task, LocalDataset):
+        return local.in_memory(task.dataset(image_size, train=False), device)
     return task.draw(max(1, task.samples // 10), image_size, seed + VALIDATION)
