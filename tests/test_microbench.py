@@ -142,3 +142,16 @@ def test_four_ranks_all_ops_static_then_report_and_charts(tmp_path):
 def test_four_ranks_one_peer_schedule_sends_one_buffer(tmp_path):
     doc = sweep(tmp_path, 4, "--op", "neighbor_allreduce")
     check_closed_forms(doc, 4, static=False)
+
+
+def test_a_contender_is_set_against_the_emulated_links_rate_and_flagged():
+    from commbench.microbench import link
+
+    network = {"nic": "eth0", "link_bits_per_second": 200e6}
+    assert link.fraction_of_rate(20e6, network) == pytest.approx(0.8)
+    assert link.fraction_of_rate(20e6, None) is None  # not an emulated cluster
+    assert link.flag(None) == "-"
+    assert link.flag(0.46) == "0.46 (slow)"
+    assert link.flag(0.93) == "0.93"
+    assert link.flag(1.32) == "1.32 (burst)"
+    assert link.counter(None, 0) is None and link.counter(network, 1) is None  # first rank only

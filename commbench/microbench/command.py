@@ -117,7 +117,8 @@ def main(args) -> int:
     if any(r["summary"].get("link_fraction") is not None for r in found):
         say(f"# x rate: bytes that left each machine's interface per second (headers "
             f"included) / the emulated link's configured rate; (slow): below "
-            f"{link.SLOW_FRACTION}")
+            f"{link.SLOW_FRACTION}; (burst): above {link.ABOVE_RATE}, a call short enough to "
+            "pass within the rate limiter's burst, not a figure of the link")
     wrong = sum(r["wrong"] or 0 for r in found)
     say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     if ctx.rank == 0:

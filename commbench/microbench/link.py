@@ -10,8 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-# A contender below this fraction of the configured rate is flagged in tables.
+# A contender below this fraction of the configured rate is flagged in tables; one
+# above ABOVE_RATE moved faster than the rate allows over a call: a call short enough to
+# fit in the rate limiter's burst, not a figure of the link.
 SLOW_FRACTION = 0.8
+ABOVE_RATE = 1.05
 
 
 class NicCounter:
@@ -47,4 +50,5 @@ def fraction_of_rate(nic_bw: Optional[float], network: Optional[Dict[str, Any]])
 def flag(fraction: Optional[float]) -> str:
     if fraction is None:
         return "-"
-    return f"{fraction:.2f}" + (" (slow)" if fraction < SLOW_FRACTION else "")
+    note = " (slow)" if fraction < SLOW_FRACTION else " (burst)" if fraction > ABOVE_RATE else ""
+    return f"{fraction:.2f}{note}"

@@ -20,7 +20,7 @@ import json
 from typing import Any, Dict, List
 
 from commbench.analysis import tables
-from commbench.microbench.link import SLOW_FRACTION, flag
+from commbench.microbench.link import ABOVE_RATE, SLOW_FRACTION, flag
 
 KIND = "microbench"
 
@@ -62,7 +62,9 @@ NOTES = [
     "exchange out/in-degree x S). x raw: commbench p50 / the raw primitive's p50, one "
     "ratio per raw row in the order listed.",
     "x rate (emulated clusters): bytes that left each machine's interface per second, "
-    f"headers included, / the link's configured rate; (slow): below {SLOW_FRACTION}.",
+    f"headers included, / the link's configured rate; (slow): below {SLOW_FRACTION}; "
+    f"(burst): above {ABOVE_RATE}, a call short enough to pass within the rate limiter's "
+    "burst, not a figure of the link.",
 ]
 
 
