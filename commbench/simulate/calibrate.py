@@ -1,27 +1,24 @@
 """Calibration of a projection on what was measured: links fitted from microbench files
-(or stated by flags), and from run files the workload, each worker count's compute,
-the strategies, the workers per machine, the measured img/sec to compare with, and
-the share of overlapped communication that hides (--overlap).
+(commbench.simulate.links joins them with stated links and nccl-tests fits), and from
+run files the workload, each worker count's compute, the strategies, the workers per
+machine, the measured img/sec to compare with, and the share of overlapped
+communication that hides (--overlap).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from commbench import units
 from commbench.errors import UsageError
 from commbench.simulate import compute as compute_model
 from commbench.simulate import costs
-from commbench.simulate.network import Link, Network, link_class
+from commbench.simulate.network import Link, link_class
 from commbench.simulate.project import Inputs, fit_overlap
 from commbench.simulate.step import STRATEGIES, Strategy
-
-DEFAULT_INTRA = "150GB/s"
 
 
 def fit(points: List[tuple], source: str) -> Link:
@@ -68,34 +65,6 @@ def fit_microbench(docs: List[dict], names: List[str]) -> Dict[Tuple[str, str], 
         links[key] = fit([p for p in points if p is not None],
                          f"{op} in microbench {', '.join(sources[key])}")
     return links
-
-
-def network_from(args, fitted: Dict[Tuple[str, str], Link]) -> Network:
-    """Flags win over fits; a class neither stated nor fitted is an error. A class
-    fitted for one op only serves both."""
-    def stated(rate: Optional[str], latency: str, flag: str, lat_flag: str) -> Optional[Link]:
-        if rate is None:
-            return None
-        return Link(units.seconds(latency, lat_flag), 1.0 / (units.rate_bits(rate, flag) / 8))
-
-    def pick(kind: str, op: str) -> Optional[Link]:
-        other = "neighbor_allreduce" if op == "allreduce" else "allreduce"
-        return fitted.get((kind, op)) or fitted.get((kind, other))
-
-    inter = stated(args.link, args.latency, "--link", "--latency")
-    intra = stated(args.intra_link, args.intra_latency, "--intra-link", "--intra-latency")
-    network = Network(intra or pick("intra", "allreduce"), inter or pick("inter", "allreduce"),
-                      intra or pick("intra", "neighbor_allreduce"),
-                      inter or pick("inter", "neighbor_allreduce"))
-    if network.inter is None:
-        raise UsageError("no network between machines: pass --link RATE (e.g. 25gbit) or "
-                         "microbench files measured across machines")
-    if network.intra is None:  # rarely the bottleneck: a stated default, said so
-        default = Link(units.seconds(args.intra_latency, "--intra-latency"),
-                       1.0 / (units.rate_bits(DEFAULT_INTRA, "--intra-link") / 8),
-                       source=f"assumed {DEFAULT_INTRA}, NVLink class: pass --intra-link")
-        network = replace(network, intra=default, exchange_intra=default)
-    return network
 
 
 def set_overlap(text: str, strategies, inputs: Inputs) -> str:

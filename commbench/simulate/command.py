@@ -3,7 +3,9 @@ of each step's parts to other worker counts, machine sizes and links.
 
 Compute comes from the compute-only reference of the run files under PATH (or
 --img-sec, one device's throughput); the network from microbench files under PATH
-(or --link/--intra-link). Prints a table, writes a projection file (kind
+or nccl-tests output given with --nccl-tests (or --link/--intra-link, under a transport
+profile: --transport). Prints the answer first (the fastest strategy at each worker
+count, or too close to call), then a table, writes a projection file (kind
 "projection") and its chart into --output-dir, never among measured results.
 
 This module is the command: its flags and the order of the work; calibrate fits,
@@ -18,7 +20,7 @@ from typing import List
 
 from commbench.errors import UsageError
 from commbench.microbench import results as microbench_results
-from commbench.simulate import calibrate, projection_file, table
+from commbench.simulate import calibrate, links, projection_file, table, transports
 from commbench.simulate import compute as compute_model
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import STRATEGIES
@@ -47,11 +49,25 @@ def add_arguments(parser) -> None:
         "each machine, then across machines, then back (HOROVOD_HIERARCHICAL_ALLREDUCE)")
     add("--link", metavar="RATE", help="each machine's network link, e.g. 25gbit, 100gbit "
         "(default: fitted from multi-machine microbench files)")
-    add("--latency", default="5us", metavar="T", help="latency between machines (default: 5us)")
+    add("--latency", metavar="T", help="latency between machines (default: the transport's, "
+        f"else {links.DEFAULT_LATENCY['inter']})")
+    add("--transport", metavar="NAME", help="what moves the bytes between machines: "
+        "a stated --link reaches the share of its line rate this transport reaches in "
+        f"published microbenchmarks (docs/simulate.md, \"Transports\"); one of "
+        f"{', '.join(n for n, p in transports.PROFILES.items() if 'inter' in p.classes)} "
+        f"(default: {transports.LINE_RATE})")
+    add("--flow-cap", metavar="RATE", help="the network's cap on one TCP flow, as clouds "
+        "set it (e.g. 5gbit): a socket transport then fills the link only with enough flows")
+    add("--nccl-tests", metavar="FILES", help="nccl-tests output measured on your cluster "
+        "(all_reduce_perf, sendrecv_perf, alltoall_perf; comma-separated): the links are "
+        "fitted from it, size by size")
     add("--intra-link", metavar="RATE", help="between workers of one machine, e.g. 150GB/s "
         "(default: fitted from single-machine microbench files, else 150GB/s, NVLink class)")
-    add("--intra-latency", default="1us", metavar="T",
-        help="latency inside a machine (default: 1us)")
+    add("--intra-latency", metavar="T", help="latency inside a machine (default: the "
+        f"transport's, else {links.DEFAULT_LATENCY['intra']})")
+    add("--intra-transport", metavar="NAME", help="what moves the bytes inside a machine: "
+        f"{', '.join(n for n, p in transports.PROFILES.items() if 'intra' in p.classes)} "
+        f"(default: {transports.LINE_RATE})")
     add("--model", help="torchvision model (default: the runs', else resnet50)")
     add("--batch-size", type=int, help="per worker (default: the runs', else 32)")
     add("--image-size", type=int, help="(default: the runs', else 224)")
@@ -88,8 +104,9 @@ def main(args) -> int:
     runs = [r for r in runs if (r.doc["config"]["model"], r.doc["config"]["batch_size"],
                                 r.doc["config"]["image_size"]) == (model, batch, image)]
     grads = compute_model.gradients(model, image)
-    net = calibrate.network_from(args, calibrate.fit_microbench(
+    found_links = links.network_from(args, calibrate.fit_microbench(
         [b.doc for b in benches], [b.path.name for b in benches]))
+    net = found_links.network
     computes = calibrate.compute_by_workers(args, runs, grads, batch)
     strategies = calibrate.strategies_to_project(args, runs)
     workers = _workers(args.np)
@@ -100,21 +117,21 @@ def main(args) -> int:
                                                      for r in runs)
     on_gpu = args.img_sec is not None or any(r.doc["environment"].get("device") == "cuda"
                                              for r in runs)
-    algorithms = (("ring", "tree") if on_gpu else ("ring",)) if args.collective == "auto" \
-        else (args.collective,)
+    algorithms = (found_links.algorithms() or (("ring", "tree") if on_gpu else ("ring",))) \
+        if args.collective == "auto" else (args.collective,)
     inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
                     2.0 if fp16 else 4.0, calibrate.measured_img_sec(runs, per_machine))
     overlap_note = calibrate.set_overlap(args.overlap, strategies, inputs)
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
              f"{per_machine} workers per machine")
-    notes = table.notes_of(inputs) + [overlap_note]
+    notes = table.notes_of(inputs) + links.describe(found_links) + [overlap_note]
     print(table.render(title, rows, notes, args.format))
     split = table.render_split(rows, calibrate.measured_split(runs, per_machine), args.format)
     if split:
         print(split)
     path = projection_file.write(out_dir, args, title, rows, notes, inputs,
-                                 [str(r.path) for r in runs + benches])
+                                 [str(r.path) for r in runs + benches], found_links.record())
     from commbench.plots import projection
 
     chart = path.with_suffix(".png")

@@ -57,11 +57,12 @@ def allreduce(nbytes: float, layout: Layout, net: Network,
     if p == 1 or nbytes == 0:
         return 0.0, "-"
     bottleneck = net.inter if m > 1 else net.intra
+    beta = bottleneck.beta_at(nbytes, bottleneck.ring_flows)
     costs = {
         "ring": (2 * (p - 1) - 2 * (m - 1)) * net.intra.alpha + 2 * (m - 1) * net.inter.alpha
-        + 2 * (p - 1) / p * nbytes * bottleneck.beta,
+        + 2 * (p - 1) / p * nbytes * beta,
         "tree": 2 * ((g - 1) * net.intra.alpha + math.ceil(math.log2(m)) * net.inter.alpha)
-        + 2 * nbytes * bottleneck.beta,
+        + 2 * nbytes * beta,
     }
     name = min(algorithms, key=costs.__getitem__)
     return costs[name], name
@@ -74,14 +75,16 @@ def hierarchical_allreduce(nbytes: float, layout: Layout, net: Network) -> Tuple
     g, m = layout.local, layout.machines
     if m == 1:
         return allreduce(nbytes, layout, net, ("ring",))
-    inside = (g - 1) * net.intra.alpha + (g - 1) / g * nbytes * net.intra.beta
-    across = 2 * (m - 1) * net.inter.alpha + 2 * (m - 1) / m * nbytes * net.inter.beta
+    inside = (g - 1) * net.intra.alpha + (g - 1) / g * nbytes * net.intra.beta_at(nbytes)
+    share = net.inter.beta_at(nbytes / g, g * net.inter.ring_flows)  # g rings at once
+    across = 2 * (m - 1) * net.inter.alpha + 2 * (m - 1) / m * nbytes * share
     return 2 * inside + across, "hierarchical"
 
 
 def broadcast(nbytes: float, ranks: int, link: Link) -> float:
     """A pipelined broadcast among `ranks` on one link class."""
-    return 0.0 if ranks <= 1 else math.ceil(math.log2(ranks)) * link.alpha + nbytes * link.beta
+    return 0.0 if ranks <= 1 else math.ceil(math.log2(ranks)) * link.alpha \
+        + nbytes * link.beta_at(nbytes)
 
 
 @dataclass(frozen=True)
@@ -123,10 +126,11 @@ def exchange(topology: str, nodes: int, dynamic: bool, per_machine: int) -> Exch
 
 
 def exchange_seconds(load: Exchange, nbytes: float, net: Network) -> float:
-    """An exchange's messages travel at once: the busiest link class decides."""
+    """An exchange's messages of nbytes each travel at once, each its own flow: the
+    busiest link class decides."""
     net = net.for_exchange()
-    nic = net.inter.seconds(load.nic * nbytes) if load.nic else 0.0
-    intra = net.intra.seconds(load.intra * nbytes) if load.intra else 0.0
+    nic = net.inter.seconds(load.nic * nbytes, size=nbytes, flows=load.nic) if load.nic else 0.0
+    intra = net.intra.seconds(load.intra * nbytes, size=nbytes) if load.intra else 0.0
     return max(nic, intra)
 
 

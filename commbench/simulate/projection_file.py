@@ -14,7 +14,8 @@ KIND = "projection"
 
 
 def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
-          inputs: Inputs, files: List[str]) -> Path:
+          inputs: Inputs, files: List[str], transports: dict) -> Path:
+    """transports: the profile of each link class (commbench.simulate.links.Links.record)."""
     from commbench.results import new_document, write_result
 
     doc = new_document(KIND)
@@ -26,7 +27,7 @@ def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
                  "workers": sorted({r.workers for r in rows}),
                  "measured_points": sum(r.measured is not None for r in rows)},
         config={k: v for k, v in vars(args).items() if k not in ("run_flags",)},
-        inputs={"files": files, "gradient_bytes": inputs.gradients.total,
+        inputs={"files": files, "transports": transports, "gradient_bytes": inputs.gradients.total,
                 "per_machine": inputs.per_machine, "algorithms": list(inputs.algorithms),
                 "links": {name: link and vars(link) for name, link in
                           (("intra", net.intra), ("inter", net.inter),

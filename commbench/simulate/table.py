@@ -1,11 +1,14 @@
-"""The printed projection: its table (one row per strategy and worker count), the notes
-that say what it rests on, and the tables of projection files for `commbench report`."""
+"""The printed projection: the answer first (the fastest strategy at each worker count,
+commbench.simulate.answer), its table (one row per strategy and worker count), the
+notes that say what it rests on, and the tables of projection files for
+`commbench report`."""
 
 from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
 from commbench.analysis import tables
+from commbench.simulate.answer import verdicts
 from commbench.simulate.network import Network
 from commbench.simulate.project import Inputs, Row
 from commbench.simulate.projection_file import rows_of
@@ -32,7 +35,19 @@ def _cells(row: Row) -> List[str]:
 
 def render(title: str, rows: List[Row], notes: List[str], fmt: str) -> str:
     body = tables.render(HEADERS, [_cells(r) for r in rows], "lrrrrrrrrrrllrr", fmt)
-    return f"{tables.heading(title, fmt)}\n\n{body}\n{tables.notes(notes, fmt)}"
+    return (f"{tables.heading(title, fmt)}\n\n{render_answer(rows, fmt)}\n{body}\n"
+            f"{tables.notes(notes, fmt)}")
+
+
+def render_answer(rows: List[Row], fmt: str) -> str:
+    """Which strategy is fastest at each N, by how much over the next, or too close to
+    call."""
+    cells = [[str(v.workers), v.fastest.strategy, f"{v.fastest.img_sec:.1f}",
+              "-" if v.runner_up is None else f"{v.ratio:.2f}",
+              "-" if v.runner_up is None else v.runner_up.strategy, v.call()]
+             for v in verdicts(rows) if v.runner_up is not None or len(rows) == 1]
+    headers = ["N", "fastest (projected)", "img/sec", "x next", "next", "call"]
+    return tables.render(headers, cells, "rlrrll", fmt)
 
 
 def notes_of(inputs: Inputs) -> List[str]:
@@ -49,8 +64,10 @@ def notes_of(inputs: Inputs) -> List[str]:
                                      f"{net.for_exchange().inter.describe()}; inside "
                                      f"{net.for_exchange().intra.describe()}."),
         "band: the projection with compute and links at the slow and fast ends of their "
-        "calibration's 95% intervals. E(N): img/sec / (N x one worker's compute-only "
-        "img/sec).",
+        "calibration's 95% intervals (a transport profile's: the published figures' range). "
+        "E(N): img/sec / (N x one worker's compute-only img/sec).",
+        "fastest: too close to call where the two fastest strategies' bands overlap or they "
+        "differ by less than 5%, the model's own error on runs it never saw.",
         "basis: measured (a run at this N and layout), within (up to the largest N "
         "measured for the strategy), extrapolated (beyond it), unvalidated (never "
         "measured: the model alone).",
