@@ -4,8 +4,9 @@ settings, workers).
 
 Whether a difference is real is Welch's t-test on the per-iteration totals S_i of
 the two arms (repeats pooled); a configuration has "changed" when p < alpha and
-|delta| >= threshold. Unmatched runs are listed, then the environment keys and run
-settings in which the arms differ.
+|delta| >= threshold. Runs trained to accuracy are compared on their times to the
+target (commbench.analysis.compare_accuracy). Unmatched runs are listed, then the
+environment keys and run settings in which the arms differ.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import sys
 from typing import IO, Any, Dict, List, Optional, Tuple
 
 from commbench import metrics
-from commbench.analysis import grouping, reading
+from commbench.analysis import accuracy, grouping, reading
 from commbench.analysis import tables
+from commbench.analysis.compare_accuracy import AccuracyComparison
 from commbench.analysis.runs import Point, Run, emulated
 
 TEST = "Welch's t-test on per-iteration total img/sec (S_i), two-sided"
@@ -40,7 +42,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     parser.add_argument("--fail-on-regression", action="store_true",
                         help="exit 1 when a configuration is significantly slower by more "
-                        "than the threshold")
+                        "than the threshold (in img/sec, or in time to the target)")
 
 
 def _number(text: str, ok, what: str) -> float:
@@ -70,17 +72,19 @@ def compare(base: str, new: str, threshold: float = 0.05, alpha: float = 0.05,
             fmt: str = "text", fail_on_regression: bool = False,
             out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    arms = []
+    arms, trained = [], []
     for name, path in (("BASE", base), ("NEW", new)):
-        runs, notes = reading.load_runs([path])
-        for note in notes:
+        runs, notes = reading.load_runs([path], handled=(accuracy.KIND,))
+        to_target, more = accuracy.load([path])
+        for note in notes + more:
             print(f"commbench compare: warning: {note}", file=err)
-        if not runs:
+        if not runs and not to_target:
             print(f"commbench compare: error: no usable commbench run results in {name} "
                   f"({path})", file=err)
             return 1
         arms.append(runs)
-    result = Comparison(arms[0], arms[1], threshold, alpha)
+        trained.append(to_target)
+    result = Comparison(arms[0], arms[1], threshold, alpha, *trained)
     out.write(result.json() if fmt == "json" else result.text(base, new, fmt))
     out.flush()
     return 1 if fail_on_regression and result.regressions else 0
@@ -99,14 +103,22 @@ def _order(match_key: Tuple) -> Tuple:
 
 
 class Comparison:
-    def __init__(self, base: List[Run], new: List[Run], threshold: float, alpha: float):
+    def __init__(self, base: List[Run], new: List[Run], threshold: float, alpha: float,
+                 base_trained: Optional[List[accuracy.AccuracyRun]] = None,
+                 new_trained: Optional[List[accuracy.AccuracyRun]] = None):
         self.base_runs, self.new_runs = base, new
+        self.base_trained, self.new_trained = base_trained or [], new_trained or []
         self.threshold, self.alpha = threshold, alpha
         a, b = _cells(base), _cells(new)
         self.pairs = [self._pair(k, a[k], b[k]) for k in sorted(set(a) & set(b), key=_order)]
         self.only_base = [a[k] for k in sorted(set(a) - set(b), key=_order)]
         self.only_new = [b[k] for k in sorted(set(b) - set(a), key=_order)]
-        self.regressions = [p for p in self.pairs if p["result"] == "SLOWER"]
+        self.speed = bool(base or new)  # the img/sec part: absent when the arms have no run
+        self.accuracy = AccuracyComparison(self.base_trained, self.new_trained, threshold,
+                                           alpha) if self.base_trained or self.new_trained \
+            else None
+        self.regressions = [p for p in self.pairs if p["result"] == "SLOWER"] + \
+            (self.accuracy.regressions if self.accuracy else [])
 
     def _pair(self, key: Tuple, base: Point, new: Point) -> Dict[str, Any]:
         ratio = new.total / base.total
@@ -124,24 +136,55 @@ class Comparison:
                 "base": base, "new": new, "ratio": ratio, "delta": ratio - 1, "p": p,
                 "result": result}
 
+    def _docs(self, arm: str) -> List[Dict[str, Any]]:
+        if arm == "base":
+            return [r.doc for r in self.base_runs] + [r.doc for r in self.base_trained]
+        return [r.doc for r in self.new_runs] + [r.doc for r in self.new_trained]
+
     def environment_differences(self) -> List[Tuple[str, List[str], List[str]]]:
-        return _differences([r.doc.get("environment") or {} for r in self.base_runs],
-                            [r.doc.get("environment") or {} for r in self.new_runs])
+        return _differences([d.get("environment") or {} for d in self._docs("base")],
+                            [d.get("environment") or {} for d in self._docs("new")])
 
     def setting_differences(self) -> List[Tuple[str, List[str], List[str]]]:
-        def settings(runs):
-            return [{k: v for k, v in r.doc["config"].items() if k not in MATCHED_SETTINGS}
-                    for r in runs]
-        return _differences(settings(self.base_runs), settings(self.new_runs))
+        def settings(docs):
+            return [{k: v for k, v in d["config"].items() if k not in MATCHED_SETTINGS}
+                    for d in docs]
+        return _differences(settings(self._docs("base")), settings(self._docs("new")))
 
     def text(self, base: str, new: str, fmt: str) -> str:
         h = "## " if fmt == "markdown" else ""
-        lines = [f"BASE: {base} ({_runs(len(self.base_runs))})",
-                 f"NEW:  {new} ({_runs(len(self.new_runs))})",
-                 f"Test: {TEST}, alpha {self.alpha:g}; changed = significant and "
-                 f"|delta| >= {100 * self.threshold:g}%.", ""]
+        lines = [f"BASE: {base} ({_arm(len(self.base_runs), len(self.base_trained))})",
+                 f"NEW:  {new} ({_arm(len(self.new_runs), len(self.new_trained))})"]
+        if self.speed:
+            lines += [f"Test: {TEST}, alpha {self.alpha:g}; changed = significant and "
+                      f"|delta| >= {100 * self.threshold:g}%."]
+        lines += [""]
         if fmt == "markdown":
             lines = [f"- {line}" if line else line for line in lines]
+        if self.speed:
+            lines += self._speed_lines(fmt)
+        if self.accuracy:
+            lines += self.accuracy.lines(fmt)
+        bullet = "- " if fmt == "markdown" else "  "
+        for title, diffs in (("Environment differences", self.environment_differences()),
+                             ("Run settings that differ", self.setting_differences())):
+            lines += [f"{h}{title} (BASE -> NEW; a | b: the arm's runs differ):"]
+            lines += [f"{bullet}{k}: {' | '.join(a)} -> {' | '.join(b)}"
+                      for k, a, b in diffs] or [f"{bullet}none"]
+            lines += [""]
+        counts = {r: sum(p["result"] == r for p in self.pairs) for r in ("faster", "SLOWER")}
+        if self.speed:
+            lines += [f"{len(self.pairs)} compared: {counts['faster']} faster, "
+                      f"{counts['SLOWER']} slower, "
+                      f"{len(self.pairs) - sum(counts.values())} unchanged or undecided; "
+                      f"{len(self.only_base) + len(self.only_new)} unmatched."]
+        if self.accuracy:
+            lines += [self.accuracy.summary()]
+        return "\n".join(lines) + "\n"
+
+    def _speed_lines(self, fmt: str) -> List[str]:
+        h = "## " if fmt == "markdown" else ""
+        lines = []
         for group in dict.fromkeys(p["group"] for p in self.pairs):
             rows = [_row(p) for p in self.pairs if p["group"] == group]
             lines += [f"{h}{group}", ""] if fmt == "markdown" else [group]
@@ -151,19 +194,7 @@ class Comparison:
         for title, cells in (("Only in BASE", self.only_base), ("Only in NEW", self.only_new)):
             if cells:
                 lines += [f"{h}{title} (not compared):"] + _unmatched_lines(cells, fmt) + [""]
-        bullet = "- " if fmt == "markdown" else "  "
-        for title, diffs in (("Environment differences", self.environment_differences()),
-                             ("Run settings that differ", self.setting_differences())):
-            lines += [f"{h}{title} (BASE -> NEW; a | b: the arm's runs differ):"]
-            lines += [f"{bullet}{k}: {' | '.join(a)} -> {' | '.join(b)}"
-                      for k, a, b in diffs] or [f"{bullet}none"]
-            lines += [""]
-        counts = {r: sum(p["result"] == r for p in self.pairs) for r in ("faster", "SLOWER")}
-        lines += [f"{len(self.pairs)} compared: {counts['faster']} faster, "
-                  f"{counts['SLOWER']} slower, "
-                  f"{len(self.pairs) - sum(counts.values())} unchanged or undecided; "
-                  f"{len(self.only_base) + len(self.only_new)} unmatched."]
-        return "\n".join(lines) + "\n"
+        return lines
 
     def json(self) -> str:
         def point(c: Point) -> Dict[str, Any]:
@@ -182,11 +213,17 @@ class Comparison:
                "environment_differences": {k: [a, b] for k, a, b in
                                            self.environment_differences()},
                "setting_differences": {k: [a, b] for k, a, b in self.setting_differences()}}
+        if self.accuracy:
+            doc["accuracy"] = self.accuracy.record()
         return json.dumps(doc, indent=1) + "\n"
 
 
 def _runs(count: int) -> str:
     return f"{count} run{'s' if count != 1 else ''}"
+
+
+def _arm(runs: int, trained: int) -> str:
+    return _runs(runs) + (f", {trained} trained to accuracy" if trained else "")
 
 
 def _title(matching: Tuple) -> str:

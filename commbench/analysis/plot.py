@@ -1,8 +1,9 @@
 """`commbench plot PATH...`: one scaling chart per group of comparable runs
 (rendering in commbench.plots.scaling) and, where the runs recorded it, where their
-steps' time went (commbench.plots.step_split); a `--timeline` trace file given as a
-PATH is drawn as a picture of its last steps (commbench.plots.timeline). PNG, plus SVG
-or PDF on request.
+steps' time went (commbench.plots.step_split); for runs trained to accuracy, their
+curves and their time to target (commbench.plots.accuracy); a `--timeline` trace file
+given as a PATH is drawn as a picture of its last steps (commbench.plots.timeline).
+PNG, plus SVG or PDF on request.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import IO, Iterable, List, Optional, Sequence, Union
 
-from commbench.analysis import reading
+from commbench.analysis import inputs
+from commbench.analysis.accuracy import AccuracyGroup
 from commbench.analysis.runs import Group
 
 FORMATS = ("png", "svg", "pdf")
@@ -47,11 +49,12 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts"
         for path in written:
             print(path, file=out)
         return 0
-    found = reading.load_for("plot", paths, err or sys.stderr)
+    found = inputs.load_for("plot", paths, err or sys.stderr)
     if found is None:
         return 1
-    groups, benches, projections = found
+    groups, trained, benches, projections = found
     written += write_charts(groups, out_dir, formats) if groups else []
+    written += write_accuracy_charts(trained, out_dir, formats) if trained else []
     if benches:
         from commbench.plots import microbench as microbench_charts
 
@@ -78,6 +81,24 @@ def write_charts(groups: List[Group], out_dir: Union[str, Path],
         if step_split.has_split(group):
             written += scaling.save_named(step_split.figure(group), out_dir,
                                           name.replace("scaling-", "split-", 1), formats)
+    return written
+
+
+def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path],
+                          formats: Sequence[str] = ()) -> List[Path]:
+    """accuracy-<group>: the curves; time-to-target-<group>: the time to the target per
+    strategy (groups trained without a target have no such chart)."""
+    from commbench.plots import accuracy, scaling
+
+    styles = accuracy.palette(groups)
+    written = []
+    for group, name in zip(groups, unique_names([g.key.slug() for g in groups],
+                                                [g.key.hardware for g in groups])):
+        written += scaling.save_named(accuracy.curves_figure(group, styles), out_dir,
+                                      f"accuracy-{name}", formats)
+        if accuracy.has_times(group):
+            written += scaling.save_named(accuracy.time_figure(group, styles), out_dir,
+                                          f"time-to-target-{name}", formats)
     return written
 
 
@@ -110,10 +131,16 @@ def write_timelines(traces: List[Path], out_dir: Union[str, Path],
 def chart_names(groups: List[Group]) -> List[str]:
     """scaling-<model>-bs<batch>-<px>-<precision>-<device>-<backend>[-<tag>], plus the
     hardware where two groups differ only in it."""
-    slugs = [g.key.slug() for g in groups]
+    return ["scaling-" + name for name in unique_names([g.key.slug() for g in groups],
+                                                      [g.key.hardware for g in groups])]
+
+
+def unique_names(slugs: List[str], hardware: List[str]) -> List[str]:
+    """File-safe names (nothing a result says can leave the output directory), with the
+    hardware added where two groups differ only in it."""
     names = []
-    for group, slug in zip(groups, slugs):
+    for slug, machine in zip(slugs, hardware):
         if slugs.count(slug) > 1:
-            slug += "-" + group.key.hardware
-        names.append("scaling-" + re.sub(r"[^A-Za-z0-9._-]+", "_", slug).strip("_"))
+            slug += "-" + machine
+        names.append(re.sub(r"[^A-Za-z0-9._-]+", "_", slug).strip("_"))
     return names

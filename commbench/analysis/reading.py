@@ -1,6 +1,6 @@
 """Reading result files into runs (commbench.analysis.runs): every usable `run`
-result with one line per file skipped, what a run's file says of its group and series,
-and what `report` and `plot` read (runs, microbench results and projections)."""
+result with one line per file skipped, and what a run's file says of its group and
+series (what `report` and `plot` read besides is commbench.analysis.inputs')."""
 
 from __future__ import annotations
 
@@ -126,24 +126,3 @@ def analyse(paths: Iterable[Union[str, Path]],
 
 def _float(value) -> Optional[float]:
     return None if value is None else float(value)
-
-
-def load_for(command: str, paths: Iterable[Union[str, Path]], err) -> Optional[Tuple[
-        List[Group], List[Any], List[Any]]]:
-    """What `report` and `plot` read: run groups, microbench results and projections
-    (commbench simulate's, shown apart and labelled) under paths, one warning line per
-    skipped file on err; None, after saying so, when nothing usable was found."""
-    from commbench.microbench import results as microbench_results
-    from commbench.simulate import projection_file as simulate
-
-    paths = list(paths)
-    groups, notes = analyse(paths, handled=(microbench_results.KIND, simulate.KIND))
-    benches = microbench_results.load(paths)  # size sweeps: their own tables and charts
-    projections = simulate.load(paths)
-    for note in notes:
-        print(f"commbench {command}: warning: {note}", file=err)
-    if not groups and not benches and not projections:
-        print(f"commbench {command}: error: no usable commbench run results in "
-              f"{', '.join(map(str, paths))}", file=err)
-        return None
-    return groups, benches, projections

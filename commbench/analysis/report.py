@@ -1,6 +1,7 @@
 """`commbench report PATH...`: one table per group of comparable runs, with
 throughput and its confidence interval, both scaling efficiencies, latency,
-communication overhead and consensus distance.
+communication overhead and consensus distance; for runs trained to accuracy, one table
+per group with the time to the target (commbench.analysis.accuracy_tables).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
 from commbench import metrics
-from commbench.analysis import reading, runs, tables
+from commbench.analysis import accuracy_tables, inputs, runs, tables
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
 from commbench.plots import step_split
@@ -61,18 +62,19 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
            out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
     """Write the report of the results under paths; 1 when none is usable."""
     out = out or sys.stdout
-    found = reading.load_for("report", paths, err or sys.stderr)
+    found = inputs.load_for("report", paths, err or sys.stderr)
     if found is None:
         return 1
-    groups, benches, projections = found
-    if fmt == "json" and (projections or (groups and benches)):  # one JSON document
-        doc = json.loads(render(groups, fmt)) if groups else {}
-        doc.update(json.loads(microbench.render(benches, fmt)) if benches else {})
+    groups, trained, benches, projections = found
+    parts = [(render, groups), (accuracy_tables.render, trained), (microbench.render, benches)]
+    texts = [draw(items, fmt) for draw, items in parts if items]
+    if fmt == "json" and (projections or len(texts) > 1):  # one JSON document
+        doc: Dict[str, Any] = {}
+        for text in texts:
+            doc.update(json.loads(text))
         doc.update({"projections": [p.doc for p in projections]} if projections else {})
         out.write(json.dumps(doc, indent=1) + "\n")
     else:
-        texts = ([render(groups, fmt)] if groups else []) + \
-            ([microbench.render(benches, fmt)] if benches else [])
         if projections:
             from commbench.simulate import table as simulate
 

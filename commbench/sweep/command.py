@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plots-dir", default="charts", metavar="DIR",
                         help="where the charts go (default: charts)")
     parser.add_argument("--repeat", type=positive_int, default=1, metavar="K",
-                        help="run every configuration K times, round-robin (default: 1)")
+                        help="run every configuration K times, round-robin; runs trained "
+                        "to accuracy take seed --seed + repeat - 1, the same for every "
+                        "strategy of a repeat (default: 1)")
     parser.add_argument("--emulate", type=layouts, metavar="MxS,...",
                         help="run on an emulated cluster instead (needs root; see `commbench "
                              "cluster`): each layout M machines x S ranks per machine, e.g. "

@@ -1,6 +1,13 @@
 """The jobs of a sweep: one per strategy and worker count (or emulated layout and link
 rate), each the launcher line of a `commbench run`, repeated round-robin; a job that
 cannot run carries the reason `commbench run` would give, found here once.
+
+Repeats of runs trained to accuracy differ in their seed (--seed, then --seed + 1, ...):
+a time to the target from one seed is one draw of the weights, the task and its
+partition, so repeats must draw again. Within a repeat every strategy and worker count
+has the same seed: the same task, partition and first weights, only the exchange differs.
+Speed runs keep one seed: what they time does not depend on it, and repeating the same
+job measures the machine's drift alone.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: s
         job_flags = _job_flags(strategy, flags, results_dir, f"{strategy}-n{workers}")
         jobs.append(Job(workers, strategy, launch_command(launcher, workers, job_flags),
                         _skip_reason(job_flags, LaunchInfo(launcher, 0, workers, 0, workers, 0))))
-    return _repeated(jobs, repeat)
+    return _repeated(jobs, repeat, _first_seed(flags, repeat))
 
 
 def _job_flags(strategy: str, flags: List[str], results_dir: str, name: str) -> List[str]:
@@ -73,27 +80,65 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _skip_reason(job_flags: List[str], launch) -> Optional[str]:
-    """Why the job cannot run, as `commbench run` would say it; None if it can.
-    The run parser rejects a bad flag here, once, instead of in every job."""
+def _run_config(job_flags: List[str]):
+    """The RunConfig of a job's flags, as `commbench run` parses them; a bad flag ends
+    the sweep here, in one line, before any job."""
     from commbench.config import config_from_args
-    from commbench.run import add_arguments, validate
+    from commbench.run import add_arguments
 
     parser = _OneLineParser(prog="commbench run")
     add_arguments(parser)
     args, extra = parser.parse_known_args(job_flags)
     if extra:  # said by the whole command, as `commbench run ...` would be
         _OneLineParser(prog="commbench").error(f"unrecognized arguments: {' '.join(extra)}")
+    return config_from_args(args)
+
+
+def _skip_reason(job_flags: List[str], launch) -> Optional[str]:
+    """Why the job cannot run, as `commbench run` would say it; None if it can.
+    The run parser rejects a bad flag here, once, instead of in every job."""
+    from commbench.run import validate
+
+    config = _run_config(job_flags)
     try:
-        validate(config_from_args(args), launch)
+        validate(config, launch)
     except UsageError as e:
         return str(e)
     return None
 
 
-def _repeated(jobs: List[Job], repeat: int) -> List[Job]:
-    return [dataclasses.replace(j, repeat=r + 1, command=own_timeline(j.command, f"r{r + 1}")
-                                if r else j.command)
+def _first_seed(flags: List[str], repeat: int) -> Optional[int]:
+    """The seed of the first repeat when repeats must differ in it (runs trained to
+    accuracy, repeated); None when every repeat keeps the flags' seed."""
+    if repeat < 2:
+        return None
+    config = _run_config(flags)
+    return config.seed if config.trains_to_accuracy else None
+
+
+def with_seed(command: List[str], seed: int) -> List[str]:
+    """The command with its --seed set to seed (replacing any given), before --results-dir."""
+    out = []
+    skip = False
+    for part in command:
+        if skip:
+            skip = False
+        elif part == "--seed":
+            skip = True
+        elif not part.startswith("--seed="):
+            out.append(part)
+    at = len(out) - 2 if out[-2:-1] == ["--results-dir"] else len(out)
+    return out[:at] + ["--seed", str(seed)] + out[at:]
+
+
+def _repeated(jobs: List[Job], repeat: int, first_seed: Optional[int] = None) -> List[Job]:
+    """Every job `repeat` times, round-robin; with first_seed, repeat r (from 1) of every
+    job runs with --seed first_seed + r - 1."""
+    def command(job: Job, r: int) -> List[str]:
+        found = own_timeline(job.command, f"r{r + 1}") if r else job.command
+        return found if first_seed is None else with_seed(found, first_seed + r)
+
+    return [dataclasses.replace(j, repeat=r + 1, command=command(j, r))
             for r in range(repeat) for j in jobs if r == 0 or not j.skip_reason]
 
 
@@ -115,7 +160,7 @@ def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
                    sys.executable, "-m", "commbench", *job_flags]
         reason = _skip_reason(job_flags, LaunchInfo("openmpi", 0, m * s, 0, s, 0))
         jobs.append(Job(m * s, strategy, command, reason, link=link))
-    return _repeated(jobs, repeat)
+    return _repeated(jobs, repeat, _first_seed(flags, repeat))
 
 
 def cluster_shape(shapes: List[Tuple[int, int]]) -> Tuple[int, int]:

@@ -43,6 +43,8 @@ golden() {
     "$PY" -m commbench report "$DATA/runs" > "$DATA/golden/report.txt"
     "$PY" -m commbench report --format markdown "$DATA/runs" > "$DATA/golden/report.md"
     "$PY" -m commbench compare "$DATA/runs" "$DATA/runs-new" > "$DATA/golden/compare.txt"
+    # accuracy/ (runs trained to accuracy) is made apart: see tests/data/accuracy/README.md
+    "$PY" -m commbench report "$DATA/accuracy" > "$DATA/golden/accuracy-report.txt"
 }
 if [ "${1:-}" = "--golden" ]; then golden; exit; fi
 

@@ -1,0 +1,127 @@
+"""`report`'s tables of runs trained to accuracy: per group, one row per strategy and
+worker count with its repeats combined (MLPerf Training's rule, or the median where
+there are too few runs, flagged), as text, Markdown, CSV or JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional
+
+from commbench.analysis import tables
+from commbench.analysis import time_to_target as ttt
+from commbench.analysis.accuracy import AccuracyGroup, AccuracyKey, AccuracyRow
+
+HEADERS = ["strategy", "topology", "N", "runs", "reached", "time s", "by", "median s",
+           "min-max s", "steps", "epochs", "best if missed", "img/sec", "not to be trusted"]
+ALIGN = "llrrrrlrrrrrrl"
+
+NOTES = [
+    "Time to accuracy: training time (the clock paused for evaluation) until the "
+    "averaged model first reaches the target at an evaluation. A run that did not reach "
+    "it has no time; ordered by time, it counts as slower than every run that did.",
+    "time s: a row's runs combined by MLPerf Training's rule (training_rules.adoc, "
+    "Benchmark Results): drop the fastest and the slowest run, mean of the rest; one run "
+    "that missed the target is the slowest and is dropped, two or more make the result "
+    f"invalid (no time). With fewer than {ttt.OLYMPIC_MIN_RUNS} runs the rule cannot "
+    f"drop both ends: the median is given instead, marked 'median (<{ttt.OLYMPIC_MIN_RUNS} "
+    "runs)'. MLPerf asks for 5 to 10 runs per benchmark; commbench applies the rule from "
+    f"{ttt.OLYMPIC_MIN_RUNS}.",
+    "median s, steps, epochs: medians to the target over all the row's runs (none when "
+    "the median falls on a run that missed it); min-max s: over the runs that reached it.",
+    "reached: runs that reached the target / runs. best if missed: the best accuracy of "
+    "the averaged model among runs that missed it. img/sec: total over the workers during "
+    "training, mean over the runs. The JSON and CSV also give the wall time to the target "
+    "(evaluation included, as MLPerf counts it), combined by the same rule.",
+    "not to be trusted: same-seed, runs of the row share a seed (their spread is the "
+    "machine's, not the training's); oversubscribed, more workers on a machine than "
+    "physical cores.",
+]
+
+# Raw numbers of one row, for --format csv and json.
+ROW_FIELDS = ("strategy", "topology", "workers", "runs", "reached", "target",
+              "time_to_target_s", "rule", "rule_detail", "median_time_to_target_s",
+              "min_time_to_target_s", "max_time_to_target_s", "wall_time_to_target_s",
+              "wall_rule", "median_wall_time_to_target_s", "median_steps_to_target",
+              "median_epochs_to_target", "best_accuracy_missed", "img_sec", "seeds", "flags")
+KEY_COLUMNS = list(AccuracyKey._fields)
+# The CSV's columns after the group's: the row's, less what the group's already give
+# (the target), so that no column name appears twice.
+CSV_ROW_FIELDS = [c for c in ROW_FIELDS if c not in KEY_COLUMNS]
+
+
+def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
+    if fmt == "json":
+        return json.dumps({"accuracy_groups": [group_record(g) for g in groups]},
+                          indent=1) + "\n"
+    if fmt == "csv":
+        rows = [[g.key._asdict()[c] for c in KEY_COLUMNS] + [r[c] for c in CSV_ROW_FIELDS]
+                for g in groups for r in map(row_record, g.rows)]
+        return tables.csv_text(KEY_COLUMNS + CSV_ROW_FIELDS, rows)
+    parts = []
+    for g in groups:
+        table = tables.render(HEADERS, [formatted_row(r) for r in g.rows], ALIGN, fmt)
+        heading = tables.heading("Time to accuracy: " + g.key.heading(), fmt)
+        parts.append(f"{heading}\n\n{g.key.details()[0].upper()}{g.key.details()[1:]}."
+                     f"\n\n{table}")
+    return "\n".join(parts) + "\n" + tables.notes(NOTES, fmt)
+
+
+def row_record(row: AccuracyRow) -> Dict[str, Any]:
+    combined, wall = row.combined(), row.combined(wall=True)
+    low_high = ttt.spread(row.times()) if row.has_target else None
+    return {
+        "strategy": row.series.strategy, "topology": row.series.settings(),
+        "workers": row.workers, "runs": len(row.runs),
+        "reached": row.reached if row.has_target else None,
+        "target": row.runs[0].key.target or None,
+        "time_to_target_s": combined.value if combined else None,
+        "rule": combined.rule if combined else None,
+        "rule_detail": combined.why if combined else None,
+        "median_time_to_target_s": row.median_of("time"),
+        "min_time_to_target_s": low_high[0] if low_high else None,
+        "max_time_to_target_s": low_high[1] if low_high else None,
+        "wall_time_to_target_s": wall.value if wall else None,
+        "wall_rule": wall.rule if wall else None,
+        "median_wall_time_to_target_s": row.median_of("wall_time"),
+        "median_steps_to_target": row.median_of("steps"),
+        "median_epochs_to_target": row.median_of("epochs"),
+        "best_accuracy_missed": row.best_missed, "img_sec": row.img_sec,
+        "seeds": " ".join(str(r.seed) for r in row.runs),
+        "flags": " ".join(row.flags),
+    }
+
+
+def group_record(g: AccuracyGroup) -> Dict[str, Any]:
+    return {"key": g.key._asdict(), "title": g.key.title(),
+            "rows": [dict(row_record(r), files=[str(run.path) for run in r.runs],
+                          runs_detail=[run_record(run) for run in r.runs])
+                     for r in g.rows]}
+
+
+def run_record(run) -> Dict[str, Any]:
+    return {"file": str(run.path), "seed": run.seed, "reached": run.reached,
+            "time_to_target_s": run.time, "wall_time_to_target_s": run.wall_time,
+            "steps_to_target": run.steps, "epochs_to_target": run.epochs,
+            "best_accuracy": run.best_accuracy, "stopped_by": run.stopped_by,
+            "img_sec": run.img_sec}
+
+
+def formatted_row(row: AccuracyRow) -> List[str]:
+    head = [row.series.strategy, row.series.settings() or "-", str(row.workers),
+            str(len(row.runs))]
+    tail = [_num(row.best_missed, "{:.3f}"), _num(row.img_sec, "{:.1f}"),
+            " ".join(row.flags) or "-"]
+    if not row.has_target:
+        return head + ["no target"] + ["-"] * 6 + tail
+    combined = row.combined()
+    low_high = ttt.spread(row.times())
+    return head + [
+        f"{row.reached}/{len(row.runs)}", _num(combined.value, "{:.2f}"), combined.label(),
+        _num(row.median_of("time"), "{:.2f}"),
+        "-" if low_high is None else f"{low_high[0]:.2f}-{low_high[1]:.2f}",
+        _num(row.median_of("steps"), "{:g}"), _num(row.median_of("epochs"), "{:.2f}"),
+    ] + tail
+
+
+def _num(value: Optional[float], pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)

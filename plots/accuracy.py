@@ -1,0 +1,141 @@
+"""Charts of runs trained to accuracy, one group of comparable runs each (see
+commbench.analysis.accuracy):
+
+- the curves: the averaged model's accuracy (solid) and the worst worker's (dashed, same
+  colour) against training time and against epochs, one line per strategy and worker
+  count, drawn from its run of median time to target, its other repeats faint;
+- the time to target per strategy and worker count: the combined time (MLPerf's rule;
+  hollow where too few runs made it the median) with whiskers from the fastest to the
+  slowest run that reached the target, each such run a small tick; runs that missed it
+  are said in words beside the row, never placed on the time axis.
+
+Built like commbench.plots.scaling: matplotlib's object API, saved by its save_named.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from commbench.analysis.accuracy import AccuracyGroup, AccuracyRow
+
+FAINT = 0.25  # alpha of a row's other repeats: present, but behind its median run
+Cell = Tuple[object, int]  # (series, workers): a row of a group
+
+
+def label(row: "AccuracyRow") -> str:
+    return f"{row.series.label()}, N={row.workers}"
+
+
+def palette(groups: List["AccuracyGroup"]) -> Dict[Cell, dict]:
+    """A colour and a marker per (strategy, workers), the same across one call's charts;
+    the compute-only `none` in scaling's grey."""
+    from commbench.plots.scaling import MARKERS, NONE_COLOR
+
+    cells = sorted({(r.series, r.workers) for g in groups for r in g.rows},
+                   key=lambda c: (c[0].order(), c[1]))
+    colors = iter(f"C{i % 10}" for i in range(len(cells)))
+    return {c: {"color": NONE_COLOR if c[0].strategy == "none" else next(colors),
+                "marker": MARKERS[i % len(MARKERS)]} for i, c in enumerate(cells)}
+
+
+def curves_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(11.0, 4.8), layout="constrained")
+    by_time, by_epoch = fig.subplots(1, 2, sharey=True)
+    for ax, x, name in ((by_time, "training_seconds", "training time (s, evaluation paused)"),
+                        (by_epoch, "epoch", "epochs")):
+        for row in group.rows:
+            _curves(ax, row, x, styles[(row.series, row.workers)])
+        if group.key.target:
+            ax.axhline(float(group.key.target), color="black", linestyle=":", linewidth=1)
+        ax.set_xlabel(name)
+        ax.set_xlim(left=0)
+        ax.grid(True, alpha=0.3)
+    by_time.set_ylabel("validation accuracy")
+    by_time.set_ylim(0, 1.02)
+    by_time.set_title("Accuracy against training time", fontsize=10)
+    by_epoch.set_title("Accuracy against epochs", fontsize=10)
+    fig.suptitle(wrapped(group.key.heading(), group.key.details(), width=140), fontsize=9)
+    handles = [Line2D([], [], color=styles[(r.series, r.workers)]["color"], linewidth=1.8)
+               for r in group.rows]
+    labels = [label(r) for r in group.rows]
+    handles += [Line2D([], [], color="0.3", linestyle="-"),
+                Line2D([], [], color="0.3", linestyle="--")]
+    labels += ["averaged model (bold: the run of median time to target)", "worst worker"]
+    if group.key.target:
+        handles.append(Line2D([], [], color="black", linestyle=":"))
+        labels.append(f"target {group.key.target}")
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(3, len(labels)),
+               fontsize=8, frameon=False)
+    return fig
+
+
+def _curves(ax: "Axes", row: "AccuracyRow", x: str, style: dict) -> None:
+    main = row.representative()
+    for run in row.runs:
+        if run is not main:
+            ax.plot([p[x] for p in run.curve], [p["accuracy"] for p in run.curve],
+                    color=style["color"], linewidth=0.8, alpha=FAINT)
+    xs = [p[x] for p in main.curve]
+    ax.plot(xs, [p["accuracy"] for p in main.curve], color=style["color"], linewidth=1.8,
+            marker=style["marker"], markersize=3.5)
+    ax.plot(xs, [p["worker_worst"] for p in main.curve], color=style["color"], linewidth=1.2,
+            linestyle="--")
+
+
+def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
+    from matplotlib.figure import Figure
+
+    rows = [r for r in group.rows if r.has_target]
+    fig = Figure(figsize=(9.0, 1.9 + 0.5 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    longest = max([t for r in rows for t in r.times() if t is not None], default=1.0)
+    for y, row in enumerate(rows):
+        style = styles[(row.series, row.workers)]
+        times = [t for t in row.times() if t is not None]
+        combined = row.combined()
+        if times:
+            ax.plot([min(times), max(times)], [y, y], color=style["color"], linewidth=1.2)
+            ax.plot(times, [y] * len(times), linestyle="none", marker="|", markersize=10,
+                    color=style["color"])
+        if combined.value is not None:
+            hollow = combined.rule != "olympic"
+            ax.plot([combined.value], [y], linestyle="none", marker=style["marker"],
+                    markersize=8, color=style["color"],
+                    markerfacecolor="white" if hollow else style["color"])
+        missed = len(row.runs) - row.reached
+        words = f"{row.reached}/{len(row.runs)} reached"
+        if missed:
+            words += f"; {missed} missed (best {row.best_missed:.3f})"
+        if combined.value is None:
+            words += f"; no time: {combined.label()}"
+        ax.annotate(words, (max(times) if times else 0.0, y), textcoords="offset points",
+                    xytext=(8, 0), va="center", fontsize=7.5, color=style["color"])
+    ax.set_yticks(range(len(rows)), [label(r) for r in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
+    ax.set_xlim(0, longest * 1.6)  # room on the right for the words
+    ax.set_xlabel(wrapped("training time to target (s)", "filled: MLPerf's rule (fastest "
+                          "and slowest run dropped, mean of the rest); hollow: the median "
+                          "(too few runs); bar and ticks: the runs that reached the target",
+                          width=85), fontsize=8)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle(wrapped("Time to target", group.key.heading(), group.key.details(),
+                         width=100), fontsize=9)
+    return fig
+
+
+def wrapped(*lines: str, width: int) -> str:
+    """Lines broken to fit a figure of about `width` characters."""
+    import textwrap
+
+    return "\n".join(part for line in lines for part in textwrap.wrap(line, width))
+
+
+def has_times(group: "AccuracyGroup") -> bool:
+    return any(r.has_target for r in group.rows)
