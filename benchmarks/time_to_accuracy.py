@@ -1,0 +1,57 @@
+"""Which strategy reaches the target accuracy soonest? One command: --workers workers
+train ResNet-18 at 32 px on the generated task to --target for each strategy and
+partition, --repeat times with the seed varied (the same seed for every strategy of a
+repeat), on shared memory or, with --emulate (needs root), on emulated clusters. Every
+job is a `commbench sweep` job (the same commands a user types); then `commbench report`
+prints time to target per strategy (repeats combined by MLPerf Training's rule) and
+`commbench plot` draws the curves.
+
+    python benchmarks/time_to_accuracy.py [--workers 4] [--repeat 3]
+        [--partitions iid,dirichlet:0.1] [--emulate 4x1,2x2 --link 200mbit]
+        [--data learnable:noise=4] [--target 0.8] [--out time-to-accuracy]
+
+Prints the wall time of the whole study at the end.
+"""
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STRATEGIES = "allreduce,neighbor_allreduce,hierarchical_neighbor_allreduce"
+TRAINING = ["--model", "resnet18", "--image-size", "32", "--batch-size", "32",
+            "--reference-iters", "0", "--eval-every", "10", "--max-epochs", "6"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", default="4")
+    parser.add_argument("--strategies", default=STRATEGIES)
+    parser.add_argument("--partitions", default="iid,dirichlet:0.1")
+    parser.add_argument("--repeat", default="3")
+    parser.add_argument("--data", default="learnable:noise=4,samples=8000")
+    parser.add_argument("--target", default="0.8")
+    parser.add_argument("--emulate", help="layouts, e.g. 4x1,2x2 (needs root)")
+    parser.add_argument("--link", default="200mbit")
+    parser.add_argument("--out", default="time-to-accuracy")
+    args = parser.parse_args()
+    started = time.monotonic()
+    out = Path(args.out)
+    for partition in args.partitions.split(","):
+        # on shared memory, machines of 2 workers are simulated for the hierarchical one
+        where = ["--emulate", args.emulate, "--link", args.link] if args.emulate else \
+            ["--np", args.workers, "--machine-size", "2"]
+        command = [sys.executable, "-m", "commbench", "sweep", *where,
+                   "--dist-optimizer", args.strategies, "--repeat", args.repeat,
+                   "--results-dir", str(out / "results" / partition.replace(":", "-")),
+                   "--plots-dir", str(out / "charts"), *TRAINING, "--data", args.data,
+                   "--partition", partition, "--target-accuracy", args.target]
+        print("$", " ".join(command[1:]), flush=True)
+        subprocess.run(command, check=False)
+    print(f"\nwall time of the study: {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
