@@ -103,10 +103,11 @@ def main(args) -> int:
     model, batch, image = calibrate.workload(args, [r.doc for r in runs])
     runs = [r for r in runs if (r.doc["config"]["model"], r.doc["config"]["batch_size"],
                                 r.doc["config"]["image_size"]) == (model, batch, image)]
-    grads = compute_model.gradients(model, image)
+    # the links first: a bad --nccl-tests file is said before a model is built
     found_links = links.network_from(args, calibrate.fit_microbench(
         [b.doc for b in benches], [b.path.name for b in benches]))
     net = found_links.network
+    grads = compute_model.gradients(model, image)
     computes = calibrate.compute_by_workers(args, runs, grads, batch)
     strategies = calibrate.strategies_to_project(args, runs)
     workers = _workers(args.np)
