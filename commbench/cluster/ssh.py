@@ -10,13 +10,19 @@ ssh's options are accepted and ignored: there is no remote login to configure.
 Inside a machine the environment is the caller's (one host, one filesystem), plus
 COMMBENCH_EMULATED_NETWORK (what results record, and how ranks know they share the
 host's cores with every other machine) and GLOO_SOCKET_IFNAME (the machine's NIC).
+
+Like ssh, it stays on the launching host until the command ends, and exits with its
+status, or 255 when the command was killed (everything on the machine died): a
+launcher learns from that that its remote daemon is gone, as from a real ssh.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -71,12 +77,29 @@ def main() -> None:
         i = names[host]
         env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.nic, COMMBENCH_EMULATED_NETWORK=json.dumps(
             dict(cluster.describe(), host=socket.gethostname())))
-        os.execvpe("nsenter", ["nsenter", f"--uts={cluster.uts(i)}", "--", "ip", "netns",
-                               "exec", cluster.netns(i), shell, "-c", command], env)
+        sys.exit(remote(["nsenter", f"--uts={cluster.uts(i)}", "--", "ip", "netns", "exec",
+                         cluster.netns(i), shell, "-c", command], env))
     if host in ("localhost", "127.0.0.1", cluster.host_address, socket.gethostname()):
         os.execvp(shell, [shell, "-c", command])
     fail(f"Could not resolve hostname {host}: not a machine of emulated cluster "
          f"{cluster.name} ({cluster.hosts})")
+
+
+def remote(argv: List[str], env: dict) -> int:
+    """Run a machine's command from the host, as ssh runs a remote one; the signals ssh
+    passes on (INT, TERM, HUP) go on to it. Its exit status, 255 if it was killed."""
+    command = subprocess.Popen(argv, env=env, close_fds=False)
+
+    def pass_on(signo, _frame):
+        try:
+            command.send_signal(signo)
+        except ProcessLookupError:
+            pass
+
+    for signo in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signo, pass_on)
+    code = command.wait()
+    return code if code >= 0 else 255
 
 
 def fail(message: str) -> None:
