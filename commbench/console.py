@@ -44,7 +44,8 @@ class IterationReport:
         rate, loss = (sums / self.ctx.world_size).tolist()
         line = f"Iter #{i}: {rate:.1f} img/sec per {self.ctx.device_kind}, loss {loss:.4f}"
         if self.decentralized:
-            self.consensus.append(consensus_distance(self.model, self.ctx.world_size))
+            with spans.between("consensus"):
+                self.consensus.append(consensus_distance(self.model, self.ctx.world_size))
             line += f", consensus distance {self.consensus[-1]:.3g}"
         self.say(line)
 

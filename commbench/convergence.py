@@ -21,8 +21,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional
 
+from commbench import spans
 from commbench.config import EVAL_EVERY, MAX_EPOCHS, RunConfig
 from commbench.errors import UsageError
+from commbench.loop import timed_step
 from commbench.record import consensus_distance
 
 EVAL_BATCH = 500  # validation images per forward pass: outside the clock, any size works
@@ -147,35 +149,38 @@ def count_correct(model, images, labels) -> int:
 
 def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: StopRule,
           evaluate: Evaluator, model, ctx, samples_per_step: int, steps_per_epoch: int,
-          report: Callable[[Point], None]) -> Dict[str, Any]:
+          report: Callable[[Point], None], keep_steps: int) -> Dict[str, Any]:
     """Train until the rule stops it; the curve and how it ended. step(index, training
-    seconds so far) takes one training step and returns its loss."""
+    seconds so far) takes one training step and returns its loss. Every step is a span
+    and so is every evaluation; the spans of the last `keep_steps` steps are kept."""
     import torch
     import torch.distributed as dist
 
     curve: List[Point] = []
     training, losses, steps = 0.0, [], 0
+    spans.RECORDER.reset()
     started = time.perf_counter()
     while True:
-        t0 = time.perf_counter()
-        loss = step(steps, training)
-        sync()
-        training += time.perf_counter() - t0
+        loss, seconds = timed_step(lambda: step(steps, training), sync, spans.RECORDER)
+        training += seconds
         losses.append(float(loss.detach()))
         steps += 1
         if steps % rule.eval_every and steps != rule.max_steps:
             continue
-        accuracy, own = evaluate()
+        spans.RECORDER.keep_last(keep_steps)
+        with spans.between("evaluate"):
+            accuracy, own = evaluate()
         shared = torch.tensor([training, time.perf_counter() - started],
                               dtype=torch.float64, device=ctx.device)
         dist.all_reduce(shared, op=dist.ReduceOp.MAX)  # the slowest rank's clocks
         mean_loss = torch.tensor([sum(losses) / len(losses)], dtype=torch.float64,
                                  device=ctx.device)
         dist.all_reduce(mean_loss)
+        with spans.between("consensus"):
+            distance = consensus_distance(model, ctx.world_size)
         point = Point(steps, steps / steps_per_epoch, steps * samples_per_step,
                       float(shared[0]), float(shared[1]), accuracy, sum(own) / len(own),
-                      min(own), float(mean_loss) / ctx.world_size,
-                      consensus_distance(model, ctx.world_size))
+                      min(own), float(mean_loss) / ctx.world_size, distance)
         curve.append(point)
         report(point)
         losses = []

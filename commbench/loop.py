@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from commbench.spans import Recorder
 
@@ -49,23 +49,31 @@ def measure(step: Callable[[], "object"], sync: Callable[[], None], iterations: 
         batches = []
         start = time.perf_counter()
         for _ in range(batches_per_iter):
-            if recorder is not None:
-                recorder.on = True
-                recorder.begin_step()
-            t0 = time.perf_counter()
-            loss = step()
-            sync()
-            t1 = time.perf_counter()
-            batches.append(t1 - t0)
-            if recorder is not None:
-                recorder.add("step", t0, t1)
-                recorder.on = False  # what runs between steps is no step's
+            loss, seconds = timed_step(step, sync, recorder)
+            batches.append(seconds)
         timings.iteration_seconds.append(time.perf_counter() - start)
         timings.batch_seconds.append(batches)
         timings.loss.append(float(loss.detach()))
         if after_iteration is not None:
             after_iteration(i, timings)
     return timings
+
+
+def timed_step(step: Callable[[], "object"], sync: Callable[[], None],
+               recorder: Optional[Recorder] = None) -> Tuple["object", float]:
+    """One step, ended by a device sync: (its loss, its seconds). With a recorder it is
+    a step span, and the spans its step records are kept."""
+    if recorder is not None:
+        recorder.on = True
+        recorder.begin_step()
+    t0 = time.perf_counter()
+    loss = step()
+    sync()
+    t1 = time.perf_counter()
+    if recorder is not None:
+        recorder.add("step", t0, t1)
+        recorder.on = False  # what runs between steps is no step's
+    return loss, t1 - t0
 
 
 PHASES = ("forward", "backward", "optimizer")

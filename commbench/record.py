@@ -22,37 +22,63 @@ def finish(config: RunConfig, ctx, strategy, timings: Timings, reference, model,
     if ctx.rank != 0:
         return None
     events, hosts = samples.pop("spans"), samples.pop("hostname")
-    samples["step_split"] = spans.split_steps(events, offsets) \
-        if type(strategy).records_split and ctx.device.type == "cpu" else None
+    samples["step_split"] = step_split(strategy, ctx, events, offsets)
     samples["clock_offsets"] = {"seconds": offsets, "uncertainty": offset_errors}
     doc = result_document(config, ctx, strategy, samples)
     doc["data"] = data_facts
-    if config.timeline is not None:
-        names = [f"rank {r} ({host})" for r, host in enumerate(hosts)]
-        spans.write_trace(config.timeline,
-                          spans.trace_events(events, offsets, names, config.timeline_steps),
-                          {"commbench": doc["schema_version"], "config": doc["config"],
-                           "clock_offsets": samples["clock_offsets"]})
+    write_timeline(config, doc, events, hosts, samples["clock_offsets"])
     return doc, results.write_result(config.results_dir, doc, result_stem(config, ctx, strategy))
 
 
 def finish_training(config: RunConfig, ctx, strategy, outcome: Dict[str, Any],
                     data_facts: Dict[str, Any], recipe: Dict[str, Any]
                     ) -> Optional[Tuple[Dict[str, Any], Any]]:
-    """The result of a run trained to accuracy, written by rank 0: (document, its path)
-    on rank 0, None elsewhere."""
+    """The result of a run trained to accuracy, written by rank 0 with the split of the
+    steps whose spans were kept and the timeline: (document, its path) on rank 0, None
+    elsewhere."""
+    import torch.distributed as dist
+
+    offsets, offset_errors = spans.clock_offsets(ctx)
+    everyone: List[Any] = [None] * ctx.world_size
+    dist.all_gather_object(everyone, (spans.RECORDER.events, socket.gethostname()))
     if ctx.rank != 0:
         return None
+    events, hosts = [e for e, _ in everyone], [h for _, h in everyone]
     curve = outcome.pop("curve")
+    clocks = {"seconds": offsets, "uncertainty": offset_errors}
     doc = results.new_document("accuracy")
     doc.update(config=config.to_dict(),
                strategy={"name": type(strategy).name,
                          "decentralized": type(strategy).decentralized, **strategy.facts()},
                environment=environment.collect(ctx), data=data_facts, recipe=recipe,
-               curve=curve,
-               summary={**outcome, "oversubscribed": oversubscribed(ctx)})
+               curve=curve, clock_offsets=clocks,
+               summary={**outcome, "oversubscribed": oversubscribed(ctx),
+                        "step_split": spans.summarize(step_split(strategy, ctx, events,
+                                                                 offsets))})
+    write_timeline(config, doc, events, hosts, clocks)
     stem = result_stem(config, ctx, strategy) + "-accuracy"
     return doc, results.write_result(config.results_dir, doc, stem)
+
+
+def step_split(strategy, ctx, events, offsets) -> Optional[List[List[List[float]]]]:
+    """[rank][step] parts of each step (commbench.spans.PARTS), or None where the spans
+    cannot tell: an engine that communicates inside its own step, or a GPU (whose host
+    clock sees when work was queued, not when it ran)."""
+    if type(strategy).records_split and ctx.device.type == "cpu":
+        return spans.split_steps(events, offsets)
+    return None
+
+
+def write_timeline(config: RunConfig, doc: Dict[str, Any], events, hosts: List[str],
+                   clocks: Dict[str, List[float]]) -> None:
+    """The --timeline file (when asked for): every rank's spans on rank 0's clock."""
+    if config.timeline is None:
+        return
+    names = [f"rank {r} ({host})" for r, host in enumerate(hosts)]
+    spans.write_trace(config.timeline,
+                      spans.trace_events(events, clocks["seconds"], names, config.timeline_steps),
+                      {"commbench": doc["schema_version"], "config": doc["config"],
+                       "clock_offsets": clocks})
 
 
 def consensus_distance(model, world_size: int) -> float:

@@ -33,7 +33,9 @@ header, config, strategy and environment, and instead of samples:
                       time_to_target, wall_time_to_target, steps/epochs/samples_to_target
                       (null when not reached: never a time), best_accuracy,
                       best_at_step, stopped_by, steps, training_seconds, wall_seconds,
-                      img_sec, eval_every, max_steps, time_budget, oversubscribed
+                      img_sec, eval_every, max_steps, time_budget, oversubscribed,
+                      step_split (as a run's, over the last --timeline-steps steps)
+    clock_offsets     each rank's clock offset to rank 0's and its uncertainty
 """
 
 from __future__ import annotations

@@ -102,15 +102,20 @@ def run(config: RunConfig) -> Dict[str, Any]:
         return {}
     doc, path = recorded
     console.print_summary(say, doc["summary"], ctx)
-    if config.timeline is not None:
-        steps = len(timings.batch_seconds) * config.num_batches_per_iter
-        window = "" if steps <= config.timeline_steps else \
-            f" (the last {config.timeline_steps} of {steps} steps: --timeline-steps)"
-        say(f"Timeline: {config.timeline}{window}")
-        if doc["strategy"].get("engine_timeline"):
-            say(f"The engine's own timeline: {doc['strategy']['engine_timeline']}")
+    timeline_lines(say, config, len(timings.batch_seconds) * config.num_batches_per_iter, doc)
     say(f"Result: {path}")
     return doc
+
+
+def timeline_lines(say, config: RunConfig, steps: int, doc: Dict[str, Any]) -> None:
+    """Where the --timeline file went, and how much of the run it holds."""
+    if config.timeline is None:
+        return
+    window = "" if steps <= config.timeline_steps else \
+        f" (the last {config.timeline_steps} of {steps} steps: --timeline-steps)"
+    say(f"Timeline: {config.timeline}{window}")
+    if doc["strategy"].get("engine_timeline"):
+        say(f"The engine's own timeline: {doc['strategy']['engine_timeline']}")
 
 
 def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Batches, sync,
@@ -132,14 +137,18 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         task, config.image_size, config.seed, ctx.device), ctx)
     console.training_plan(say, rule, per_epoch, recipe)
     outcome = convergence.train(train_step, sync, rule, evaluate, model, ctx, total_batch,
-                                per_epoch, lambda point: say(console.point_line(point)))
+                                per_epoch, lambda point: say(console.point_line(point)),
+                                config.timeline_steps)
     recorded = record.finish_training(config, ctx, strategy, dict(outcome), data.facts,
                                       recipe.facts())
     console.print_outcome(say, outcome)
     if recorded is None:
         return {}
-    say(f"Result: {recorded[1]}")
-    return recorded[0]
+    doc, path = recorded
+    say(console.split_line(doc["summary"]["step_split"], ctx.device.type))
+    timeline_lines(say, config, outcome["steps"], doc)
+    say(f"Result: {path}")
+    return doc
 
 
 def _batches(config: RunConfig, ctx) -> batches.Batches:

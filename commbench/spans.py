@@ -4,7 +4,9 @@ computed from them, and the Chrome trace-event file that `--timeline` writes.
 
 Kinds of span: step; forward, backward, optimizer (compute); comm (a piece, from its
 posting to its completion, with its bytes and the ranks it involves); post (the
-critical path's cost of handing a piece over); wait (blocked on pieces).
+critical path's cost of handing a piece over); wait (blocked on pieces). Between steps,
+outside every step's split: consensus (measuring the consensus distance) and evaluate
+(scoring the models of a run trained to accuracy).
 
 Recording is a few clock reads and list appends per step, so it is always on during
 the measured steps; the analysis runs on rank 0 after the job, on clocks aligned to
@@ -17,10 +19,11 @@ piece (that peer's lateness, as wait-state analysis counts it); exposed is the r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from commbench.results import write_new_file
 
@@ -57,6 +60,18 @@ class Recorder:
         self.events.append(event)
         return event
 
+    def add_between(self, kind: str, start: float, end: float) -> None:
+        """Record work between measured steps (it belongs to the last one's timeline, not
+        to its split); nothing before the first measured step."""
+        if self.step >= 0:
+            self.events.append([self.step, kind, start, end, "", 0, None])
+
+    def keep_last(self, steps: int) -> None:
+        """Forget all but the last `steps` steps' spans (a long run's memory stays bounded)."""
+        first = self.step + 1 - steps
+        if self.events and self.events[0][0] < first:
+            self.events = [e for e in self.events if e[0] >= first]
+
 
 RECORDER = Recorder()
 
@@ -70,6 +85,14 @@ def close(event: Optional[Event]) -> None:
     """End an open span now (from any thread: a communication piece completes there)."""
     if event is not None:
         event[3] = now()
+
+
+@contextlib.contextmanager
+def between(kind: str) -> Iterator[None]:
+    """`with between("consensus"):` records the block as work between measured steps."""
+    start = now()
+    yield
+    RECORDER.add_between(kind, start, now())
 
 
 def last_post() -> Optional[float]:

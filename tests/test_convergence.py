@@ -2,6 +2,8 @@
 curve that a seed makes reproducible, "not reached" never given a time, and requests
 that cannot be trained refused in one line."""
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from commbench.config import MAX_EPOCHS, RunConfig
 from commbench.convergence import Point, StopRule, outcome
 from launchers import PYTHON, mpiexec, only_result, run
+from test_spans import check_trace
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 # A task small enough for seconds: 320 training samples (32 validation), 10 steps per epoch.
@@ -85,14 +88,16 @@ def test_one_worker_curve_is_the_same_from_the_same_seed_and_not_reached_has_no_
     assert all(0 <= p["accuracy"] <= 1 for p in curve)
     assert curve[0]["training_seconds"] <= curve[0]["wall_seconds"]  # evaluation is wall only
     assert "Target 1 not reached; best accuracy" in done.stdout
-    assert done.stdout.count("Step ") == 2
+    assert len(re.findall(r"^Step \d", done.stdout, re.MULTILINE)) == 2
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(600)
 def test_two_workers_stop_together_at_the_target(tmp_path):
+    trace_path = tmp_path / "trace.json"
     done, doc = train(tmp_path, "na", "--dist-optimizer", "neighbor_allreduce",
-                      "--target-accuracy", "0.05", "--eval-every", "2", n=2)
+                      "--target-accuracy", "0.05", "--eval-every", "2",
+                      "--timeline", str(trace_path), "--timeline-steps", "1", n=2)
     s = doc["summary"]
     assert s["reached"] is True and s["stopped_by"] == "target"
     steps = s["steps_to_target"]
@@ -102,6 +107,19 @@ def test_two_workers_stop_together_at_the_target(tmp_path):
     assert doc["curve"][-1]["worker_worst"] <= doc["curve"][-1]["worker_mean"]
     assert doc["strategy"]["name"] == "neighbor_allreduce"
     assert done.stdout.count("Time to target 0.05: ") == 1
+    # the timeline holds the last step and the evaluation and consensus measurement after
+    # it, outside every step's split
+    assert doc["summary"]["step_split"]["step"]["mean"] > 0
+    assert "Step split (mean per step): " in done.stdout
+    assert f"Timeline: {trace_path}" in done.stdout
+    recorded = check_trace(json.loads(trace_path.read_text())["traceEvents"], 2)
+    assert {e["args"]["step"] for e in recorded} == {steps - 1}
+    for rank in (0, 1):
+        mine = [e for e in recorded if e["pid"] == rank]
+        (step,) = [e for e in mine if e["cat"] == "step"]
+        between = [e for e in mine if e["cat"] in ("evaluate", "consensus")]
+        assert sorted(e["cat"] for e in between) == ["consensus", "evaluate"]
+        assert all(e["ts"] >= step["ts"] + step["dur"] for e in between)
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -123,6 +123,23 @@ def test_the_recorder_records_only_while_on():
     assert recorder.events == [event] and event[0] == 0 and event[3] > 0
 
 
+def test_work_between_steps_is_recorded_from_the_first_step_and_a_window_is_kept():
+    recorder = spans.Recorder()
+    recorder.add_between("consensus", 0.0, 1.0)
+    assert recorder.events == []  # before any measured step: warm-up is no one's
+    for step in range(5):
+        recorder.on = True
+        recorder.begin_step()
+        recorder.add("step", step, step + 0.5)
+        recorder.on = False
+        recorder.add_between("evaluate", step + 0.5, step + 0.9)
+    recorder.keep_last(2)
+    assert [(e[0], e[1]) for e in recorder.events] == [
+        (3, "step"), (3, "evaluate"), (4, "step"), (4, "evaluate")]
+    split = spans.split_steps([recorder.events], [0.0])
+    assert split == [[[], []]]  # steps without compute phases; evaluate is in none
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda tmp: tmp, "is a directory"),
     (lambda tmp: tmp / "missing" / "trace.json", "does not exist"),

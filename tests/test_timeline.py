@@ -42,6 +42,9 @@ def test_a_timeline_of_every_rank_and_a_split_that_adds_up(tmp_path, strategy):
     assert all(e["tid"] >= 1 and e["args"]["bytes"] > 0 for e in pieces)
     steps = 3 * 2  # --num-iters x --num-batches-per-iter
     assert len([e for e in spans_ if e["cat"] == "step"]) == 2 * steps
+    # a decentralized strategy measures its consensus distance after every iteration
+    consensus = [e for e in spans_ if e["cat"] == "consensus"]
+    assert len(consensus) == (2 * 3 if strategy == "neighbor_allreduce" else 0)
 
     split, wall = doc["samples"]["step_split"], doc["samples"]["batch_seconds"]
     for rank in (0, 1):
