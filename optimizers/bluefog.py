@@ -22,9 +22,11 @@ docs/engines.md for how that was found.
 
 from __future__ import annotations
 
+import glob
 import os
 from typing import Any, Dict
 
+from commbench import spans
 from commbench.errors import UsageError
 from commbench.launch.detect import MPI_WORLDS
 from commbench.optimizers.base import Strategy, TrainStep, local_step
@@ -52,6 +54,16 @@ class _Bluefog(Strategy):
         if config.fp16_allreduce:
             raise UsageError(f"argument --fp16-allreduce: {cls.name} has no float16 "
                              "communication (Bluefog's optimizers send the parameters' dtype)")
+        if config.timeline is not None and "BLUEFOG_TIMELINE" not in os.environ:
+            # Bluefog's own timeline (per tensor: forward, enqueue, fusion, communicate)
+            # beside commbench's, one file per rank; set before bf.init() reads it. One
+            # given to bfrun (--timeline-filename) stays.
+            prefix = engine_timeline_prefix(config.timeline)
+            taken = sorted(glob.glob(glob.escape(prefix) + "*.json"))
+            if taken:
+                raise UsageError(f"argument --timeline: {taken[0]} (Bluefog's own timeline) "
+                                 "exists; commbench never overwrites a measurement")
+            os.environ["BLUEFOG_TIMELINE"] = prefix
 
     def _init(self):
         if self.ctx.device.type == "cuda" and not ops_on_cpu():
@@ -74,9 +86,18 @@ class _Bluefog(Strategy):
         from commbench.environment import package_version
 
         facts = {"engine": "bluefog", "bluefog_version": package_version("bluefog")}
+        if os.environ.get("BLUEFOG_TIMELINE"):
+            facts["engine_timeline"] = os.environ["BLUEFOG_TIMELINE"] + "<rank>.json"
         if self.ctx.device.type == "cuda":
             facts["ops_on_cpu"] = ops_on_cpu()
         return facts
+
+
+def engine_timeline_prefix(timeline: str) -> str:
+    """Where Bluefog writes its timeline beside commbench's: trace.json ->
+    trace.bluefog.<rank>.json (Bluefog appends the rank and ".json" to the prefix)."""
+    beside = spans.beside(timeline, "bluefog")
+    return (beside[:-len(".json")] if beside.endswith(".json") else beside) + "."
 
 
 def ops_on_cpu() -> bool:

@@ -130,6 +130,35 @@ def test_bfrun_writes_a_normal_result(tmp_path, engine, extra):
         assert 0 <= doc["summary"]["final_consensus_distance"] < 1
 
 
+@pytest.mark.mpi
+def test_bluefog_writes_its_own_timeline_beside_commbenchs(tmp_path):
+    trace = tmp_path / "trace.json"
+    done = completed(bfrun(2, ["-m", "commbench", "--dist-optimizer=bluefog.neighbor_allreduce",
+                               "--results-dir", str(tmp_path / "r"), *TINY_RUN,
+                               "--timeline", str(trace)], cwd=tmp_path))
+    doc = only_result(tmp_path / "r")
+    assert doc["strategy"]["engine_timeline"] == str(tmp_path / "trace.bluefog.<rank>.json")
+    assert f"The engine's own timeline: {tmp_path / 'trace.bluefog.<rank>.json'}" in done.stdout
+    ours = json.loads(trace.read_text())["traceEvents"]
+    assert {e["pid"] for e in ours if e["ph"] == "X" and e["cat"] == "step"} == {0, 1}
+    for rank in (0, 1):
+        # Bluefog writes its events as it goes and leaves the array open (Chrome and
+        # Perfetto accept that)
+        text = (tmp_path / f"trace.bluefog.{rank}.json").read_text().rstrip().rstrip(",")
+        names = {e.get("name") for e in json.loads(text + "]")}
+        assert {"FORWARD", "COMMUNICATE"} <= names
+
+
+def test_a_bluefog_timeline_that_exists_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("BLUEFOG_TIMELINE", raising=False)
+    (tmp_path / "trace.bluefog.0.json").write_text("[]")
+    config = RunConfig(timeline=str(tmp_path / "trace.json"))
+    with pytest.raises(UsageError, match=r"trace.bluefog.0.json \(Bluefog's own timeline\) exists"):
+        registry.resolve("bluefog.neighbor_allreduce").check(
+            config, LaunchInfo("openmpi", 0, 2, 0, 2, 0))
+    assert "BLUEFOG_TIMELINE" not in os.environ
+
+
 def agreement(tmp_path, workers, first, second, extra=(), timeout=75, **where):
     done = completed(bfrun(workers, [str(PROGRAMS / "engine_agreement.py"), first, second,
                                      *SMALL, "--steps", "2", "--timeout", "60", *extra],
