@@ -94,7 +94,8 @@ def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
 def split_line(split: Optional[Dict[str, Any]], device: str = "cpu") -> str:
     """Where a step's time went, in means that add up to the step's."""
     if split is None and device != "cpu":
-        return ("Step split: not measured on GPUs yet (the host's clock sees when work was "
+        return ("Step split: on GPUs only with --timeline, whose kernel times from "
+                "torch.profiler lie in their steps (the host's clock sees when work was "
                 "queued, not when the device did it)")
     if split is None:
         return ("Step split: not measured (this strategy's engine communicates inside its "

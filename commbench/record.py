@@ -8,7 +8,7 @@ import hashlib
 import socket
 from typing import Any, Dict, List, Optional, Tuple
 
-from commbench import environment, metrics, results, spans
+from commbench import device_time, environment, metrics, results, spans
 from commbench.config import RunConfig
 from commbench.loop import Timings
 
@@ -62,10 +62,15 @@ def finish_training(config: RunConfig, ctx, strategy, outcome: Dict[str, Any],
 
 def step_split(strategy, ctx, events, offsets) -> Optional[List[List[List[float]]]]:
     """[rank][step] parts of each step (commbench.spans.PARTS), or None where the spans
-    cannot tell: an engine that communicates inside its own step, or a GPU (whose host
-    clock sees when work was queued, not when it ran)."""
-    if type(strategy).records_split and ctx.device.type == "cpu":
+    cannot tell: an engine that communicates inside its own step, or a GPU without its
+    kernels' times (whose host clock sees when work was queued, not when it ran) or
+    with kernels outside their steps."""
+    if not type(strategy).records_split:
+        return None
+    if ctx.device.type == "cpu":
         return spans.split_steps(events, offsets)
+    if device_time.has_kernels(events) and all(device_time.aligned(mine) for mine in events):
+        return spans.split_steps([device_time.split_view(mine) for mine in events], offsets)
     return None
 
 

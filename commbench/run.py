@@ -13,7 +13,8 @@ import os
 import re
 from typing import Any, Dict, List
 
-from commbench import console, convergence, precision, record, registry, results, spans
+from commbench import (console, convergence, device_time, precision, record, registry,
+                       results, spans)
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
@@ -89,9 +90,10 @@ def run(config: RunConfig) -> Dict[str, Any]:
     warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches)
     say("Running benchmark...")
     spans.RECORDER.reset()
-    timings = measure(lambda: step(*data.next()), sync, config.num_iters,
-                      config.num_batches_per_iter, after_iteration=progress,
-                      recorder=spans.RECORDER)
+    with device_time.kernels_of_steps(ctx.device, config.timeline is not None, spans.RECORDER):
+        timings = measure(lambda: step(*data.next()), sync, config.num_iters,
+                          config.num_batches_per_iter, after_iteration=progress,
+                          recorder=spans.RECORDER)
     if reference is not None:
         say("Measuring the compute-only reference again...")
         reference.half()

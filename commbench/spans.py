@@ -29,7 +29,7 @@ from commbench.results import write_new_file
 
 now = time.perf_counter
 
-COMPUTE = ("forward", "backward", "optimizer")
+COMPUTE = ("forward", "backward", "optimizer", "kernel")  # kernel: a GPU's (device_time)
 PARTS = ("step", "compute", "overlapped", "exposed", "waiting", "other")
 # An event: [step, kind, start, end, name, bytes, peers]; peers None = every rank.
 Event = List[Any]
@@ -248,8 +248,9 @@ def clock_offsets(ctx, rounds: int = 8) -> Tuple[List[float], List[float]]:
 def trace_events(events: Sequence[Sequence[Event]], offsets: Sequence[float],
                  names: Sequence[str], steps: Optional[int] = None) -> List[Dict[str, Any]]:
     """Chrome trace events (Perfetto, chrome://tracing): one process per rank named
-    names[rank], a compute track (steps, their phases and waits) and communication
-    tracks (pieces; a second track only where pieces overlap). Times in microseconds
+    names[rank], a compute track (steps, their phases and waits), communication
+    tracks (pieces; a second track only where pieces overlap) and on GPUs the device's
+    kernels (device_time). Times in microseconds
     from the earliest span; only the last `steps` steps when given."""
     first_step = 0
     if steps is not None:
@@ -265,26 +266,33 @@ def trace_events(events: Sequence[Sequence[Event]], offsets: Sequence[float],
                     "args": {"sort_index": rank}})
         out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 0,
                     "args": {"name": "compute"}})
-    lanes: Dict[int, List[float]] = {}  # rank -> end of the last piece on each comm track
+    lanes: Dict[Tuple[int, str], List[float]] = {}  # (rank, kind) -> each track's last end
     for rank, (step, kind, start, end, name, nbytes, peers) in sorted(
             spans, key=lambda item: (item[0], item[1][2], -item[1][3])):
         ts = (start + offsets[rank] - origin) * 1e6
         event = {"ph": "X", "name": name or kind, "cat": kind, "pid": rank, "ts": ts,
                  "dur": max(0.0, (end - start) * 1e6), "args": {"step": step}}
-        if kind == "comm":
-            ends = lanes.setdefault(rank, [])
+        event["tid"] = 0
+        if kind in LANES:
+            title, first = LANES[kind]
+            ends = lanes.setdefault((rank, kind), [])
             lane = next((i for i, busy in enumerate(ends) if busy <= start), len(ends))
             if lane == len(ends):
                 ends.append(end)
-                out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 1 + lane,
-                            "args": {"name": "communication" + (f" {lane + 1}" if lane else "")}})
+                out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": first + lane,
+                            "args": {"name": title + (f" {lane + 1}" if lane else "")}})
             ends[lane] = end
-            event["tid"] = 1 + lane
+            event["tid"] = first + lane
+        if kind == "comm":
             event["args"].update(bytes=nbytes, peers="all" if peers is None else peers)
-        else:
-            event["tid"] = 0
         out.append(event)
     return out
+
+
+# Spans that may overlap each other get tracks of their own (a new one only where they
+# do): kind -> (track name, its first thread id).
+LANES = {"comm": ("communication", 1), "kernel": ("GPU compute", 100),
+         "nccl": ("GPU communication", 200)}
 
 
 def beside(path: str, name: str, separator: str = ".") -> str:

@@ -53,3 +53,20 @@ def test_microbench_on_two_gpus_is_right_and_synchronised(launcher, tmp_path):
     assert doc["summary"]["wrong"] == 0
     raw = {row["impl"] for row in doc["rows"]}
     assert "nccl send/recv" in raw and not any(impl.startswith("gloo") for impl in raw)
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "neighbor_allreduce"])
+def test_a_timeline_on_gpus_holds_the_kernels_and_the_split_adds_up(strategy, tmp_path):
+    trace_path = tmp_path / "trace.json"
+    (doc,) = launch("mpiexec", [f"--dist-optimizer={strategy}", *TINY_RUN,
+                                "--timeline", str(trace_path)], tmp_path / "r")
+    split, wall = doc["samples"]["step_split"], doc["samples"]["batch_seconds"]
+    assert split is not None, "the kernels' times did not lie in their steps"
+    for rank in (0, 1):
+        batches = [b for iteration in wall[rank] for b in iteration]
+        for (step, compute, _, exposed, waiting, other), measured in zip(split[rank], batches):
+            assert abs(compute + exposed + waiting + other - measured) <= 0.02 * measured
+            assert compute > 0
+    trace = json.loads(trace_path.read_text())["traceEvents"]
+    kinds = {e["cat"] for e in trace if e["ph"] == "X"}
+    assert {"kernel", "nccl"} <= kinds

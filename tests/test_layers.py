@@ -28,7 +28,7 @@ LAYERS = [
                                "commbench.microbench", "commbench.microbench.results"]),
     ("a job", ["commbench.config", "commbench.data", "commbench.loop", "commbench.console",
                "commbench.record", "commbench.reference", "commbench.registry", "commbench.convergence",
-               "commbench.recipe",
+               "commbench.recipe", "commbench.device_time",
                "commbench.optimizers", "commbench.comm", "commbench.microbench.harness",
                "commbench.microbench.link",
                "commbench.microbench.ops"]),

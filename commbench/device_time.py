@@ -1,0 +1,107 @@
+"""On GPUs, when the device did the work. The host's clock sees when a kernel was
+queued, not when it ran, so with `--timeline` torch.profiler records every kernel of
+the measured steps (CUPTI through Kineto). NCCL's kernels are communication, every
+other kernel (and copy) compute. Kineto stamps them in Unix time; they are moved onto
+the clock commbench's spans read and given to the step whose host span holds them (a
+step ends with a device sync, so its kernels end inside it).
+
+From those, each step splits as on the CPU (commbench.spans): compute is the device
+busy with compute kernels; a stretch where only NCCL kernels run is the step blocked on
+communication; an NCCL kernel that started before the last rank had started its
+matching one (the k-th of the step everywhere) waited for that rank, since NCCL's
+kernels spin until every peer has joined. Which peers a neighbor exchange's kernel
+needs is not in its name, so every rank counts: its waiting is an upper bound.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import time
+from typing import Iterator, List, Sequence, Tuple
+
+from commbench.spans import Event, Recorder, minus, union
+
+KERNEL, NCCL = "kernel", "nccl"  # span kinds: a compute kernel, an NCCL kernel
+# A run whose kernels mostly fall outside its steps has clocks that do not agree:
+# its split would be wrong, so it is not computed.
+LEAST_INSIDE = 0.9
+
+
+@contextlib.contextmanager
+def kernels_of_steps(device, enabled: bool, recorder: Recorder) -> Iterator[None]:
+    """Record the device's kernels while the block runs and add them to the recorder's
+    spans, in the steps that hold them (CUDA with enabled only; otherwise nothing)."""
+    if not enabled or getattr(device, "type", "cpu") != "cuda":
+        yield
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        yield
+    wall, perf = time.time_ns(), time.perf_counter()
+    recorder.events.extend(in_steps(device_kernels(prof, wall, perf), recorder.events))
+
+
+def device_kernels(prof, wall_ns: int, perf: float, device_type=None
+                   ) -> List[Tuple[str, float, float]]:
+    """(name, start, end) of every event on the device (CUDA unless told), on
+    time.perf_counter's clock, given one reading of both clocks taken together."""
+    from torch.autograd import DeviceType
+
+    kind = DeviceType.CUDA if device_type is None else device_type
+    return [(e.name(), *on_perf_clock((e.start_ns(), e.end_ns()), wall_ns, perf))
+            for e in prof.profiler.kineto_results.events() if e.device_type() == kind]
+
+
+def on_perf_clock(unix_ns: Sequence[int], wall_ns: int, perf: float) -> Tuple[float, ...]:
+    """Unix times in nanoseconds as time.perf_counter() readings."""
+    return tuple(perf + (t - wall_ns) / 1e9 for t in unix_ns)
+
+
+def in_steps(kernels: Sequence[Tuple[str, float, float]], events: Sequence[Event]
+             ) -> List[Event]:
+    """Kernel spans in the step whose host span holds each one's start; kernels outside
+    every step (between steps) are left out."""
+    steps = sorted((e[2], e[3], e[0]) for e in events if e[1] == "step" and e[3] is not None)
+    starts = [s for s, _, _ in steps]
+    out = []
+    for name, start, end in kernels:
+        i = bisect.bisect_right(starts, start) - 1
+        if i >= 0 and start <= steps[i][1]:
+            kind = NCCL if "nccl" in name.lower() else KERNEL
+            out.append([steps[i][2], kind, start, end, name, 0, None])
+    return out
+
+
+def aligned(events: Sequence[Event]) -> bool:
+    """Whether a rank's kernels lie in its steps, as a device sync at each step's end
+    makes them: nearly all end before their step does (else the clocks disagree)."""
+    ends = {e[0]: e[3] for e in events if e[1] == "step"}
+    kernels = [e for e in events if e[1] in (KERNEL, NCCL)]
+    inside = sum(1 for e in kernels if e[3] <= ends[e[0]] + 1e-4)
+    return bool(kernels) and inside >= LEAST_INSIDE * len(kernels)
+
+
+def split_view(events: Sequence[Event]) -> List[Event]:
+    """The spans the step split reads on a GPU: each step, its compute kernels, its
+    NCCL kernels as communication pieces (posted when they started), and as waits the
+    stretches where the device ran NCCL kernels and no compute."""
+    out: List[Event] = []
+    by_step: dict = {}
+    for e in events:
+        if e[1] == "step":
+            out.append(list(e))
+        elif e[1] in (KERNEL, NCCL):
+            by_step.setdefault(e[0], {KERNEL: [], NCCL: []})[e[1]].append(e)
+    for step, kinds in by_step.items():
+        out.extend(list(e) for e in kinds[KERNEL])
+        out.extend([step, "comm", e[2], e[3], e[4], 0, None] for e in kinds[NCCL])
+        compute = union((e[2], e[3]) for e in kinds[KERNEL])
+        blocked = minus(union((e[2], e[3]) for e in kinds[NCCL]), compute)
+        out.extend([step, "wait", s, e, "", 0, None] for s, e in blocked)
+    return out
+
+
+def has_kernels(events: Sequence[Sequence[Event]]) -> bool:
+    return any(e[1] in (KERNEL, NCCL) for mine in events for e in mine)
