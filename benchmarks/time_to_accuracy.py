@@ -3,14 +3,16 @@ train ResNet-18 at 32 px on the generated task to --target for each strategy and
 partition, --repeat times with the seed varied (the same seed for every strategy of a
 repeat), on shared memory or, with --emulate (needs root), on emulated clusters. Every
 job is a `commbench sweep` job (the same commands a user types); then `commbench report`
-prints time to target per strategy (repeats combined by MLPerf Training's rule) and
+of each partition's results prints time to target per strategy (repeats combined by MLPerf Training's rule) and
 `commbench plot` draws the curves.
 
     python benchmarks/time_to_accuracy.py [--workers 4] [--repeat 3]
         [--partitions iid,dirichlet:0.1] [--emulate 4x1,2x2 --link 200mbit]
         [--data learnable:noise=4] [--target 0.8] [--out time-to-accuracy]
 
-Prints the wall time of the whole study at the end.
+neighbor_allreduce runs twice: on its default one-peer dynamic topology and on the
+static exponential-2 graph (--disable-dynamic-topology; a second sweep into the same
+results, reported as its own row). Prints the wall time of the whole study at the end.
 """
 
 import argparse
@@ -42,13 +44,23 @@ def main() -> int:
         # on shared memory, machines of 2 workers are simulated for the hierarchical one
         where = ["--emulate", args.emulate, "--link", args.link] if args.emulate else \
             ["--np", args.workers, "--machine-size", "2"]
-        command = [sys.executable, "-m", "commbench", "sweep", *where,
-                   "--dist-optimizer", args.strategies, "--repeat", args.repeat,
-                   "--results-dir", str(out / "results" / partition.replace(":", "-")),
-                   "--plots-dir", str(out / "charts"), *TRAINING, "--data", args.data,
-                   "--partition", partition, "--target-accuracy", args.target]
-        print("$", " ".join(command[1:]), flush=True)
-        subprocess.run(command, check=False)
+        sweeps = [["--dist-optimizer", args.strategies]]
+        if "neighbor_allreduce" in args.strategies.split(","):
+            sweeps.append(["--dist-optimizer", "neighbor_allreduce",
+                           "--disable-dynamic-topology"])
+        for strategies in sweeps:
+            command = [sys.executable, "-m", "commbench", "sweep", *where, *strategies,
+                       "--repeat", args.repeat,
+                       "--results-dir", str(out / "results" / partition.replace(":", "-")),
+                       "--plots-dir", str(out / "charts"), *TRAINING, "--data", args.data,
+                       "--partition", partition, "--target-accuracy", args.target]
+            print("$", " ".join(command[1:]), flush=True)
+            subprocess.run(command, check=False)
+        # every row of the partition together (each sweep reports only its own jobs)
+        results = str(out / "results" / partition.replace(":", "-"))
+        for command in (["report", results], ["plot", results, "-o", str(out / "charts")]):
+            print("$ commbench", " ".join(command), flush=True)
+            subprocess.run([sys.executable, "-m", "commbench", *command], check=False)
     print(f"\nwall time of the study: {time.monotonic() - started:.0f} s")
     return 0
 
