@@ -134,9 +134,8 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         return step(*data.next())
 
     twin = build_model(config.model, data.classes).to(ctx.device)
-    task = batches.parse(config.data, config.seed)
     evaluate = convergence.Evaluator(model, twin, batches.validation(
-        task, config.image_size, config.seed, ctx.device), ctx)
+        data.task, config.image_size, config.seed, ctx.device), ctx)
     console.training_plan(say, rule, per_epoch, recipe)
     outcome = convergence.train(train_step, sync, rule, evaluate, model, ctx, total_batch,
                                 per_epoch, lambda point: say(console.point_line(point)),

@@ -38,11 +38,14 @@ def parse(spec: str, seed: int) -> Union[None, LearnableTask, LocalDataset]:
 
 @dataclass
 class Batches:
-    """next() -> (images, labels) on the device; facts: what the result records."""
+    """next() -> (images, labels) on the device; facts: what the result records; task:
+    what they are drawn from (None for the synthetic batch), whose validation set
+    evaluation reads."""
 
     next: Callable[[], Tuple[Any, Any]]
     classes: int
     facts: Dict[str, Any]
+    task: Union[LearnableTask, LocalDataset, None] = None
 
 
 def synthetic(batch_size: int, image_size: int, classes: int, device, seed: int) -> Batches:
@@ -74,7 +77,7 @@ def learnable(task: LearnableTask, partition: str, batch_size: int, image_size: 
     mix = partitions.class_mix(labels, shards, task.classes)
     facts = {"data": task.describe(), "partition": partition, "class_mix": mix,
              "steps_per_epoch": max(1, task.samples // (batch_size * world_size))}
-    return Batches(next_batch, task.classes, facts)
+    return Batches(next_batch, task.classes, facts, task)
 
 
 def from_path(found: LocalDataset, partition: str, batch_size: int, image_size: int,
@@ -92,7 +95,7 @@ def from_path(found: LocalDataset, partition: str, batch_size: int, image_size: 
     mix = partitions.class_mix(labels, shards, classes)
     facts = {"data": found.describe(), "partition": partition, "class_mix": mix,
              "steps_per_epoch": max(1, len(labels) // (batch_size * world_size))}
-    return Batches(lambda: next(batches), classes, facts)
+    return Batches(lambda: next(batches), classes, facts, found)
 
 
 def validation(task: Union[LearnableTask, LocalDataset], image_size: int, seed: int,
