@@ -161,3 +161,21 @@ def test_a_horovod_without_gpu_operations_refuses_cuda(monkeypatch):
     plugin = registry.resolve("horovod")(ctx, RunConfig(dist_optimizer="horovod"))
     with pytest.raises(UsageError, match="built without GPU operations"):
         plugin.wrap(torch.nn.Linear(2, 2), torch.optim.SGD([torch.zeros(1)], lr=0.1))
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("options", [["-np", "2", "--gloo", "-H", "localhost:2"], ["-np", "2"]])
+def test_microbench_sets_horovods_allreduce_against_the_bare_collectives(tmp_path, options):
+    horovod_or_skip()
+    done = horovodrun(options, ["-m", "commbench", "microbench", "--op", "horovod", "-b", "4K",
+                                "-e", "1M", "-f", "16", "-n", "3", "-w", "1",
+                                "--results-dir", str(tmp_path)], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    doc = only_result(tmp_path)
+    assert doc["summary"]["wrong"] == 0  # Horovod's average checked against the reference
+    rows = [r for r in doc["rows"] if r["op"] == "horovod"]
+    assert {r["bytes"] for r in rows} == {4096, 65536, 1 << 20}
+    impls = {r["impl"] for r in rows}
+    assert {"commbench", "torch all_reduce"} <= impls
+    assert ("MPI Allreduce" in impls) == ("--gloo" not in options)

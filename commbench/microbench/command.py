@@ -91,6 +91,9 @@ def main(args) -> int:
     the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
     plugins = {op: registry.resolve(op) for op in args.op}
     for plugin in plugins.values():  # every rank fails alike, before any communication
+        why_not = registry.usable_reason(plugin)
+        if why_not:
+            raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
         plugin.check(config, launch)
     results.ensure_writable(args.results_dir)
 

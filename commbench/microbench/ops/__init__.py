@@ -5,6 +5,8 @@ side by side)."""
 
 from commbench.microbench.ops.allreduce import Allreduce
 from commbench.microbench.ops.hierarchical_neighbor_allreduce import HierarchicalNeighborAllreduce
+from commbench.microbench.ops.horovod import Horovod
 from commbench.microbench.ops.neighbor_allreduce import NeighborAllreduce
 
-OPS = {op.name: op for op in (Allreduce, NeighborAllreduce, HierarchicalNeighborAllreduce)}
+OPS = {op.name: op for op in (Allreduce, NeighborAllreduce, HierarchicalNeighborAllreduce,
+                              Horovod)}
