@@ -5,36 +5,22 @@ inside the compute bar."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, List
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-    from commbench.analysis.runs import Group, Point
+    from commbench.analysis.runs import Group
 
 STACK = [("compute", "compute", "#4c72b0"), ("exposed", "exposed communication", "#dd8452"),
          ("waiting", "waiting for peers", "#c44e52"), ("other", "other", "0.7")]
-
-
-def split_of(point: "Point") -> Optional[Dict[str, float]]:
-    """The mean split of the point's runs (seconds per step of each part), or None
-    when a run recorded none (older files, engines that time their own steps)."""
-    splits = [run.doc["summary"].get("step_split") for run in point.runs]
-    if not splits or any(split is None for split in splits):
-        return None
-    return {part: sum(split[part]["mean"] for split in splits) / len(splits)
-            for part in splits[0]}
-
-
-def has_split(group: "Group") -> bool:
-    return any(split_of(p) is not None for p in group.points)
 
 
 def figure(group: "Group") -> "Figure":
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    bars = [(p, split_of(p)) for p in group.points]
+    bars = [(p, p.split) for p in group.points]
     bars = [(p, s) for p, s in bars if s is not None]
     fig = Figure(figsize=(9.0, 1.6 + 0.45 * len(bars)), layout="constrained")
     ax = fig.subplots()

@@ -78,7 +78,7 @@ def write_charts(groups: List[Group], out_dir: Union[str, Path],
     written = []
     for group, name in zip(groups, chart_names(groups)):
         written += scaling.save_named(scaling.figure(group, styles), out_dir, name, formats)
-        if step_split.has_split(group):
+        if group.has_split:
             written += scaling.save_named(step_split.figure(group), out_dir,
                                           name.replace("scaling-", "split-", 1), formats)
     return written

@@ -15,7 +15,6 @@ from commbench import metrics
 from commbench.analysis import accuracy_tables, inputs, runs, tables
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
-from commbench.plots import step_split
 
 FORMATS = ("text", "markdown", "csv", "json")
 
@@ -96,7 +95,7 @@ def render(groups: List[Group], fmt: str = "text") -> str:
     for g in groups:
         table = tables.render(HEADERS, [formatted_row(p) for p in g.points], ALIGN, fmt)
         parts.append(f"{tables.heading(g.key.title(), fmt)}\n\n{baseline_line(g)}\n\n{table}")
-        if step_split.has_split(g):
+        if g.has_split:
             parts.append(split_table(g, fmt))
     flags = dict.fromkeys(f for g in groups for p in g.points for f in p.flags)
     flagged = [f"{MARK}: a number its row's flags put in doubt. Flags: "
@@ -114,7 +113,7 @@ SPLIT_TITLE = ("Where a step's time goes, ms per step (mean over ranks, steps an
 def split_table(group: Group, fmt: str) -> str:
     rows = []
     for p in group.points:
-        split = step_split.split_of(p)
+        split = p.split
         rows.append([p.series.strategy, p.series.settings() or "-", str(p.workers)] + (
             ["-"] * 6 if split is None else
             [f"{1e3 * split[part]:.1f}" for part in ("step", "compute", "exposed", "waiting",
@@ -166,7 +165,7 @@ def group_record(g: Group) -> Dict[str, Any]:
                                       "from": b.source.label()}
                           for s, b in sorted(g.baselines.items(), key=lambda sb: sb[0].order())},
             "rows": [dict(point_record(p), files=[str(r.path) for r in p.runs],
-                          step_split=step_split.split_of(p))
+                          step_split=p.split)
                      for p in g.points]}
 
 

@@ -140,6 +140,16 @@ class Point:
         return self.total / self.workers
 
     @property
+    def split(self) -> Optional[Dict[str, float]]:
+        """The mean step split of the point's runs (seconds per step of each part), or
+        None when a run recorded none (older files, engines that time their own steps)."""
+        splits = [run.doc["summary"].get("step_split") for run in self.runs]
+        if not splits or any(split is None for split in splits):
+            return None
+        return {part: sum(split[part]["mean"] for split in splits) / len(splits)
+                for part in splits[0]}
+
+    @property
     def flags(self) -> List[str]:
         """What not to trust about this point (metrics.FLAGS codes), judged on its
         combined numbers (a repeat can settle what one run could not)."""
@@ -181,6 +191,10 @@ class Group:
     @property
     def series(self) -> List[Series]:
         return sorted({p.series for p in self.points}, key=Series.order)
+
+    @property
+    def has_split(self) -> bool:
+        return any(p.split is not None for p in self.points)
 
     @property
     def workers(self) -> List[int]:
