@@ -14,7 +14,8 @@ from commbench.loop import Timings
 
 
 def finish(config: RunConfig, ctx, strategy, timings: Timings, reference, model,
-           consensus: List[float], data_facts: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], Any]]:
+           consensus: List[float], data_facts: Dict[str, Any]
+           ) -> Optional[Tuple[Dict[str, Any], Any]]:
     """Every rank's samples and spans gathered to rank 0, which splits the steps, writes
     the timeline and the result file: (document, its path) on rank 0, None elsewhere."""
     offsets, offset_errors = spans.clock_offsets(ctx)
