@@ -206,7 +206,9 @@ def _compute():
 
 
 @pytest.mark.parametrize("name", ["allreduce", "horovod", "gradient_allreduce",
-                                  "neighbor_allreduce", "hierarchical_neighbor_allreduce"])
+                                  "neighbor_allreduce", "hierarchical_neighbor_allreduce",
+                                  "bluefog.neighbor_allreduce",
+                                  "bluefog.hierarchical_neighbor_allreduce"])
 def test_slower_links_never_speed_a_step_up(name):
     grads, c = compute.gradients("resnet18", 32), _compute()
     layout = costs.Layout(16, 4)

@@ -5,6 +5,7 @@ output, never a measurement: it is labelled, drawn dashed and stored as its own 
 network          links (latency α, seconds per byte β) per class, and networks of them
 compute          the model's step: phase times, gradient layout, per-batch time samples
 costs            the communication of each strategy per step, in closed form
+engines          Horovod's and Bluefog's cycles, fusion and negotiation, as their code has them
 step             one training step of each strategy on a timeline (overlap as scheduled)
 project          the projection: img/sec, efficiency and its band per strategy and N
 calibrate        links fitted from microbench files or flags; compute and more from runs

@@ -15,7 +15,7 @@ import numpy as np
 
 from commbench.errors import UsageError
 from commbench.simulate import compute as compute_model
-from commbench.simulate import costs
+from commbench.simulate import costs, engines
 from commbench.simulate.network import Link, link_class
 from commbench.simulate.project import Inputs, fit_overlap
 from commbench.simulate.step import STRATEGIES, Strategy
@@ -144,8 +144,11 @@ def strategies_to_project(args, runs) -> List[Strategy]:
         if unknown:
             raise UsageError(f"argument --dist-optimizer: no cost model for {unknown[0]!r}; "
                              f"modelled: {', '.join(STRATEGIES)}")
+        version = getattr(args, "horovod_version", None) or engines.HOROVOD_DEFAULT
+        engines.horovod(version)  # an unknown release is one line, before any work
         return [Strategy(s, args.topology, not args.disable_dynamic_topology, args.atc_style,
-                         args.hierarchical_allreduce and s == "horovod") for s in names]
+                         args.hierarchical_allreduce and s == "horovod", version)
+                for s in names]
     found = {strategy_of(r.doc) for r in runs} - {None}
     if found:
         return sorted(found, key=lambda s: (s.name == "none", s.label()))

@@ -20,7 +20,7 @@ from typing import List
 
 from commbench.errors import UsageError
 from commbench.microbench import results as microbench_results
-from commbench.simulate import calibrate, links, projection_file, table, transports
+from commbench.simulate import calibrate, engines, links, projection_file, table, transports
 from commbench.simulate import compute as compute_model
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import STRATEGIES
@@ -47,6 +47,10 @@ def add_arguments(parser) -> None:
         "as the runs, when all of them did)")
     add("--hierarchical-allreduce", action="store_true", help="horovod: allreduce inside "
         "each machine, then across machines, then back (HOROVOD_HIERARCHICAL_ALLREDUCE)")
+    add("--horovod-version", metavar="X", help="the Horovod release whose defaults "
+        "horovod's cycle time and fusion threshold are modelled with: "
+        f"{', '.join(engines.HOROVOD)} (default: {engines.HOROVOD_DEFAULT}, the one "
+        "commbench's plugin is built with)")
     add("--link", metavar="RATE", help="each machine's network link, e.g. 25gbit, 100gbit "
         "(default: fitted from multi-machine microbench files)")
     add("--latency", metavar="T", help="latency between machines (default: the transport's, "

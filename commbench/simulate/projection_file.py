@@ -39,6 +39,7 @@ def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
         rows=[{"strategy": r.strategy, "workers": r.workers, "machines": r.machines,
                "img_sec": r.img_sec, "band": [r.low, r.high], "efficiency": r.efficiency,
                "step": {"compute": r.step.compute, "exposed": r.step.exposed,
+                        "coordination": r.step.coordination,
                         "overlapped": r.step.overlapped, "straggler_wait": r.wait,
                         "allreduce": r.step.algorithm},
                "img_sec_with_stragglers": r.with_stragglers, "basis": r.basis,
@@ -53,7 +54,8 @@ def rows_of(doc) -> List[Row]:
 
     return [Row(r["strategy"], r["workers"], r["machines"], r["img_sec"], *r["band"],
                 r["efficiency"], StepTime(r["step"]["compute"], r["step"]["exposed"],
-                                          r["step"]["overlapped"], 0.0, r["step"]["allreduce"]),
+                                          r["step"]["overlapped"], 0.0, r["step"]["allreduce"],
+                                          r["step"].get("coordination", 0.0)),
                 r["img_sec_with_stragglers"], r["step"]["straggler_wait"], r["basis"],
                 r["measured"], r["measured_ci"]) for r in doc["rows"]]
 

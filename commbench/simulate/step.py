@@ -1,35 +1,43 @@
 """One training step of each strategy on a timeline, overlapping communication with
-compute exactly where the strategy's code does (commbench.optimizers):
+compute exactly where the strategy's code does (commbench.optimizers), and for the
+engines' own plugins where the engine's code does (commbench.simulate.engines):
 
 allreduce            DDP: bucket b's allreduce starts when backward has produced its
                      gradients and the previous bucket's is done; the optimizer runs
                      after the last one lands
-horovod              the same, with Horovod's fusion: what is ready at each cycle
-                     (HOROVOD_CYCLE_TIME) goes out as one buffer
+horovod              Horovod's background thread: each cycle it negotiates which
+                     gradients every rank has ready and launches them fused, one buffer
+                     after the other
 gradient_allreduce   one allreduce per gradient, launched as it is ready
 neighbor_allreduce   AWC posts the whole parameter buffer right after forward and
                      waits for it after backward; ATC exchanges after the step
 hierarchical_neighbor_allreduce
                      the machine's allreduce starts after forward (AWC); after backward
                      the machine leaders exchange, then broadcast inside the machine
+bluefog.neighbor_allreduce, bluefog.hierarchical_neighbor_allreduce
+                     Bluefog's optimizer posts every parameter after forward (AWC; ATC:
+                     each one from its gradient hook), its background thread negotiates
+                     and fuses them; the machine allreduce, the leaders' exchange and
+                     the broadcast of each fused buffer run one after the other
 none                 compute only
 
-T_step = compute + exposed communication + straggler wait.
+T_step = compute + exposed communication + coordination + straggler wait, where
+coordination is what the engine's cycle and negotiation add to the step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import Callable, List, Sequence, Tuple
 
-from commbench.simulate import costs
+from commbench.simulate import costs, engines
 from commbench.simulate.compute import Compute, Gradients
 from commbench.simulate.network import Network
 
 STRATEGIES = ("allreduce", "horovod", "gradient_allreduce", "neighbor_allreduce",
-              "hierarchical_neighbor_allreduce", "none")
-HOROVOD_CYCLE_SECONDS = 1e-3  # Horovod's default HOROVOD_CYCLE_TIME
-HOROVOD_FUSION_BYTES = 128 << 20  # Horovod's default HOROVOD_FUSION_THRESHOLD
+              "hierarchical_neighbor_allreduce", "bluefog.neighbor_allreduce",
+              "bluefog.hierarchical_neighbor_allreduce", "none")
+NEIGHBOR = ("neighbor_allreduce", "hierarchical_neighbor_allreduce")
 
 
 @dataclass(frozen=True)
@@ -41,11 +49,25 @@ class Strategy:
     dynamic: bool = True
     atc: bool = False
     hierarchical_allreduce: bool = False  # horovod's --hierarchical-allreduce
+    horovod_version: str = engines.HOROVOD_DEFAULT  # whose defaults horovod runs with
+
+    @property
+    def base(self) -> str:
+        """The strategy without its engine: bluefog.neighbor_allreduce -> neighbor_allreduce."""
+        return self.name.rpartition(".")[2]
+
+    def engine(self) -> engines.Engine:
+        if self.name == "horovod":
+            return engines.horovod(self.horovod_version)
+        return engines.BLUEFOG if self.name.startswith("bluefog.") else engines.DDP
 
     def label(self) -> str:
-        if self.hierarchical_allreduce:
-            return f"{self.name} (hierarchical allreduce)"
-        if self.name not in ("neighbor_allreduce", "hierarchical_neighbor_allreduce"):
+        if self.name == "horovod":
+            settings = (["hierarchical allreduce"] if self.hierarchical_allreduce else []) + (
+                [] if self.horovod_version == engines.HOROVOD_DEFAULT
+                else [f"{engines.horovod(self.horovod_version).version} defaults"])
+            return f"horovod ({', '.join(settings)})" if settings else "horovod"
+        if self.base not in NEIGHBOR:
             return self.name
         settings = [self.topology, "dynamic" if self.dynamic else "static"]
         if self.atc:
@@ -60,10 +82,11 @@ class StepTime:
     overlapped: float  # communication hidden behind compute
     wait: float  # waiting for the slowest worker the step depends on
     algorithm: str = "-"  # the allreduce algorithm, where there is one
+    coordination: float = 0.0  # what the engine's cycle and negotiation add to the step
 
     @property
     def total(self) -> float:
-        return self.compute + self.exposed + self.wait
+        return self.compute + self.exposed + self.coordination + self.wait
 
 
 def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: Gradients,
@@ -74,9 +97,19 @@ def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: 
     if name == "none" or layout.workers == 1:
         return StepTime(compute.seconds, 0.0, 0.0, 0.0)
     if name in ("allreduce", "horovod", "gradient_allreduce"):
-        messages = _messages(name, grads, compute)
-        return _allreduce_step(messages, scale, layout, compute, net, stragglers, algorithms,
-                               strategy.hierarchical_allreduce)
+        posted = _posted(name, grads, compute, scale)
+        engine = strategy.engine()
+        negotiation = engines.negotiation_seconds(engine, layout.workers, layout.local, net)
+        fused = engines.launches(engine, posted, negotiation)
+
+        def one(nbytes: float) -> Tuple[float, str]:
+            return costs.hierarchical_allreduce(nbytes, layout, net) \
+                if strategy.hierarchical_allreduce else costs.allreduce(nbytes, layout, net,
+                                                                        algorithms)
+        wait = compute.slowest_of(layout.workers) if stragglers else 0.0
+        return _timeline(fused, engines.at_readiness(fused, posted), one, compute, wait)
+    if name.startswith("bluefog."):
+        return _bluefog_step(strategy, layout, compute, grads, net, stragglers, scale)
     if name == "neighbor_allreduce":
         load = costs.exchange(strategy.topology, layout.workers, strategy.dynamic,
                               layout.local if layout.machines > 1 else layout.workers)
@@ -89,35 +122,74 @@ def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: 
     raise ValueError(f"no cost model for strategy {name!r}")
 
 
-def _messages(name: str, grads: Gradients, compute: Compute) -> List[Tuple[float, float]]:
-    """(bytes, ready time after forward) of each allreduce, in launch order."""
+def _posted(name: str, grads: Gradients, compute: Compute,
+            scale: float) -> List[Tuple[float, float]]:
+    """(bytes sent, time after forward it is handed over) of each allreduce's input: DDP's
+    buckets, or each gradient as backward produces it (Horovod's hooks, and
+    gradient_allreduce's)."""
     if name == "allreduce":
-        return [(b, r * compute.backward) for b, r in grads.buckets()]
-    ready = [(b, r * compute.backward) for b, r in zip(grads.nbytes, grads.ready)]
-    if name == "gradient_allreduce":
-        return ready
-    fused: List[Tuple[float, float]] = []  # horovod: one buffer per cycle
-    for nbytes, at in ready:
-        tick = HOROVOD_CYCLE_SECONDS * (int(at / HOROVOD_CYCLE_SECONDS) + 1)
-        if fused and fused[-1][1] == tick and fused[-1][0] + nbytes <= HOROVOD_FUSION_BYTES:
-            fused[-1] = (fused[-1][0] + nbytes, tick)
-        else:
-            fused.append((nbytes, tick))
-    return fused
+        return [(b * scale, r * compute.backward) for b, r in grads.buckets()]
+    return [(b * scale, r * compute.backward) for b, r in zip(grads.nbytes, grads.ready)]
 
 
-def _allreduce_step(messages, scale, layout, compute, net, stragglers, algorithms,
-                    hierarchical: bool) -> StepTime:
-    free, busy, used = 0.0, 0.0, set()
-    for nbytes, ready in messages:
-        seconds, algorithm = costs.hierarchical_allreduce(nbytes * scale, layout, net) \
-            if hierarchical else costs.allreduce(nbytes * scale, layout, net, algorithms)
-        used.add(algorithm)
-        free = max(free, ready) + seconds
-        busy += seconds
-    exposed = max(0.0, free - compute.backward)
+def _timeline(fused: Sequence[Tuple[float, float]], ideal: Sequence[Tuple[float, float]],
+              cost: Callable[[float], Tuple[float, str]], compute: Compute,
+              wait: float) -> StepTime:
+    """Buffers (bytes, launch time after forward) sent one after the other on one
+    stream; the step waits after backward for the last. `ideal`: the same buffers
+    launched when ready, without the engine's cycle and negotiation, whose difference
+    is the coordination part."""
+    seconds = {nbytes: cost(nbytes) for nbytes, _ in fused}
+
+    def finish(buffers) -> float:
+        free = 0.0
+        for nbytes, at in buffers:
+            free = max(free, at) + seconds[nbytes][0]
+        return free
+
+    busy = sum(seconds[nbytes][0] for nbytes, _ in fused)
+    end, end_ideal = finish(fused), finish(ideal)
+    late = max(0.0, end - compute.backward)
+    coordination = min(late, max(0.0, end - end_ideal))
+    used = sorted({seconds[nbytes][1] for nbytes, _ in fused} - {"-"})
+    return StepTime(compute.seconds, late - coordination, max(0.0, busy - late), wait,
+                    "+".join(used) or "-", coordination)
+
+
+def _bluefog_step(strategy, layout, compute, grads, net, stragglers, scale) -> StepTime:
+    """Bluefog's _DistributedReduceOptimizer posts each parameter from a forward hook on
+    the model (AWC), _DistributedAdaptThenCombineOptimizer from each parameter's
+    gradient hook after its local step (ATC); NCCLController::NeighborAllreduce sends a
+    fused buffer to its out-neighbors in one group, or for the hierarchical kind
+    allreduces it inside the machine, lets local rank 0 exchange it with the neighbor
+    machines' and broadcasts what came back."""
+    g, m = layout.local, layout.machines
+    machines = strategy.base == "hierarchical_neighbor_allreduce" and m > 1 and g > 1
+    load = costs.exchange(strategy.topology, m, strategy.dynamic, 1) if machines else \
+        costs.exchange(strategy.topology, layout.workers, strategy.dynamic,
+                       g if m > 1 else layout.workers)
+    inside = costs.Layout(g, g)
+
+    def one(nbytes: float) -> Tuple[float, str]:
+        if strategy.base == "neighbor_allreduce" or g == 1:
+            return costs.exchange_seconds(load, nbytes, net), "-"
+        local, _ = costs.allreduce(nbytes, inside, net, ("ring",))
+        if m == 1:
+            return local, "-"
+        return (local + costs.exchange_seconds(load, nbytes, net)
+                + costs.broadcast(nbytes * load.in_degree, g, net.intra)), "-"
+
+    if strategy.atc:
+        posted = [(b * scale, r * compute.backward) for b, r in zip(grads.nbytes, grads.ready)]
+    else:
+        posted = [(b * scale, 0.0) for b in grads.nbytes]
+    engine = strategy.engine()
+    negotiation = engines.negotiation_seconds(engine, layout.workers, g, net)
+    fused = engines.launches(engine, posted, negotiation, load.in_degree)
+    # the negotiation launches a tensor only once every rank has posted it: each step
+    # waits for the slowest of all ranks, not only for its neighbors
     wait = compute.slowest_of(layout.workers) if stragglers else 0.0
-    return StepTime(compute.seconds, exposed, busy - exposed, wait, "+".join(sorted(used)))
+    return _timeline(fused, engines.at_readiness(fused, posted), one, compute, wait)
 
 
 def _combine_step(compute: Compute, comm: float, after: float, atc: bool,
