@@ -9,3 +9,17 @@ class Crashes(Strategy):
 
     def wrap(self, model, optimizer):
         raise RuntimeError("this strategy fails on purpose")
+
+
+class NeedsMpi(Strategy):
+    name = "needs-mpi"
+    summary = "runs only under an MPI launcher, as the engines do"
+
+    @classmethod
+    def check(cls, config, launch) -> None:
+        from commbench.errors import UsageError
+        from commbench.launch.detect import MPI_WORLDS
+
+        super().check(config, launch)
+        if launch.launcher not in MPI_WORLDS:
+            raise UsageError(f"needs-mpi cannot run under {launch.launcher}")

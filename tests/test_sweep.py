@@ -70,6 +70,16 @@ def test_a_timeline_passed_through_is_each_jobs_own(tmp_path):
         "allreduce-n1-r2", "allreduce-n2-r2", "none-n1-r2", "none-n2-r2")]
 
 
+def test_a_strategy_that_needs_an_mpi_launcher_runs_under_mpiexec_not_torchrun(tmp_path):
+    # the engines (horovod, bluefog.*) check the launcher the ranks will detect
+    done = sweep(tmp_path, "--dry-run", "--np", "2", "--dist-optimizer", "sweep_plugins:NeedsMpi")
+    assert done.returncode == 0 and "# skipped" not in done.stdout, done.stdout
+    done = sweep(tmp_path, "--dry-run", "--launcher", "torchrun", "--np", "2",
+                 "--dist-optimizer", "sweep_plugins:NeedsMpi")
+    assert "# skipped: sweep_plugins:NeedsMpi on 2: needs-mpi cannot run under torchrun" \
+        in done.stdout, done.stdout
+
+
 def test_torchrun_dry_run_and_bad_run_flags_fail_before_any_job(tmp_path):
     done = sweep(tmp_path, "--dry-run", "--launcher", "torchrun", "--np", "2")
     assert "torchrun --standalone --nproc-per-node 2 -m commbench" in done.stdout

