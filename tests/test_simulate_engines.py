@@ -198,3 +198,22 @@ def test_the_table_and_the_projection_file_keep_the_coordination(tmp_path):
         rows[1].step.compute, rows[1].step.exposed, rows[1].step.overlapped, 0.0,
         rows[1].step.algorithm)
     assert not math.isnan(back[1].img_sec)
+
+
+# -- which allreduce NCCL runs ---------------------------------------------------------
+
+def test_nccl_runs_the_algorithm_its_own_tuning_model_picks():
+    sockets = Network(Link(3.4e-6, 1 / 123e9), Link(42e-6, 8 / 13.5e9))
+    sixteen = costs.Layout(128, 8)
+    # a fused buffer of Horovod's: the ring, whose steps NCCL rates at 3.4 us inside a
+    # machine, against the tree's 28 us a hop (what a 256 KiB chunk takes)
+    assert costs.nccl_algorithm(4 * MIB, sixteen, sockets) == "ring"
+    assert costs.allreduce(4 * MIB, sixteen, sockets)[1] == "ring"
+    # a few bytes: the tree's LL protocol, whose log2(machines) steps win
+    assert costs.nccl_algorithm(4096, sixteen, sockets) == "tree"
+    # the ring's 2(M-1) steps across machines then cost the link's own latency each
+    ring, _ = costs.allreduce(4 * MIB, sixteen, sockets)
+    assert ring == pytest.approx(224 * 3.4e-6 + 30 * 42e-6 + 2 * 127 / 128 * 4 * MIB * 8 / 13.5e9)
+    # an algorithm asked for alone is the one costed
+    assert costs.nccl_algorithm(4096, sixteen, sockets, ("ring",)) == "ring"
+    assert costs.allreduce(4 * MIB, sixteen, sockets, ("tree",))[1] == "tree"

@@ -5,8 +5,9 @@ r // per_machine.
 
 Allreduce follows NCCL's cost model: a ring's 2(p-1) steps (2(M-1) of them between
 machines) move 2(p-1)/p·S per rank; a double binary tree pays 2·log2 steps of latency
-but moves about 2·S per rank. NCCL picks between them by its own tuning tables; here
-the cheaper one under this model is taken and named (gloo and MPI on CPUs: ring only).
+but moves about 2·S per rank. Which of the two runs is NCCL's decision, made by its own
+tuning model (nccl_algorithm: NCCL 2.7.8's tables); what it costs is this model's, on
+the projection's links (gloo and MPI on CPUs: ring only).
 Neighbor exchanges are read off the strategy's own schedule (commbench.topology), so
 every topology and dynamic schedule commbench runs is costed as it runs.
 """
@@ -58,14 +59,77 @@ def allreduce(nbytes: float, layout: Layout, net: Network,
         return 0.0, "-"
     bottleneck = net.inter if m > 1 else net.intra
     beta = bottleneck.beta_at(nbytes, bottleneck.ring_flows)
-    costs = {
-        "ring": (2 * (p - 1) - 2 * (m - 1)) * net.intra.alpha + 2 * (m - 1) * net.inter.alpha
-        + 2 * (p - 1) / p * nbytes * beta,
-        "tree": 2 * ((g - 1) * net.intra.alpha + math.ceil(math.log2(m)) * net.inter.alpha)
-        + 2 * nbytes * beta,
-    }
-    name = min(algorithms, key=costs.__getitem__)
-    return costs[name], name
+    name = nccl_algorithm(nbytes, layout, net, algorithms)
+    if name == "ring":
+        return (2 * (p - 1) - 2 * (m - 1)) * net.intra.alpha + 2 * (m - 1) * net.inter.alpha \
+            + 2 * (p - 1) / p * nbytes * beta, name
+    return 2 * ((g - 1) * net.intra.alpha + math.ceil(math.log2(m)) * net.inter.alpha) \
+        + 2 * nbytes * beta, name
+
+
+# NCCL 2.7.8's tuning model, src/graph/tuning.cc (ncclTopoTuneModel, ncclTopoGetAlgoTime)
+# and src/enqueue.cc (getAlgoInfo: the algorithm and protocol of least modelled time).
+# Latencies in us by (algorithm, protocol); LL128 is left out: NCCL enables it only where
+# the NIC shares the GPU's PCIe switch.
+NCCL_BASE_LATENCY = {("tree", "LL"): 4.4, ("tree", "Simple"): 0.0,
+                     ("ring", "LL"): 3.6, ("ring", "Simple"): 8.4}
+NCCL_HW_LATENCY = {
+    "nvlink": {("tree", "LL"): 0.52, ("tree", "Simple"): 28.0,
+               ("ring", "LL"): 0.47, ("ring", "Simple"): 3.4},
+    "pci": {("tree", "LL"): 1.0, ("tree", "Simple"): 28.0,
+            ("ring", "LL"): 1.0, ("ring", "Simple"): 5.7},
+    "net": {("tree", "LL"): 5.0, ("tree", "Simple"): 50.0,
+            ("ring", "LL"): 2.7, ("ring", "Simple"): 9.6},
+}
+NCCL_TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
+           1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7,
+               .8, .9),
+}
+
+def _log2i(n: int) -> int:
+    return max(int(n), 1).bit_length() - 1
+
+
+def nccl_algorithm(nbytes: float, layout: Layout, net: Network,
+                   algorithms: Tuple[str, ...] = ("ring", "tree")) -> str:
+    """The allreduce algorithm NCCL's tuning model picks for nbytes at this layout. Its
+    bus bandwidth is the bottleneck link's large-message rate (NCCL's is its channels'
+    speed, which its topology search caps at the NIC's); inside machines it takes
+    NVLink's latencies (PCI's differ by at most 2.3 us a step and leave the tree's
+    28 us, which decides, as it is)."""
+    if len(algorithms) == 1:
+        return algorithms[0]
+    p, g, m = layout.workers, layout.local, layout.machines
+    intra_hw = NCCL_HW_LATENCY["nvlink"]
+    link = net.inter if m > 1 else net.intra
+    bus = 1e6 if link.beta <= 0 else 1 / link.beta / 1e9  # GB/s
+    steps, inter_steps = 2 * (p - 1), 2 * (m - 1)
+    best, best_time = algorithms[0], math.inf
+    for algorithm in algorithms:
+        for protocol in ("LL", "Simple"):
+            key = (algorithm, protocol)
+            intra_lat = intra_hw[key] * (1.8 if m > 1 and protocol == "LL" else 1.0)
+            inter_lat = NCCL_HW_LATENCY["net"][key]
+            latency = NCCL_BASE_LATENCY[key]
+            if algorithm == "ring":
+                bw = bus / 4 if protocol == "LL" else bus
+                bw *= p / steps
+                latency += (steps - inter_steps) * intra_lat + inter_steps * inter_lat
+                if protocol == "Simple" and m > 1 and nbytes >= p / 16 * 65536:
+                    latency *= 1.9  # NCCL's "plateau effect of ring"
+            else:
+                bw = min(bus * 0.9, 80.0 if m > 2 else 110.0)
+                bw = (bw / 3.8 if protocol == "LL" else bw) * 0.5
+                latency += 2 * ((g - 1) * intra_lat + _log2i(m) * inter_lat)
+                size_class = _log2i(int(nbytes) >> 6)
+                if size_class < 22:
+                    bw *= NCCL_TREE_CORRECTION[protocol][size_class]
+            seconds = latency + nbytes / (1000 * bw)
+            if seconds < best_time:
+                best, best_time = algorithm, seconds
+    return best
 
 
 def hierarchical_allreduce(nbytes: float, layout: Layout, net: Network) -> Tuple[float, str]:

@@ -241,18 +241,20 @@ def fit(files: List[File], intra_alpha: float, intra_source: Optional[str] = Non
     for f in files:
         for r in f.rows:
             size = point(f, r, intra_alpha)[3]
-            by_size.setdefault(size, []).append(_beta_of_row(f, r, alpha, intra_alpha))
+            by_size.setdefault(size, []).append(_beta_of_row(f, r, alpha, intra_alpha,
+                                                             float(beta)))
     curve = tuple((size, float(np.mean(v))) for size, v in sorted(by_size.items()))
     return Link(alpha, float(beta), 1.96 * beta_se, f"nccl-tests {names}", curve)
 
 
-def _beta_of_row(f: File, row: Row, alpha: float, intra_alpha: float) -> float:
+def _beta_of_row(f: File, row: Row, alpha: float, intra_alpha: float,
+                 beta: float) -> float:
     """β at which the projection's cost of the row is the row's time. An allreduce
-    there costs the cheaper of ring and tree (costs.allreduce), so β is the larger of
-    the two algorithms' solutions: at it one of them takes the row's time and the
-    other no less. Without this, at the sizes where the tree's fewer latency steps
-    win, the projection would run faster than the file (by 11% on 2 x 8 H100 at
-    small sizes), the ring-only fit having put those steps into β already."""
+    there runs the algorithm NCCL's tuning model picks (costs.nccl_algorithm, from the
+    link's least-squares rate, as the projection picks it), so β is that algorithm's
+    solution. Without this, at the sizes where the tree's fewer latency steps run,
+    the projection would run faster than the file (by 11% on 2 x 8 H100 at small
+    sizes), the ring-only fit having put those steps into β already."""
     messages, nbytes, seconds, _ = point(f, row, intra_alpha)
     ring = max(seconds - alpha * messages, 0.0) / nbytes
     if f.op != "all_reduce":
@@ -260,9 +262,12 @@ def _beta_of_row(f: File, row: Row, alpha: float, intra_alpha: float) -> float:
     m = f.machines
     g = f.ranks // m
     inside = alpha if m == 1 else intra_alpha  # one machine: the link is the intra one
+    link = Link(alpha, beta)
+    net = Network(link if m == 1 else Link(intra_alpha, beta), link)
+    if costs.nccl_algorithm(row.size, costs.Layout(f.ranks, g), net) == "ring":
+        return ring
     tree_latency = 2 * ((g - 1) * inside + math.ceil(math.log2(m)) * alpha)
-    tree = max(row.seconds - tree_latency, 0.0) / (2 * row.size)
-    return max(ring, tree)
+    return max(row.seconds - tree_latency, 0.0) / (2 * row.size)
 
 
 def links(paths: List[str], intra_alpha: float) -> Tuple[Dict[Tuple[str, str], Link], List[str]]:
