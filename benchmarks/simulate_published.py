@@ -227,7 +227,31 @@ def main():
     print(f"Winner calls where a publication shows one strategy > {100 * GAP_PUBLISHED:.0f}% "
           f"faster: {calls['right']} right, {calls['too close']} too close, {calls['wrong']} "
           f"wrong of {total}")
+    release_sensitivity()
     latency_sensitivity()
+
+
+def release_sensitivity():
+    """What Horovod's release does to the Bluefog charts' Horovod: the charts were made
+    on 2020-11-05, before Horovod changed its defaults to 1 ms cycles and 128 MiB
+    buffers (horovod#2468, merged 2020-11-19), so the scored rows use 0.20's; today's
+    defaults are shown beside them, not scored."""
+    print("\nHorovod's release (not scored: the charts predate 0.21's defaults): Bluefog's "
+          "hardware, efficiency against the charts' linear box")
+    print(f"  {'batch':>5} {'GPUs':>5} {'published':>10} {'0.17-0.20':>10} {'0.21-0.28':>10}")
+    for source, points in ((SOURCES[2], BLUEFOG_64), (SOURCES[3], BLUEFOG_32)):
+        model, image, batch = source["model"]
+        cells = {}
+        for version in ("0.20", "0.28"):
+            strategy = Strategy("horovod", horovod_version=version)
+            rows = projected(model, image, batch, [strategy], 8, source["network"],
+                             source["img_sec"], sorted(points[HOROVOD_2020]))
+            cells[version] = {n: rows[(strategy.label(), n)].efficiency
+                              for n in points[HOROVOD_2020]}
+        for n, value in sorted(points[HOROVOD_2020].items()):
+            published = value / (n * source["img_sec"])
+            print(f"  {batch:>5} {n:>5} {100 * published:>9.1f}% {100 * cells['0.20'][n]:>9.1f}% "
+                  f"{100 * cells['0.28'][n]:>9.1f}%")
 
 
 def latency_sensitivity():
