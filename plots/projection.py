@@ -61,10 +61,13 @@ def figure(title: str, rows: List["Row"]) -> "Figure":
     efficiency.set_ylim(0, 110)
     speed.set_title("throughput (dashed: projected; grey band: extrapolated)", fontsize=9)
     efficiency.set_title("efficiency versus one worker's compute", fontsize=9)
-    from commbench.simulate.answer import verdicts
+    import textwrap
 
-    answer = "; ".join(v.short() for v in verdicts(rows) if v.runner_up is not None)
-    fig.suptitle(f"{title}\nfastest (projected): {answer}" if answer else title, fontsize=10)
+    from commbench.simulate.answer import runs_of, verdicts
+
+    answer = runs_of(verdicts(rows))
+    answer = textwrap.fill(f"fastest (projected): {answer}", 150) if answer else ""
+    fig.suptitle(f"{title}\n{answer}" if answer else title, fontsize=10)
     fig.legend(*speed.get_legend_handles_labels(), loc="outside lower center", ncol=2,
                fontsize=8, frameon=False)
     return fig

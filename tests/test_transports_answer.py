@@ -170,7 +170,7 @@ def test_a_clear_gap_with_apart_bands_is_called():
                                  950, 1050)])
     assert v.called and v.call() == "called"
     assert v.fastest.strategy.startswith("neighbor_allreduce") and v.ratio == pytest.approx(1.25)
-    assert v.short() == "N=16 neighbor_allreduce 1.25x"
+    assert answer.runs_of([v]) == "N=16 neighbor_allreduce 1.25x"
     assert v.sentence() == "neighbor_allreduce (exponential-2, dynamic), 1.25x allreduce"
 
 
@@ -179,7 +179,7 @@ def test_overlapping_bands_are_too_close_to_call_even_with_a_large_gap():
     assert v.ratio == pytest.approx(1000 / 900) and v.ratio > 1 + answer.RESOLUTION
     assert not v.called
     assert v.call() == "too close to call (bands overlap)"
-    assert v.short() == "N=16 too close to call"
+    assert answer.runs_of([v]) == "N=16 too close to call"
     assert v.sentence() == "too close to call: a 1.11x b (bands overlap)"
 
 
@@ -190,6 +190,14 @@ def test_a_gap_below_the_models_own_5_percent_is_too_close_to_call():
     assert "within 5%" in v.sentence()
     (v,) = answer.verdicts([_row("a", 32, 1060), _row("b", 32, 1000)])
     assert v.called
+
+
+def test_the_charts_line_puts_worker_counts_with_the_same_call_together():
+    rows = [_row("a", n, 1000) for n in (1, 2, 4, 8, 16, 32, 64)]
+    rows += [_row("b", n, 990) for n in (1, 2, 4, 8)]  # within 5%: too close
+    rows += [_row("b (ring)", n, 1000 / r) for n, r in ((16, 1.20), (32, 1.25), (64, 1.25))]
+    assert answer.runs_of(answer.verdicts(rows)) == "N=1-8 too close to call; N=16-64 a 1.20-1.25x"
+    assert answer.runs_of(answer.verdicts([_row("a", 16, 1000)])) == ""  # one strategy
 
 
 def test_one_verdict_per_worker_count_in_order_and_a_lone_strategy_is_called():

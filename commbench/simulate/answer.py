@@ -5,6 +5,7 @@ it never saw (docs/simulate.md, "Validation": median errors of 2-8% per strategy
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -39,14 +40,6 @@ class Verdict:
             return "too close to call (bands overlap)"
         return f"too close to call (within {100 * RESOLUTION:.0f}%)"
 
-    def short(self) -> str:
-        """For a chart: "N=16 neighbor_allreduce 1.40x", or "N=16 too close to call"."""
-        if not self.called:
-            return f"N={self.workers} too close to call"
-        name = self.fastest.strategy.split(" (")[0]
-        ratio = "" if self.ratio is None else f" {self.ratio:.2f}x"
-        return f"N={self.workers} {name}{ratio}"
-
     def sentence(self) -> str:
         if self.runner_up is None:
             return f"{self.fastest.strategy} (the only strategy projected)"
@@ -65,3 +58,23 @@ def verdicts(rows: List[Row]) -> List[Verdict]:
         ranked = sorted((r for r in rows if r.workers == n), key=lambda r: -r.img_sec)
         out.append(Verdict(n, ranked[0], ranked[1] if len(ranked) > 1 else None))
     return out
+
+
+def runs_of(verdicts: List[Verdict]) -> str:
+    """The verdicts in a line, consecutive worker counts with the same call together:
+    "N=1-8 too close to call; N=16-1024 neighbor_allreduce 1.06-1.08x"."""
+    def call(v: Verdict):
+        return v.fastest.strategy.split(" (")[0] if v.called else None
+
+    parts = []
+    for name, same in itertools.groupby((v for v in verdicts if v.runner_up is not None),
+                                        key=call):
+        same = list(same)
+        ns = f"N={same[0].workers}" + (f"-{same[-1].workers}" if len(same) > 1 else "")
+        if name is None:
+            parts.append(f"{ns} too close to call")
+            continue
+        low, high = min(v.ratio for v in same), max(v.ratio for v in same)
+        ratio = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
+        parts.append(f"{ns} {name} {ratio}")
+    return "; ".join(parts)
