@@ -6,22 +6,38 @@ On CPU under an MPI launcher on one machine (--cpu-transport auto) or with
 (commbench.comm.mpi_averager, installed as DDP's comm hook): DDP and its buckets stay,
 only the wire changes. Between machines `auto` keeps gloo's ring, which fills a TCP
 link. --fp16-allreduce stays on gloo: MPI has no float16 sum.
+
+As DDP does by default, rank 0's buffers (BatchNorm's running statistics) are broadcast
+before every forward pass, so every worker, and the averaged model that evaluation
+scores, carries rank 0's statistics; under label skew they describe rank 0's classes
+only. --no-broadcast-buffers (DDP's broadcast_buffers=False) keeps each worker's own,
+and the averaged model then averages them, as under horovod and neighbor averaging.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict
 
 from commbench import spans
 from commbench.comm.mpi_averager import MpiAverager
 from commbench.comm.transport import check_cpu_transport, choose_transport, transport_reason
 from commbench.errors import UsageError
+from commbench.flags import flag
 from commbench.optimizers.base import Strategy, TrainStep, local_step
+
+
+@dataclass(frozen=True)
+class AllreduceOptions:
+    no_broadcast_buffers: bool = flag(False, "keep each worker's own BatchNorm statistics "
+                                      "(DDP's broadcast_buffers=False) instead of "
+                                      "broadcasting rank 0's before every forward pass")
 
 
 class Allreduce(Strategy):
     name = "allreduce"
     summary = "average gradients over all workers (torch DDP: bucketed, overlapped with backward)"
+    Options = AllreduceOptions
 
     @classmethod
     def check(cls, config, launch) -> None:
@@ -42,7 +58,8 @@ class Allreduce(Strategy):
 
         on_gpu = self.ctx.device.type == "cuda"
         # DDP broadcasts rank 0's parameters here, so all workers start equal.
-        ddp = DistributedDataParallel(model, device_ids=[self.ctx.device] if on_gpu else None)
+        ddp = DistributedDataParallel(model, device_ids=[self.ctx.device] if on_gpu else None,
+                                      broadcast_buffers=not self.options.no_broadcast_buffers)
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         if self.config.fp16_allreduce:
@@ -70,7 +87,8 @@ class Allreduce(Strategy):
         why = "--fp16-allreduce" if self.config.fp16_allreduce else \
             transport_reason(self.config.cpu_transport, self.transport, self.ctx)
         return {"transport": self.transport, "transport_reason": why,
-                "fp16": self.config.fp16_allreduce}
+                "fp16": self.config.fp16_allreduce,
+                "broadcast_buffers": not self.options.no_broadcast_buffers}
 
 
 def record_buffer_broadcast(ddp, model) -> None:

@@ -137,3 +137,16 @@ def test_analysis_commands_import_neither_torch_nor_matplotlib():
             "print(sorted(m for m in ('torch', 'matplotlib', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_runs_with_options_that_change_what_runs_are_a_series_of_their_own():
+    def doc(**facts):
+        return {"config": {"dist_optimizer": facts.get("name", "allreduce")},
+                "strategy": {"name": "allreduce", **facts}, "environment": {}}
+
+    plain = reading.series_of(doc(broadcast_buffers=True))
+    own = reading.series_of(doc(broadcast_buffers=False))
+    assert plain != own and own.label() == "allreduce (own BatchNorm statistics)"
+    assert reading.series_of(doc()) == plain  # files from before the option pool with it
+    adasum = reading.series_of(doc(name="horovod", op="adasum", hierarchical_allreduce=True))
+    assert adasum.variant == "Adasum, hierarchical allreduce"

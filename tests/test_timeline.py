@@ -96,3 +96,15 @@ def test_a_bad_timeline_path_is_one_line_before_the_run(tmp_path, where, message
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").glob("*.json"))
     assert (tmp_path / "exists.json").read_text() == "{}"
+
+
+@pytest.mark.timeout(300)
+def test_ddp_broadcasts_rank_0s_buffers_unless_told_not_to(tmp_path):
+    for flags, broadcast in (([], True), (["--no-broadcast-buffers"], False)):
+        trace_path = tmp_path / f"trace-{broadcast}.json"
+        _, doc = run_job(tmp_path / str(broadcast), "allreduce", "--timeline", str(trace_path),
+                         *flags)
+        assert doc["strategy"]["broadcast_buffers"] is broadcast
+        names = {e["name"] for e in json.loads(trace_path.read_text())["traceEvents"]
+                 if e.get("cat") == "comm"}
+        assert ("broadcast buffers" in names) is broadcast

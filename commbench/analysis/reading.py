@@ -115,7 +115,20 @@ def series_of(doc: Dict[str, Any]) -> Series:
     elif network_of(doc.get("environment") or {}):  # a layout the user chose by -H
         machines = f"{doc['environment'].get('machine_size') or 'uneven'} ranks/machine"
     return Series(name, str(strategy.get("topology") or ""), str(dynamic or ""),
-                  str(strategy.get("style") or "").upper(), machines)
+                  str(strategy.get("style") or "").upper(), machines, variant_of(strategy))
+
+
+def variant_of(strategy: Dict[str, Any]) -> str:
+    """The plugin options a strategy recorded that change what it runs, so runs with and
+    without them are never pooled."""
+    found = []
+    if strategy.get("broadcast_buffers") is False:
+        found.append("own BatchNorm statistics")
+    if strategy.get("op") == "adasum":
+        found.append("Adasum")
+    if strategy.get("hierarchical_allreduce"):
+        found.append("hierarchical allreduce")
+    return ", ".join(found)
 
 
 def analyse(paths: Iterable[Union[str, Path]],

@@ -70,6 +70,7 @@ class Series(NamedTuple):
     schedule: str = ""  # "dynamic" or "static"
     style: str = ""  # "AWC" or "ATC"
     machines: str = ""  # "<m> ranks/machine" when --machine-size set the layout
+    variant: str = ""  # a plugin option that changes what runs (e.g. "Adasum")
 
     def settings(self) -> str:
         return ", ".join(p for p in self[1:] if p)
