@@ -10,9 +10,11 @@ of each partition's results prints time to target per strategy (repeats combined
         [--partitions iid,dirichlet:0.1] [--emulate 4x1,2x2 --link 200mbit]
         [--data learnable:noise=4] [--target 0.8] [--out time-to-accuracy]
 
-neighbor_allreduce runs twice: on its default one-peer dynamic topology and on the
-static exponential-2 graph (--disable-dynamic-topology; a second sweep into the same
-results, reported as its own row). Prints the wall time of the whole study at the end.
+Two strategies also run as a variant, a second sweep into the same results reported as
+a row of its own: neighbor_allreduce on the static exponential-2 graph
+(--disable-dynamic-topology; its default is the one-peer dynamic schedule) and allreduce
+with each worker's own BatchNorm statistics (--no-broadcast-buffers; DDP's default
+broadcasts rank 0's). Prints the wall time of the whole study at the end.
 """
 
 import argparse
@@ -22,6 +24,8 @@ import time
 from pathlib import Path
 
 STRATEGIES = "allreduce,neighbor_allreduce,hierarchical_neighbor_allreduce"
+VARIANTS = [("neighbor_allreduce", "--disable-dynamic-topology"),
+            ("allreduce", "--no-broadcast-buffers")]
 TRAINING = ["--model", "resnet18", "--image-size", "32", "--batch-size", "32",
             "--reference-iters", "0", "--eval-every", "10", "--max-epochs", "6"]
 
@@ -45,9 +49,8 @@ def main() -> int:
         where = ["--emulate", args.emulate, "--link", args.link] if args.emulate else \
             ["--np", args.workers, "--machine-size", "2"]
         sweeps = [["--dist-optimizer", args.strategies]]
-        if "neighbor_allreduce" in args.strategies.split(","):
-            sweeps.append(["--dist-optimizer", "neighbor_allreduce",
-                           "--disable-dynamic-topology"])
+        sweeps += [["--dist-optimizer", strategy, flag] for strategy, flag in VARIANTS
+                   if strategy in args.strategies.split(",")]
         for strategies in sweeps:
             command = [sys.executable, "-m", "commbench", "sweep", *where, *strategies,
                        "--repeat", args.repeat,
