@@ -10,7 +10,10 @@ the rate, and commbench's time against the best raw contender's in the same run
 (interleaved calls). Needs root.
 
     python benchmarks/cluster_link.py [--links 200mbit,1gbit] [--layouts 2x1,2x2,4x1,4x2]
-                                      [--size 64M] [--small 64K]
+                                      [--size 64M] [--small 64K] [--cases horovod]
+
+Horovod's allreduce (`microbench --op horovod`) runs under mpirun (its MPI controller
+and CPU operations) and under `horovodrun --gloo` (its gloo ones), where installed.
 
 Targets (issue: every strategy at link rate): at --size, commbench's link figure
 >= 0.90x the rate and its time within 1/0.98 of the best raw contender's; at --small,
@@ -30,18 +33,25 @@ from commbench import units
 from commbench.cluster import namespaces
 
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-CASES = [("allreduce", "allreduce", []),
-         ("neighbor_allreduce", "neighbor_allreduce one-peer", []),
-         ("neighbor_allreduce", "neighbor_allreduce static", ["--disable-dynamic-topology"]),
-         ("hierarchical_neighbor_allreduce", "hierarchical", [])]
+# (op, label, flags, launcher): horovod under mpirun runs Horovod's MPI controller and
+# CPU operations, under `horovodrun --gloo` its gloo ones.
+CASES = [("allreduce", "allreduce", [], "mpirun"),
+         ("neighbor_allreduce", "neighbor_allreduce one-peer", [], "mpirun"),
+         ("neighbor_allreduce", "neighbor_allreduce static", ["--disable-dynamic-topology"],
+          "mpirun"),
+         ("hierarchical_neighbor_allreduce", "hierarchical", [], "mpirun"),
+         ("horovod", "horovod (MPI)", [], "mpirun"),
+         ("horovod", "horovod (gloo)", [], "horovodrun --gloo")]
 
 
-def microbench(cluster, n, op, flags, size, iters, directory: Path):
+def microbench(cluster, n, op, flags, size, iters, directory: Path, launcher="mpirun"):
     env = dict(os.environ, **ROOT_OK)
-    env["PATH"] = f"{cluster.bin}{os.pathsep}{env['PATH']}"
-    subprocess.run(["mpirun", "-H", cluster.hosts, "-np", str(n), "--bind-to", "none",
-                    sys.executable, "-m", "commbench", "microbench", "--op", op, "-b", size,
-                    "-e", size, "-n", str(iters), "-w", "1", "-c", "0", *flags,
+    # the cluster's ssh, then this environment's horovodrun and mpirun
+    env["PATH"] = os.pathsep.join([cluster.bin, str(Path(sys.executable).parent), env["PATH"]])
+    start = ["mpirun", "-H", cluster.hosts, "-np", str(n), "--bind-to", "none"] \
+        if launcher == "mpirun" else [*launcher.split(), "-H", cluster.hosts, "-np", str(n)]
+    subprocess.run([*start, sys.executable, "-m", "commbench", "microbench", "--op", op,
+                    "-b", size, "-e", size, "-n", str(iters), "-w", "1", "-c", "0", *flags,
                     "--results-dir", str(directory)], check=True, env=env,
                    stdout=subprocess.DEVNULL, timeout=1800)
     (found,) = directory.glob("*.json")
@@ -67,6 +77,8 @@ def main():
     parser.add_argument("--size", default="64M")
     parser.add_argument("--small", default="64K")
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--cases", help="only the cases whose label starts with one of "
+                        "these, e.g. horovod")
     args = parser.parse_args()
     started = time.monotonic()
     print(f"size {args.size} per rank (small: {args.small}); columns: x rate = bytes out of "
@@ -82,13 +94,15 @@ def main():
             cluster = namespaces.up(name, machines, slots, link)
             try:
                 with tempfile.TemporaryDirectory() as scratch:
-                    for i, (op, label, flags) in enumerate(CASES):
+                    for i, (op, label, flags, launcher) in enumerate(CASES):
                         if op == "hierarchical_neighbor_allreduce" and slots == 1:
                             continue  # plain neighbor averaging between machines
+                        if args.cases and not label.startswith(tuple(args.cases.split(","))):
+                            continue
                         for size, tag in ((args.size, ""), (args.small, " small")):
                             rows = microbench(cluster, machines * slots, op, flags, size,
                                               args.iters if not tag else 20,
-                                              Path(scratch) / f"{i}{tag}")
+                                              Path(scratch) / f"{i}{tag}", launcher)
                             report(label + tag, rows, rate)
             finally:
                 namespaces.down(name)
