@@ -5,11 +5,22 @@ hierarchical_neighbor_allreduce, and the compute-only `none` on one worker as To
 Every job is a `commbench sweep --emulate` job (same commands), and around each one the
 bytes its machines sent over their links are read from the links' counters, so the
 table shows what each strategy moved per step, measured, beside its img/sec. Then
-`commbench report` and `commbench plot` of the runs. Needs root.
+`commbench report` and `commbench plot` of the runs. Every job runs with default flags
+(`--cpu-transport auto`: gloo for an allreduce between machines, MPI elsewhere).
+Needs root.
 
     python benchmarks/network_regime.py [--link 1gbit,200mbit] [--out network-regime]
+                                        [--compare-forced-gloo]
 
-The charts land in OUT/charts (one per link rate); docs/cluster.md shows them.
+--compare-forced-gloo runs, right beside each job (which of the two goes first
+alternates), the same job with `--cpu-transport gloo` (how this study was run before
+`auto` picked per path) and prints both step times per strategy and whether the
+strategies rank the same way, or differ only within the noise (their img/sec
+intervals overlap). `horovod` has no --cpu-transport: its pair is the same job twice,
+which shows the noise of one run.
+
+The chart and table land in OUT/network-regime.png and OUT/table.json (`--draw-only`
+redraws the chart); `commbench plot`'s charts in OUT/charts. docs/cluster.md shows them.
 """
 
 import argparse
@@ -17,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from commbench.cluster import namespaces
@@ -26,7 +38,8 @@ from commbench.sweep.plan import cluster_shape, plan_emulated
 
 MODEL = ["--model", "resnet18", "--image-size", "32", "--batch-size", "32",
          "--num-warmup-batches", "3", "--num-batches-per-iter", "3", "--num-iters", "6",
-         "--reference-iters", "2", "--reference-seconds", "0.5", "--cpu-transport", "gloo"]
+         "--reference-iters", "2", "--reference-seconds", "0.5"]
+FORCED = ["--cpu-transport", "gloo"]
 LAYOUTS = [(2, 2), (4, 1)]
 STRATEGIES = ["allreduce", "horovod", "neighbor_allreduce", "hierarchical_neighbor_allreduce"]
 
@@ -41,54 +54,68 @@ def sent_bytes(cluster) -> int:
     return total
 
 
+def plan(links, name, flags, results):
+    jobs = plan_emulated([(1, 1)], links, name, ["none"], MODEL + flags, results)
+    jobs += plan_emulated(LAYOUTS, links, name, STRATEGIES, MODEL + flags, results)
+    jobs += plan_emulated(LAYOUTS, links, name, ["neighbor_allreduce"],
+                          MODEL + flags + ["--disable-dynamic-topology"], results)
+    return jobs
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--link", default="1gbit,200mbit")
     parser.add_argument("--out", default="network-regime")
+    parser.add_argument("--compare-forced-gloo", action="store_true",
+                        help="beside each job, the same job with --cpu-transport gloo")
     parser.add_argument("--draw-only", action="store_true",
-                        help="redraw OUT/network-regime.png from OUT/table.json")
+                        help="redraw OUT/network-regime.png (and print the comparison) "
+                        "from OUT/table.json")
     args = parser.parse_args()
     out = Path(args.out)
     if args.draw_only:
-        draw(json.loads((out / "table.json").read_text()), out / "network-regime.png")
+        table = json.loads((out / "table.json").read_text())
+        if any("forced_gloo" in row for row in table):
+            compare(table)
+        draw(table, out / "network-regime.png")
         return
-    results = str(out / "results")
     name = f"n{os.getpid() % 10**6}"
     links = args.link.split(",")
-    jobs = plan_emulated([(1, 1)], links, name, ["none"], MODEL, results)
-    jobs += plan_emulated(LAYOUTS, links, name, STRATEGIES, MODEL, results)
-    jobs += plan_emulated(LAYOUTS, links, name, ["neighbor_allreduce"],
-                          MODEL + ["--disable-dynamic-topology"], results)
+    jobs = plan(links, name, [], str(out / "results"))
+    # The same jobs in the same order, forced onto gloo (not the compute-only `none`).
+    forced = plan(links, name, FORCED, str(out / "results-forced-gloo")) \
+        if args.compare_forced_gloo else [None] * len(jobs)
     shape = cluster_shape(LAYOUTS)
     env = job_environment()
     rows = []
+    started = time.monotonic()
     for link in links:
         cluster = namespaces.up(name, *shape, link)
         try:
             path = f"{cluster.bin}{os.pathsep}{env['PATH']}"
-            for job in (j for j in jobs if j.link == link):
-                before = sent_bytes(cluster)
-                output = run_one(job, 1800, {**env, "PATH": path})
-                moved = sent_bytes(cluster) - before
-                if not job.ok:
-                    print(f"FAILED {job.strategy} on {job.workers}:\n{output[-2000:]}")
-                    continue
-                rows.append((link, job, moved))
-                print(f"{link} {job.command[2]:>40} {job.strategy}: {job.headline}",
-                      flush=True)
+            pairs = [(job, other) for job, other in zip(jobs, forced) if job.link == link]
+            for k, (job, other) in enumerate(pairs):
+                arms = [job] if other is None or job.strategy == "none" else \
+                    [job, other][::1 if k % 2 == 0 else -1]  # who goes first alternates
+                moved = {}
+                for arm in arms:
+                    before = sent_bytes(cluster)
+                    output = run_one(arm, 1800, {**env, "PATH": path})
+                    moved[id(arm)] = sent_bytes(cluster) - before
+                    tag = " [--cpu-transport gloo]" if arm is other else ""
+                    if not arm.ok:
+                        print(f"FAILED {arm.strategy}{tag} on {arm.workers}:\n{output[-2000:]}")
+                        continue
+                    print(f"{link} {arm.command[2]:>40} {arm.strategy}{tag}: {arm.headline} "
+                          f"({(time.monotonic() - started) / 60:.0f} min)", flush=True)
+                if job.ok:
+                    rows.append((link, job, moved[id(job)], other if other is not None
+                                 and other.ok and id(other) in moved else None,
+                                 moved.get(id(other), 0)))
         finally:
             namespaces.down(name)
-    table = []
-    for link, job, moved in rows:
-        doc = read_result(job.result)
-        config, summary = doc["config"], doc["summary"]
-        steps = config["num_warmup_batches"] + config["num_iters"] * config["num_batches_per_iter"]
-        machines = len(set(doc["environment"]["hostnames"]))
-        label = job.strategy + (" (static)" if "--disable-dynamic-topology" in job.command else "")
-        table.append({"link": link, "layout": f"{machines}x{job.workers // machines}",
-                      "strategy": label, "img_sec": summary["total_img_sec"]["mean"],
-                      "ci95": summary["total_img_sec"].get("ci95"),
-                      "mb_per_step_per_machine": moved / steps / machines / 1e6})
+    table = [entry(link, job, moved, other, other_moved)
+             for link, job, moved, other, other_moved in rows]
     (out / "table.json").write_text(json.dumps(table, indent=1))
     print()
     print(f"{'link':<8} {'layout':<7} {'strategy':<44} {'img/s':>7} {'MB/step/machine':>16}")
@@ -98,16 +125,77 @@ def main():
     print("MB/step/machine: bytes the machines sent over their links during the job, per "
           "machine and training step: the strategy's own traffic plus start-up and "
           "commbench's once-per-iteration consensus measurement (decentralized strategies).")
+    if args.compare_forced_gloo:
+        compare(table)
     draw(table, out / "network-regime.png")
-    made = [str(job.result) for _, job, _ in rows]
+    made = [str(job.result) for _, job, _, _, _ in rows]
     subprocess.run([sys.executable, "-m", "commbench", "report", *made], check=False)
     subprocess.run([sys.executable, "-m", "commbench", "plot", *made, "-o",
                     str(out / "charts")], check=False)
+    print(f"wall time {(time.monotonic() - started) / 60:.0f} min")
+
+
+def entry(link, job, moved, other, other_moved) -> dict:
+    """One row of table.json: the default job, and its forced-gloo pair where run."""
+    doc = read_result(job.result)
+    config, summary = doc["config"], doc["summary"]
+    steps = config["num_warmup_batches"] + config["num_iters"] * config["num_batches_per_iter"]
+    machines = len(set(doc["environment"]["hostnames"]))
+    label = job.strategy + (" (static)" if "--disable-dynamic-topology" in job.command else "")
+    row = {"link": link, "layout": f"{machines}x{job.workers // machines}",
+           "strategy": label, "img_sec": summary["total_img_sec"]["mean"],
+           "ci95": summary["total_img_sec"].get("ci95"),
+           "step_s": summary["latency_seconds_per_batch"]["p50"],
+           "transport": (doc.get("strategy") or {}).get("transport"),
+           "mb_per_step_per_machine": moved / steps / machines / 1e6}
+    if other is not None:
+        forced = read_result(other.result)["summary"]
+        row["forced_gloo"] = {"img_sec": forced["total_img_sec"]["mean"],
+                              "ci95": forced["total_img_sec"].get("ci95"),
+                              "step_s": forced["latency_seconds_per_batch"]["p50"],
+                              "mb_per_step_per_machine": other_moved / steps / machines / 1e6}
+    return row
+
+
+def compare(table) -> None:
+    """Default against forced gloo: step times per strategy, and per link and layout
+    whether the strategies rank the same way; a pair that swaps is within the noise
+    when, in either arm, the two img/sec intervals (mean +- ci95) overlap."""
+    print("\ndefault (--cpu-transport auto) against forced --cpu-transport gloo, paired jobs:")
+    print(f"{'link':<8} {'layout':<7} {'strategy':<34} {'auto picks':>10} {'step s':>7} "
+          f"{'gloo step s':>11} {'auto/gloo img/s':>15}")
+    groups = {}
+    for row in table:
+        if "forced_gloo" not in row:
+            continue
+        f = row["forced_gloo"]
+        groups.setdefault((row["link"], row["layout"]), []).append(row)
+        print(f"{row['link']:<8} {row['layout']:<7} {row['strategy']:<34} "
+              f"{row['transport'] or '-':>10} {row['step_s']:7.2f} {f['step_s']:11.2f} "
+              f"{row['img_sec'] / f['img_sec']:15.3f}")
+    for (link, layout), rows in groups.items():
+        by = {r["strategy"]: r for r in rows}
+        default = sorted(by, key=lambda s: -by[s]["img_sec"])
+        gloo = sorted(by, key=lambda s: -by[s]["forced_gloo"]["img_sec"])
+        swaps = []
+        for i, a in enumerate(default):
+            for b in default[i + 1:]:
+                if gloo.index(a) > gloo.index(b):
+                    near = overlaps(by[a], by[b]) or overlaps(by[a]["forced_gloo"],
+                                                              by[b]["forced_gloo"])
+                    swaps.append(f"{a} / {b} ({'within' if near else 'BEYOND'} the noise)")
+        verdict = "differs: " + "; ".join(swaps) if swaps else "the same"
+        print(f"{link} {layout}: ranking {verdict} (default: {' > '.join(default)})")
+
+
+def overlaps(a, b) -> bool:
+    return abs(a["img_sec"] - b["img_sec"]) <= (a["ci95"] or 0) + (b["ci95"] or 0)
 
 
 def draw(table, path: Path) -> None:
     """Bars of total img/sec per strategy, one panel per link rate, one bar per layout,
-    each labelled with the MB its machines sent per step."""
+    each labelled with the MB its machines sent per step; a black dash on a bar: its
+    job forced onto gloo (--compare-forced-gloo)."""
     from matplotlib.figure import Figure
 
     links = list(dict.fromkeys(r["link"] for r in table))
@@ -126,6 +214,11 @@ def draw(table, path: Path) -> None:
                           yerr=[rows[s]["ci95"] or 0 if s in rows else 0 for s in strategies])
             ax.bar_label(bars, [f"{rows[s]['mb_per_step_per_machine']:.0f} MB" if s in rows
                                 else "" for s in strategies], fontsize=7, padding=2)
+            forced = [(x, rows[s]["forced_gloo"]["img_sec"]) for x, s in zip(xs, strategies)
+                      if s in rows and "forced_gloo" in rows[s]]
+            if forced:
+                ax.plot(*zip(*forced), "k_", markersize=14, mew=2,
+                        label="the same job, --cpu-transport gloo" if k == 0 else None)
         ax.set_xticks(range(len(strategies)),
                       [s.replace("_neighbor_allreduce", "_nar").replace(" (", "\n(")
                        for s in strategies], fontsize=8)
