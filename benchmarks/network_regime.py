@@ -6,7 +6,7 @@ Every job is a `commbench sweep --emulate` job (same commands), and around each 
 bytes its machines sent over their links are read from the links' counters, so the
 table shows what each strategy moved per step, measured, beside its img/sec. Then
 `commbench report` and `commbench plot` of the runs. Every job runs with default flags
-(`--cpu-transport auto`: gloo for an allreduce between machines, MPI elsewhere).
+(`--cpu-transport auto`: gloo between machines, MPI on one).
 Needs root.
 
     python benchmarks/network_regime.py [--link 1gbit,200mbit] [--out network-regime]

@@ -5,7 +5,7 @@ On CPU under an MPI launcher on one machine (--cpu-transport auto) or with
 --cpu-transport mpi, each bucket is averaged by MPI's Allreduce instead of gloo's
 (commbench.comm.mpi_averager, installed as DDP's comm hook): DDP and its buckets stay,
 only the wire changes. Between machines `auto` keeps gloo's ring, which fills a TCP
-link. --fp16-allreduce stays on gloo: MPI has no float16 sum.
+link (commbench.comm.transport). --fp16-allreduce stays on gloo: MPI has no float16 sum.
 
 As DDP does by default, rank 0's buffers (BatchNorm's running statistics) are broadcast
 before every forward pass, so every worker, and the averaged model that evaluation
@@ -50,7 +50,7 @@ class Allreduce(Strategy):
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
         self.transport = ctx.backend if config.fp16_allreduce else \
-            choose_transport(config.cpu_transport, ctx, collective=True)
+            choose_transport(config.cpu_transport, ctx)
         self.averager = MpiAverager(ctx.world_size) if self.transport == "mpi" else None
 
     def wrap(self, model, optimizer) -> TrainStep:

@@ -1,6 +1,5 @@
-"""Which transport `--cpu-transport auto` picks on each path, and why the result says:
-MPI for point-to-point messages and for collectives on one machine, gloo for an
-allreduce between machines; an explicit choice is kept."""
+"""Which transport `--cpu-transport auto` picks, and why the result says: MPI when
+every rank is on one machine, gloo between machines; an explicit choice is kept."""
 
 from types import SimpleNamespace
 
@@ -19,26 +18,24 @@ def mpi_up(monkeypatch):
     monkeypatch.setattr(transport, "mpi_ready", lambda: True)
 
 
-@pytest.mark.parametrize("hosts, collective, picked", [
-    (["a", "a"], False, "mpi"),  # neighbor exchange on shared memory
-    (["a", "a"], True, "mpi"),  # allreduce on shared memory
-    (["a", "b"], False, "mpi"),  # neighbor exchange between machines
-    (["a", "b"], True, "gloo"),  # allreduce between machines: gloo's ring
-    (["a", "a", "b", "b"], True, "gloo"),
+@pytest.mark.parametrize("hosts, picked", [
+    (["a", "a"], "mpi"),  # shared memory
+    (["a", "b"], "gloo"),  # between machines: gloo's ring and its own threads
+    (["a", "a", "b", "b"], "gloo"),
 ])
-def test_auto_picks_per_path(mpi_up, hosts, collective, picked):
+def test_auto_picks_by_where_the_bytes_go(mpi_up, hosts, picked):
     ctx = job(hosts)
-    chosen = transport.choose_transport("auto", ctx, collective=collective)
+    chosen = transport.choose_transport("auto", ctx)
     assert chosen == picked
     why = transport.transport_reason("auto", chosen, ctx)
     assert why == ("--cpu-transport auto under an MPI launcher" if picked == "mpi" else
-                   "--cpu-transport auto for an allreduce between machines")
+                   "--cpu-transport auto between machines")
 
 
 @pytest.mark.parametrize("choice", ["mpi", "gloo"])
 def test_an_explicit_choice_is_kept_between_machines(mpi_up, choice):
     ctx = job(["a", "b"])
-    assert transport.choose_transport(choice, ctx, collective=True) == choice
+    assert transport.choose_transport(choice, ctx) == choice
     assert transport.transport_reason(choice, choice, ctx) == f"--cpu-transport {choice}"
 
 
@@ -54,5 +51,5 @@ def test_without_an_mpi_launcher_auto_is_the_process_group(monkeypatch):
 
 def test_gpu_tensors_go_through_the_process_group(mpi_up):
     ctx = job(["a", "b"], device="cuda")
-    assert transport.choose_transport("auto", ctx, collective=True) == "nccl"
+    assert transport.choose_transport("auto", ctx) == "nccl"
     assert transport.transport_reason("auto", "nccl", ctx) == "GPU tensors"

@@ -2,10 +2,13 @@
 tensors under an MPI launcher, mpi4py on the tensors' own memory (zero copy).
 `--cpu-transport` chooses; GPU tensors always go through torch.distributed.
 
-`auto` picks per path: MPI for point-to-point messages anywhere and for collectives
-on one machine (shared memory), gloo for a collective between machines, where Open
-MPI's TCP allreduce leaves much of the link idle and gloo's ring fills it
-(docs/measurements.md, "Every strategy at link rate").
+`auto` picks by where the bytes go: MPI when every rank is on one machine (shared
+memory), gloo when the ranks span several. Between machines Open MPI's TCP allreduce
+leaves much of the link idle where gloo's ring fills it, and its point-to-point messages
+move only while the rank is inside an MPI call, so an exchange meant to overlap the
+backward pass waits for the step's end, where gloo's own threads move it meanwhile
+(docs/measurements.md, "Every strategy at link rate"; docs/cluster.md's network-regime
+study).
 
 A transport posts a list of chunks, each a list of messages, and returns one
 handle per chunk that is done when all of that chunk's messages are, so a caller
@@ -37,19 +40,21 @@ def check_cpu_transport(choice: str, launch) -> None:
         raise UsageError(MPI_UNAVAILABLE)
 
 
-def choose_transport(choice: str, ctx, collective: bool = False) -> str:
+def choose_transport(choice: str, ctx) -> str:
     """The transport of --cpu-transport `choice` in this job: "mpi", or the process
-    group's backend ("gloo", "nccl"). `collective`: the path is an allreduce over all
-    ranks, which `auto` leaves to gloo when the ranks span several machines."""
+    group's backend ("gloo", "nccl")."""
     if getattr(ctx.device, "type", ctx.device) != "cpu":
         return ctx.backend
     available = ctx.launch.mpi and mpi_ready()
     if choice == "mpi" and not available:
         raise UsageError(MPI_UNAVAILABLE)
     if choice == "auto":
-        between_machines = collective and len(set(ctx.hostnames)) > 1
-        return "mpi" if available and not between_machines else ctx.backend
+        return "mpi" if available and not between_machines(ctx) else ctx.backend
     return "mpi" if choice == "mpi" else ctx.backend
+
+
+def between_machines(ctx) -> bool:
+    return len(set(ctx.hostnames)) > 1
 
 
 def transport_reason(choice: str, transport: str, ctx) -> str:
@@ -61,7 +66,7 @@ def transport_reason(choice: str, transport: str, ctx) -> str:
     if transport == "mpi":
         return "--cpu-transport auto under an MPI launcher"
     if ctx.launch.mpi and mpi_ready():
-        return "--cpu-transport auto for an allreduce between machines"
+        return "--cpu-transport auto between machines"
     return "--cpu-transport auto without an MPI launcher"
 
 
