@@ -11,6 +11,7 @@ the rate, and commbench's time against the best raw contender's in the same run
 
     python benchmarks/cluster_link.py [--links 200mbit,1gbit] [--layouts 2x1,2x2,4x1,4x2]
                                       [--size 64M] [--small 64K] [--cases horovod]
+                                      [--mpirun-args "--mca coll ^han"]
 
 Horovod's allreduce (`microbench --op horovod`) runs under mpirun (its MPI controller
 and CPU operations) and under `horovodrun --gloo` (its gloo ones), where installed.
@@ -23,6 +24,7 @@ no slower than MPI's Allreduce (what `auto` used between machines before).
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -44,11 +46,12 @@ CASES = [("allreduce", "allreduce", [], "mpirun"),
          ("horovod", "horovod (gloo)", [], "horovodrun --gloo")]
 
 
-def microbench(cluster, n, op, flags, size, iters, directory: Path, launcher="mpirun"):
+def microbench(cluster, n, op, flags, size, iters, directory: Path, launcher="mpirun",
+               mpirun_args=()):
     env = dict(os.environ, **ROOT_OK)
     # the cluster's ssh, then this environment's horovodrun and mpirun
     env["PATH"] = os.pathsep.join([cluster.bin, str(Path(sys.executable).parent), env["PATH"]])
-    start = ["mpirun", "-H", cluster.hosts, "-np", str(n), "--bind-to", "none"] \
+    start = ["mpirun", "-H", cluster.hosts, "-np", str(n), "--bind-to", "none", *mpirun_args] \
         if launcher == "mpirun" else [*launcher.split(), "-H", cluster.hosts, "-np", str(n)]
     subprocess.run([*start, sys.executable, "-m", "commbench", "microbench", "--op", op,
                     "-b", size, "-e", size, "-n", str(iters), "-w", "1", "-c", "0", *flags,
@@ -79,6 +82,8 @@ def main():
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--cases", help="only the cases whose label starts with one of "
                         "these, e.g. horovod")
+    parser.add_argument("--mpirun-args", default="", help="more mpirun flags, e.g. "
+                        "'--mca coll ^han'")
     args = parser.parse_args()
     started = time.monotonic()
     print(f"size {args.size} per rank (small: {args.small}); columns: x rate = bytes out of "
@@ -102,7 +107,8 @@ def main():
                         for size, tag in ((args.size, ""), (args.small, " small")):
                             rows = microbench(cluster, machines * slots, op, flags, size,
                                               args.iters if not tag else 20,
-                                              Path(scratch) / f"{i}{tag}", launcher)
+                                              Path(scratch) / f"{i}{tag}", launcher,
+                                              shlex.split(args.mpirun_args))
                             report(label + tag, rows, rate)
             finally:
                 namespaces.down(name)
