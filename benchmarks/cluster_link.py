@@ -50,7 +50,7 @@ def microbench(cluster, n, op, flags, size, iters, directory: Path, launcher="mp
                mpirun_args=()):
     env = dict(os.environ, **ROOT_OK)
     # the cluster's ssh, then this environment's horovodrun and mpirun
-    env["PATH"] = os.pathsep.join([cluster.bin, str(Path(sys.executable).parent), env["PATH"]])
+    env["PATH"] = os.pathsep.join([str(cluster.bin), str(Path(sys.executable).parent), env["PATH"]])
     start = ["mpirun", "-H", cluster.hosts, "-np", str(n), "--bind-to", "none", *mpirun_args] \
         if launcher == "mpirun" else [*launcher.split(), "-H", cluster.hosts, "-np", str(n)]
     subprocess.run([*start, sys.executable, "-m", "commbench", "microbench", "--op", op,
