@@ -71,7 +71,9 @@ def curves_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
     if group.key.target:
         handles.append(Line2D([], [], color="black", linestyle=":"))
         labels.append(f"target {group.key.target}")
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(3, len(labels)),
+    # long labels (a decentralized strategy's settings) fit the figure's width two a row
+    columns = 3 if max(len(text) for text in labels) <= 50 else 2
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(columns, len(labels)),
                fontsize=8, frameon=False)
     return fig
 
