@@ -50,8 +50,11 @@ def device_kernels(prof, wall_ns: int, perf: float, device_type=None
     from torch.autograd import DeviceType
 
     kind = DeviceType.CUDA if device_type is None else device_type
+    events = [e for e in prof.profiler.kineto_results.events() if e.device_type() == kind]
+    if events and not hasattr(events[0], "start_ns"):
+        return []  # torch < 2.0 stamps events on another clock: no kernels, so no split
     return [(e.name(), *on_perf_clock((e.start_ns(), e.end_ns()), wall_ns, perf))
-            for e in prof.profiler.kineto_results.events() if e.device_type() == kind]
+            for e in events]
 
 
 def on_perf_clock(unix_ns: Sequence[int], wall_ns: int, perf: float) -> Tuple[float, ...]:
