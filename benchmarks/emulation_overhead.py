@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from commbench.cluster import namespaces
+from harness import interval
 
 RUN = ["--dist-optimizer=allreduce", "--model", "squeezenet1_1", "--image-size", "32",
        "--batch-size", "16", "--num-warmup-batches", "20", "--num-batches-per-iter", "5",
@@ -95,20 +96,6 @@ def main():
     if low < 0.95 < high:
         print("NOT DECIDED: the interval spans the target; the machine's noise is larger than "
               "the effect (more --rounds, a quieter machine)")
-
-
-def interval(ratios):
-    """95% CI of the geometric mean ratio (t on the log ratios)."""
-    import math
-
-    from scipy import stats
-
-    logs = [math.log(r) for r in ratios]
-    if len(logs) < 2:
-        return ratios[0], ratios[0]
-    half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    mean = statistics.mean(logs)
-    return math.exp(mean - half), math.exp(mean + half)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """What recording where a step's time goes costs: commbench's run with its spans
 recorded (the default, which the step split needs), with `--timeline` on top, and
-with recording switched off in this process, alternating rounds in one job.
+with recording switched off in this process, in rounds of one job whose order rotates
+(each arm goes first, second and third equally often), so neither drift nor position
+favours an arm.
 
     mpiexec -n 2 python benchmarks/timeline_cost.py [--rounds 5] [run flags]
 
 Prints each round and two ratios of total img/sec, as the ratio of medians and as
-the median of the paired rounds: recorded/off (the always-on split; the target is
+the median of the paired rounds with the 95% interval of their geometric mean: recorded/off (the always-on split; the target is
 that it changes nothing measurable) and timeline/off (the target is >= 0.97).
 """
 
@@ -42,12 +44,17 @@ def main() -> None:
         ctx = init_distributed(detect_launch(), config.no_cuda, config.timeout)
         shared = [results_dir]  # every rank names rank 0's file (the configs must agree)
         dist.broadcast_object_list(shared, 0)
-        rates = {"off": [], "recorded": [], "timeline": []}
+        arms = {
+            "off": lambda round_: unrecorded(config),
+            "recorded": lambda round_: commbench_rate(config),
+            "timeline": lambda round_: commbench_rate(dataclasses.replace(
+                config, timeline=os.path.join(shared[0], f"trace-{round_}.json"))),
+        }
+        rates = {arm: [] for arm in arms}
         for round_ in range(args.rounds):
-            rates["off"].append(unrecorded(config))
-            rates["recorded"].append(commbench_rate(config))
-            trace = os.path.join(shared[0], f"trace-{round_}.json")
-            rates["timeline"].append(commbench_rate(dataclasses.replace(config, timeline=trace)))
+            names = list(arms)
+            for arm in names[round_ % 3:] + names[:round_ % 3]:
+                rates[arm].append(arms[arm](round_))
             report_rounds(rates, ctx.rank)
     if ctx.rank == 0:
         print(f"{config.dist_optimizer}, {config.model} {config.image_size}px batch "

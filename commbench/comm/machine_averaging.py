@@ -7,10 +7,15 @@ result back inside its machine.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from commbench.comm.neighbor_exchange import NeighborExchange
 from commbench.launch.groups import machine_groups
+
+# Bytes of one piece of the pipeline per transport between machines. NCCL gets whole
+# buffers (None): on GPUs the machine's own links are far faster than the network, and
+# one exchange per buffer keeps the NCCL communicators' order of work simple.
+PIECE_BYTES = {"gloo": 4 << 20, "mpi": 4 << 20, "nccl": None}
 
 
 class MachineAveraging:
@@ -27,6 +32,12 @@ class MachineAveraging:
     With --fp16-allreduce, x moves by the change the step makes to what it sent,
     x <- x + (result - sent), rather than being replaced by the float16 result: an
     update smaller than float16's resolution would otherwise be rounded away every step.
+
+    Between machines the step runs in pieces of PIECE_BYTES, as a pipeline: the
+    leaders exchange piece p as soon as the machine's allreduce of it is done, and
+    broadcast it back as soon as it is combined, so the link carries the exchange while
+    the machine still sums and broadcasts the other pieces (serially, the link would
+    idle through both).
     """
 
     def __init__(self, buffers, schedule, rank: int, machine_size: int, fp16: bool,
@@ -47,15 +58,28 @@ class MachineAveraging:
             self.comm = self.buffers
         self.group = machine_groups(machine_size, machines * machine_size)[machine]
         self.several_machines = machines > 1
-        self.exchange: Optional[NeighborExchange] = None
+        self.pieces = pieces(self.comm, PIECE_BYTES[transport] if self.several_machines
+                             else None)
+        # The leader's exchanges with neighbor machines, one per piece (none elsewhere).
+        self.exchanges: List[NeighborExchange] = []
         if rank == self.leader and self.several_machines:
             # With fp16 the leader combines in full precision and sends float16 copies;
             # otherwise it combines the machine average in c, without copies.
             self.work = [torch.empty_like(b) for b in self.buffers] if fp16 else self.comm
-            self.exchange = NeighborExchange(self.work, schedule, machine,
-                                             [m * machine_size for m in range(machines)],
-                                             fp16=fp16, transport=transport)
+            tag = 0
+            for k, lo, hi in self.pieces:
+                exchange = NeighborExchange([self.work[k][lo:hi]], schedule, machine,
+                                            [m * machine_size for m in range(machines)],
+                                            fp16=fp16, transport=transport, first_tag=tag)
+                tag += len(exchange.chunks)
+                self.exchanges.append(exchange)
         self._works: List = []
+
+    @property
+    def exchange(self) -> Optional[NeighborExchange]:
+        """The leader's exchange of the first piece: its peers and weights are every
+        piece's (None on other ranks)."""
+        return self.exchanges[0] if self.exchanges else None
 
     def peers(self) -> None:
         """Every rank: the machine's allreduce, then the leaders' exchange, then the
@@ -69,50 +93,78 @@ class MachineAveraging:
     def start(self) -> None:
         import torch.distributed as dist
 
-        for c, x in zip(self.comm, self.buffers):
-            if c is not x:
-                c.copy_(x)
-        if self.fp16:
-            for sent, c in zip(self.sent, self.comm):
-                sent.copy_(c)
-        self._works = [dist.all_reduce(c, group=self.group, async_op=True) for c in self.comm]
+        self._works = []
+        for k, lo, hi in self.pieces:  # each piece's sum starts once it is copied
+            c = self.comm[k][lo:hi]
+            if self.comm[k] is not self.buffers[k]:
+                c.copy_(self.buffers[k][lo:hi])
+            if self.fp16:
+                self.sent[k][lo:hi].copy_(c)
+            self._works.append(dist.all_reduce(c, group=self.group, async_op=True))
 
     def finish(self) -> None:
         import torch.distributed as dist
 
-        for work in self._works:
-            work.wait()
-        self._works = []
         if not self.several_machines:  # every rank holds the sum: average locally
+            for work in self._works:
+                work.wait()
+            self._works = []
             for c in self.comm:
                 c.div_(self.local)
-            self._take_result()
+            for piece in self.pieces:
+                self._take_result(*piece)
             return
-        if self.exchange is not None:
-            self._combine_with_other_machines()
+        works, self._works = self._works, []
+        if self.exchanges:  # the leader: each piece to neighbor machines once summed
+            for work, exchange, piece in zip(works, self.exchanges, self.pieces):
+                work.wait()
+                self._before_exchange(*piece)
+                exchange.start()
+            works = []
+            for exchange, (k, lo, hi) in zip(self.exchanges, self.pieces):
+                exchange.finish()
+                self._after_exchange(k, lo, hi)
+                works.append(dist.broadcast(self.comm[k][lo:hi], self.leader, group=self.group,
+                                            async_op=True))
+                self._take_result(k, lo, hi)  # final here; the broadcast only reads c
+            for work in works:
+                work.wait()
+            return
         # Non-leaders' c holds the machine sum; the leader's result overwrites it.
-        for work in [dist.broadcast(c, self.leader, group=self.group, async_op=True)
-                     for c in self.comm]:
+        for i, (k, lo, hi) in enumerate(self.pieces):
+            works[i].wait()
+            works[i] = dist.broadcast(self.comm[k][lo:hi], self.leader, group=self.group,
+                                      async_op=True)
+        for work, piece in zip(works, self.pieces):
             work.wait()
-        self._take_result()
+            self._take_result(*piece)
 
-    def _take_result(self) -> None:
-        """x <- the result in c (the leader too: a machine's ranks end alike), or with
-        float16, x <- x + (c - sent)."""
-        for i, (c, x) in enumerate(zip(self.comm, self.buffers)):
-            if self.fp16:
-                x.sub_(self.sent[i].sub_(c))
-            elif c is not x:
-                x.copy_(c)
+    def _take_result(self, k: int, lo: int, hi: int) -> None:
+        """x <- the result in c for one piece (the leader too: a machine's ranks end
+        alike), or with float16, x <- x + (c - sent)."""
+        c, x = self.comm[k][lo:hi], self.buffers[k][lo:hi]
+        if self.fp16:
+            x.sub_(self.sent[k][lo:hi].sub_(c))
+        elif self.comm[k] is not self.buffers[k]:
+            x.copy_(c)
 
-    def _combine_with_other_machines(self) -> None:
-        if not self.fp16:
-            for c in self.comm:
-                c.div_(self.local)
-            self.exchange()
-        else:  # fp16: average and combine in full precision, round into c to broadcast
-            for c, w in zip(self.comm, self.work):
-                w.copy_(c).div_(self.local)
-            self.exchange()
-            for c, w in zip(self.comm, self.work):
-                c.copy_(w)
+    def _before_exchange(self, k: int, lo: int, hi: int) -> None:
+        """The machine's average of a piece, into what the leader exchanges."""
+        if self.fp16:  # average and combine in full precision
+            self.work[k][lo:hi].copy_(self.comm[k][lo:hi]).div_(self.local)
+        else:
+            self.comm[k][lo:hi].div_(self.local)
+
+    def _after_exchange(self, k: int, lo: int, hi: int) -> None:
+        """fp16: round the combined piece into c, to broadcast."""
+        if self.fp16:
+            self.comm[k][lo:hi].copy_(self.work[k][lo:hi])
+
+
+def pieces(buffers, piece_bytes: Optional[int]) -> List[Tuple[int, int, int]]:
+    """(buffer index, start, end) of every piece of piece_bytes (None: whole buffers)."""
+    found = []
+    for k, b in enumerate(buffers):
+        step = max(1, piece_bytes // b.element_size()) if piece_bytes else b.numel()
+        found += [(k, lo, min(lo + step, b.numel())) for lo in range(0, b.numel(), step)]
+    return found

@@ -49,14 +49,16 @@ class NeighborExchange:
 
     def __init__(self, buffers: Sequence["torch.Tensor"], schedule: "Schedule", node: int,
                  ranks: Optional[Sequence[int]] = None, fp16: bool = False,
-                 chunk_bytes: Optional[int] = None, transport: str = "gloo"):
+                 chunk_bytes: Optional[int] = None, transport: str = "gloo",
+                 first_tag: int = 0):
         """node: this process's index in the schedule's graph. ranks[k]: the process-
         group rank that speaks for node k (default: node k is rank k). fp16: send
         float16 copies; the combination is still computed in the buffers' dtype.
         chunk_bytes: size of one message (every rank must pass the same; default:
         CHUNK_BYTES of the transport; None there: one message per buffer). transport:
         "mpi", or "gloo"/"nccl" for torch.distributed (see
-        commbench.comm.transport.choose_transport)."""
+        commbench.comm.transport.choose_transport). first_tag: the tag of the first
+        chunk, so that several exchanges between the same ranks can be in flight at once."""
         self.buffers = list(buffers)
         self.schedule = schedule
         self.node = node
@@ -69,6 +71,7 @@ class NeighborExchange:
         # messages by (peer, tag), as MPI does; NCCL ignores tags and keeps order).
         self.chunks: List[Tuple[int, int, int]] = []
         self.chunk_bytes = chunk_bytes or CHUNK_BYTES[transport]
+        self.first_tag = first_tag
         for k, b in enumerate(self.buffers):
             per_chunk = max(1, self.chunk_bytes // b.element_size() if self.chunk_bytes
                             else b.numel())
@@ -109,7 +112,7 @@ class NeighborExchange:
         # Chunk-major order: chunk 0 goes out to every peer first, so it is also the
         # first to be complete and combined.
         chunks = []
-        for tag, (k, lo, hi) in enumerate(self.chunks):
+        for tag, (k, lo, hi) in enumerate(self.chunks, self.first_tag):
             chunks.append(
                 [("recv", self._receive_buffer(slot, k)[lo:hi], source, tag)
                  for slot, (source, _) in enumerate(plan.sources)]

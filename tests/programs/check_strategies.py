@@ -104,12 +104,12 @@ class Checker:
         return dataclasses.replace(self.ctx, machine_size=machine_size, simulated_machines=True)
 
     def mixing_case(self, strategy: str, label: str, plugin, weights_per_step, tol: float,
-                    reset_each_step: bool = True) -> None:
+                    reset_each_step: bool = True, model=None) -> None:
         """Run len(weights_per_step) communication steps; compare after each (or after
         the last, when the values are carried on)."""
         import torch
 
-        model = two_dtype_model()
+        model = model or two_dtype_model()
         plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=0.0))
         x = self.set_distinct(model)
         for t, w in enumerate(weights_per_step):
@@ -199,6 +199,13 @@ class Checker:
                 plugin = self.plugin(s, ctx=ctx, atc_style=atc, disable_dynamic_topology=True)
                 self.semantics_case(s, plugin,
                                     kron(build_topology("exponential-2", machines).weights), atc)
+            if local == 2 and machines > 1:  # buffers of several pieces, in a pipeline
+                for fp16 in (False, True):
+                    self.mixing_case(s, f"{'fp16 ' if fp16 else ''}dynamic, pieces of a "
+                                     f"pipeline, machines of {local}",
+                                     self.plugin(s, ctx=ctx, fp16_allreduce=fp16),
+                                     [kron(schedule.at(t).weights) for t in range(2)],
+                                     FP16_TOL if fp16 else FLOAT_TOL, model=large_model())
 
     def semantics_case(self, strategy: str, plugin, w: np.ndarray, atc: bool) -> None:
         """One training step on a linear model against the closed forms (SGD, no momentum):
@@ -282,6 +289,23 @@ def two_dtype_model():
             self.extra = torch.nn.Parameter(torch.zeros(4, 2, dtype=torch.float64))
 
     return TwoDtypes()
+
+
+def large_model():
+    """Buffers of two dtypes, each cut into several pieces of the hierarchical pipeline,
+    the last one ragged."""
+    import torch
+
+    from commbench.comm.machine_averaging import PIECE_BYTES
+
+    class Large(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wide = torch.nn.Parameter(torch.zeros(2 * PIECE_BYTES["gloo"] // 4 + 12345))
+            self.extra = torch.nn.Parameter(torch.zeros(PIECE_BYTES["gloo"] // 8 + 7,
+                                                        dtype=torch.float64))
+
+    return Large()
 
 
 def linear_model():
