@@ -79,11 +79,14 @@ def in_steps(kernels: Sequence[Tuple[str, float, float]], events: Sequence[Event
 
 def aligned(events: Sequence[Event]) -> bool:
     """Whether a rank's kernels lie in its steps, as a device sync at each step's end
-    makes them: nearly all end before their step does (else the clocks disagree)."""
+    makes them: nearly all end before their step does, and every step holds some
+    (every step runs kernels). Clocks that disagree by more than a step leave the steps
+    at one end of the window without kernels, which the first test alone would miss."""
     ends = {e[0]: e[3] for e in events if e[1] == "step"}
     kernels = [e for e in events if e[1] in (KERNEL, NCCL)]
     inside = sum(1 for e in kernels if e[3] <= ends[e[0]] + 1e-4)
-    return bool(kernels) and inside >= LEAST_INSIDE * len(kernels)
+    every_step = set(ends) <= {e[0] for e in kernels}
+    return bool(kernels) and every_step and inside >= LEAST_INSIDE * len(kernels)
 
 
 def split_view(events: Sequence[Event]) -> List[Event]:

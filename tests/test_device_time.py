@@ -82,6 +82,18 @@ def test_kernels_outside_their_steps_mean_the_clocks_disagree():
     assert not device_time.aligned([[0, "step", 0.0, 0.1, "", 0, None]])  # no kernels
 
 
+def test_clocks_off_by_more_than_a_step_are_caught():
+    """Kernels of steps 0-3 stamped a step and a half late: those that still start
+    inside a step land in the wrong one and fit there, but the first step is empty."""
+    host = [[s, "step", 0.1 * s, 0.1 * s + 0.1, "", 0, None] for s in range(4)]
+    kernels = [("conv", 0.1 * s + 0.15 + 0.01, 0.1 * s + 0.15 + 0.03) for s in range(4)]
+    kept = device_time.in_steps(kernels, host)
+    assert kept and all(e[3] <= 0.1 * e[0] + 0.1 for e in kept)  # the old test passes
+    assert not device_time.aligned(host + kept)
+    right = device_time.in_steps([(n, a - 0.15, b - 0.15) for n, a, b in kernels], host)
+    assert device_time.aligned(host + right)
+
+
 def test_the_timeline_shows_the_kernels_on_tracks_of_their_own():
     events = gpu_step(0, 0.0, [(0.0, 0.04), (0.01, 0.02)], [(0.03, 0.08)])
     trace = trace_events([events], [0.0], ["rank 0 (gpu)"])
