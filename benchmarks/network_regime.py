@@ -11,6 +11,12 @@ Needs root.
 
     python benchmarks/network_regime.py [--link 1gbit,200mbit] [--out network-regime]
                                         [--compare-forced-gloo]
+                                        [--layouts 2x2,4x1] [--strategies ...]
+
+--layouts and --strategies run a part of the study (e.g. `--layouts 2x1 --strategies
+allreduce`: the end-to-end step of allreduce between two machines; the table's
+"link/step" column is the bytes each machine sent per step over the step time, as a
+fraction of the rate).
 
 --compare-forced-gloo runs, right beside each job (which of the two goes first
 alternates), the same job with `--cpu-transport gloo` (how this study was run before
@@ -31,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from commbench import units
 from commbench.cluster import namespaces
 from commbench.results import read_result
 from commbench.sweep.execute import job_environment, run_one
@@ -54,11 +61,12 @@ def sent_bytes(cluster) -> int:
     return total
 
 
-def plan(links, name, flags, results):
+def plan(links, name, flags, results, layouts=LAYOUTS, strategies=STRATEGIES):
     jobs = plan_emulated([(1, 1)], links, name, ["none"], MODEL + flags, results)
-    jobs += plan_emulated(LAYOUTS, links, name, STRATEGIES, MODEL + flags, results)
-    jobs += plan_emulated(LAYOUTS, links, name, ["neighbor_allreduce"],
-                          MODEL + flags + ["--disable-dynamic-topology"], results)
+    jobs += plan_emulated(layouts, links, name, strategies, MODEL + flags, results)
+    if "neighbor_allreduce" in strategies:
+        jobs += plan_emulated(layouts, links, name, ["neighbor_allreduce"],
+                              MODEL + flags + ["--disable-dynamic-topology"], results)
     return jobs
 
 
@@ -68,6 +76,9 @@ def main():
     parser.add_argument("--out", default="network-regime")
     parser.add_argument("--compare-forced-gloo", action="store_true",
                         help="beside each job, the same job with --cpu-transport gloo")
+    parser.add_argument("--layouts", default=",".join(f"{m}x{s}" for m, s in LAYOUTS),
+                        help="machines x ranks per machine, e.g. 2x1,4x1")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--draw-only", action="store_true",
                         help="redraw OUT/network-regime.png (and print the comparison) "
                         "from OUT/table.json")
@@ -81,11 +92,13 @@ def main():
         return
     name = f"n{os.getpid() % 10**6}"
     links = args.link.split(",")
-    jobs = plan(links, name, [], str(out / "results"))
+    layouts = [tuple(int(v) for v in layout.split("x")) for layout in args.layouts.split(",")]
+    strategies = args.strategies.split(",")
+    jobs = plan(links, name, [], str(out / "results"), layouts, strategies)
     # The same jobs in the same order, forced onto gloo (not the compute-only `none`).
-    forced = plan(links, name, FORCED, str(out / "results-forced-gloo")) \
+    forced = plan(links, name, FORCED, str(out / "results-forced-gloo"), layouts, strategies) \
         if args.compare_forced_gloo else [None] * len(jobs)
-    shape = cluster_shape(LAYOUTS)
+    shape = cluster_shape(layouts)
     env = job_environment()
     rows = []
     started = time.monotonic()
@@ -118,10 +131,13 @@ def main():
              for link, job, moved, other, other_moved in rows]
     (out / "table.json").write_text(json.dumps(table, indent=1))
     print()
-    print(f"{'link':<8} {'layout':<7} {'strategy':<44} {'img/s':>7} {'MB/step/machine':>16}")
+    print(f"{'link':<8} {'layout':<7} {'strategy':<44} {'img/s':>7} {'MB/step/machine':>16} "
+          f"{'link/step':>9}")
     for row in table:
+        rate = units.rate_bits(row["link"], "--link") / 8
         print(f"{row['link']:<8} {row['layout']:<7} {row['strategy']:<44} {row['img_sec']:7.1f} "
-              f"{row['mb_per_step_per_machine']:16.1f}")
+              f"{row['mb_per_step_per_machine']:16.1f} "
+              f"{row['mb_per_step_per_machine'] * 1e6 / row['step_s'] / rate:9.2f}")
     print("MB/step/machine: bytes the machines sent over their links during the job, per "
           "machine and training step: the strategy's own traffic plus start-up and "
           "commbench's once-per-iteration consensus measurement (decentralized strategies).")

@@ -86,8 +86,8 @@ class RunConfig:
                     "{off,fp16,bf16}")
     cpu_transport: str = flag(
         "auto", "how allreduce and neighbor exchanges move CPU tensors: mpi (mpi4py, "
-        "under an MPI launcher), gloo, or auto (mpi when available, gloo for an allreduce "
-        "between machines)",
+        "under an MPI launcher), gloo, or auto (mpi on one machine under an MPI launcher, "
+        "gloo between machines)",
         one_of(CPU_TRANSPORTS), "{auto,gloo,mpi}")
     no_cuda: bool = flag(False, "run on the CPU even when a GPU is available")
     lr: Optional[float] = flag(
