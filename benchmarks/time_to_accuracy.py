@@ -9,12 +9,14 @@ of each partition's results prints time to target per strategy (repeats combined
     python benchmarks/time_to_accuracy.py [--workers 4] [--repeat 3]
         [--partitions iid,dirichlet:0.1] [--emulate 4x1,2x2 --link 200mbit]
         [--data learnable:noise=4] [--target 0.8] [--out time-to-accuracy]
+        [--variants neighbor_allreduce,allreduce]
 
 Two strategies also run as a variant, a second sweep into the same results reported as
 a row of its own: neighbor_allreduce on the static exponential-2 graph
 (--disable-dynamic-topology; its default is the one-peer dynamic schedule) and allreduce
 with each worker's own BatchNorm statistics (--no-broadcast-buffers; DDP's default
-broadcasts rank 0's). Prints the wall time of the whole study at the end.
+broadcasts rank 0's). --variants names the strategies whose variant runs ("" for
+none). Prints the wall time of the whole study at the end.
 """
 
 import argparse
@@ -38,6 +40,8 @@ def main() -> int:
     parser.add_argument("--repeat", default="3")
     parser.add_argument("--data", default="learnable:noise=4,samples=8000")
     parser.add_argument("--target", default="0.8")
+    parser.add_argument("--variants", default=",".join(name for name, _ in VARIANTS),
+                        help="the strategies whose variant runs too")
     parser.add_argument("--emulate", help="layouts, e.g. 4x1,2x2 (needs root)")
     parser.add_argument("--link", default="200mbit")
     parser.add_argument("--out", default="time-to-accuracy")
@@ -50,7 +54,7 @@ def main() -> int:
             ["--np", args.workers, "--machine-size", "2"]
         sweeps = [["--dist-optimizer", args.strategies]]
         sweeps += [["--dist-optimizer", strategy, flag] for strategy, flag in VARIANTS
-                   if strategy in args.strategies.split(",")]
+                   if strategy in args.variants.split(",")]
         for strategies in sweeps:
             command = [sys.executable, "-m", "commbench", "sweep", *where, *strategies,
                        "--repeat", args.repeat,
