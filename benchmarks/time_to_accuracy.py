@@ -9,7 +9,7 @@ of each partition's results prints time to target per strategy (repeats combined
     python benchmarks/time_to_accuracy.py [--workers 4] [--repeat 3]
         [--partitions iid,dirichlet:0.1] [--emulate 4x1,2x2 --link 200mbit]
         [--data learnable:noise=4] [--target 0.8] [--out time-to-accuracy]
-        [--variants neighbor_allreduce,allreduce]
+        [--variants neighbor_allreduce,allreduce] [more sweep flags, e.g. --time-budget 600]
 
 Two strategies also run as a variant, a second sweep into the same results reported as
 a row of its own: neighbor_allreduce on the static exponential-2 graph
@@ -45,7 +45,7 @@ def main() -> int:
     parser.add_argument("--emulate", help="layouts, e.g. 4x1,2x2 (needs root)")
     parser.add_argument("--link", default="200mbit")
     parser.add_argument("--out", default="time-to-accuracy")
-    args = parser.parse_args()
+    args, extra = parser.parse_known_args()  # anything else goes to every sweep
     started = time.monotonic()
     out = Path(args.out)
     for partition in args.partitions.split(","):
@@ -60,7 +60,7 @@ def main() -> int:
                        "--repeat", args.repeat,
                        "--results-dir", str(out / "results" / partition.replace(":", "-")),
                        "--plots-dir", str(out / "charts"), *TRAINING, "--data", args.data,
-                       "--partition", partition, "--target-accuracy", args.target]
+                       "--partition", partition, "--target-accuracy", args.target, *extra]
             print("$", " ".join(command[1:]), flush=True)
             subprocess.run(command, check=False)
         # every row of the partition together (each sweep reports only its own jobs)
