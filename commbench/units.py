@@ -74,6 +74,15 @@ def size_bytes(text: str, flag: Optional[str] = None) -> int:
     return int(found.group(1)) * _BINARY[found.group(2).upper()]
 
 
+def format_bytes(nbytes: float) -> str:
+    """A size in the spelling size_bytes reads, in the largest binary unit it reaches:
+    `64M`, `1.5K`, `8`."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g}{unit}"
+    return f"{nbytes:.3g}"
+
+
 def seconds(text: str, flag: Optional[str] = None) -> float:
     """A latency in seconds."""
     if text.strip() == "0":

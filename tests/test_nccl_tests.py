@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from commbench import units
 from commbench.errors import UsageError
 from commbench.simulate import costs, links, nccl_tests
 from commbench.simulate.command import add_arguments
@@ -259,6 +260,16 @@ COMPUTE = ["--img-sec", "352", "--model", "resnet18", "--image-size", "32", "--b
 def _simulate(*args):
     return subprocess.run([PYTHON, "-m", "commbench", "simulate", *args], capture_output=True,
                           text=True, timeout=120)
+
+
+def test_a_fitted_link_prints_the_per_size_figures_the_projection_uses():
+    fitted, _ = nccl_tests.links([str(H100)], 1e-6)
+    (link,) = fitted.values()
+    line = link.describe()
+    (smallest, _), (largest, beta) = link.curve[0], link.curve[-1]
+    assert "per size as measured, " in line
+    assert f"at {units.format_bytes(smallest)} to " in line
+    assert f"{1 / beta / 1e9:.3g} GB/s at {units.format_bytes(largest)}," in line
 
 
 def test_the_command_fits_its_links_on_the_file_and_records_them(tmp_path):

@@ -18,6 +18,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from commbench import units
+
 
 @dataclass(frozen=True)
 class Link:
@@ -60,12 +62,22 @@ class Link:
         return replace(self, beta=beta, curve=tuple((s, b * scale) for s, b in self.curve))
 
     def describe(self) -> str:
-        rate = "unbounded" if not self.beta else f"{1 / self.beta / 1e9:.3g} GB/s" \
-            if self.beta < 8e-12 else f"{8 / self.beta / 1e9:.3g} Gbit/s"
         spread = f" ±{100 * self.beta_ci / self.beta:.0f}%" if self.beta_ci and self.beta else ""
         flows = f", at most {8 * self.flow_rate / 1e9:.3g} Gbit/s per flow" \
             if self.flow_rate else ""
-        return f"{rate}{spread}, latency {self.alpha * 1e6:.3g} us{flows} ({self.source})"
+        # With a measured curve the projection reads each size's own figure, not the fit's
+        sizes = (f"; per size as measured, {_rate(self.curve[0][1])} at "
+                 f"{units.format_bytes(self.curve[0][0])} to {_rate(self.curve[-1][1])} at "
+                 f"{units.format_bytes(self.curve[-1][0])}") if self.curve else ""
+        return (f"{_rate(self.beta)}{spread}{sizes}, latency {self.alpha * 1e6:.3g} us{flows} "
+                f"({self.source})")
+
+
+def _rate(beta: float) -> str:
+    """A link's rate from its seconds per byte: GB/s when fast, else Gbit/s."""
+    if not beta:
+        return "unbounded"
+    return f"{1 / beta / 1e9:.3g} GB/s" if beta < 8e-12 else f"{8 / beta / 1e9:.3g} Gbit/s"
 
 
 @dataclass(frozen=True)
