@@ -12,10 +12,12 @@ from typing import List, Optional, Tuple
 from commbench.comm.neighbor_exchange import NeighborExchange
 from commbench.launch.groups import machine_groups
 
-# Bytes of one piece of the pipeline per transport between machines. NCCL gets whole
-# buffers (None): on GPUs the machine's own links are far faster than the network, and
-# one exchange per buffer keeps the NCCL communicators' order of work simple.
-PIECE_BYTES = {"gloo": 4 << 20, "mpi": 4 << 20, "nccl": None}
+# Bytes of one piece of the pipeline per transport between machines. MPI and NCCL get
+# whole buffers (None): Open MPI moves a message only while its rank is inside an MPI
+# call, so a piece would not travel while the machine sums the next; on GPUs the
+# machine's own links are far faster than the network, and one exchange per buffer
+# keeps the NCCL communicators' order of work simple.
+PIECE_BYTES = {"gloo": 4 << 20, "mpi": None, "nccl": None}
 
 
 class MachineAveraging:
@@ -33,7 +35,7 @@ class MachineAveraging:
     x <- x + (result - sent), rather than being replaced by the float16 result: an
     update smaller than float16's resolution would otherwise be rounded away every step.
 
-    Between machines the step runs in pieces of PIECE_BYTES, as a pipeline: the
+    Between machines over gloo the step runs in pieces of PIECE_BYTES, as a pipeline: the
     leaders exchange piece p as soon as the machine's allreduce of it is done, and
     broadcast it back as soon as it is combined, so the link carries the exchange while
     the machine still sums and broadcasts the other pieces (serially, the link would
