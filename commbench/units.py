@@ -77,7 +77,7 @@ def size_bytes(text: str, flag: Optional[str] = None) -> int:
 def format_bytes(nbytes: float) -> str:
     """A size in the spelling size_bytes reads, in the largest binary unit it reaches:
     `64M`, `1.5K`, `8`."""
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+    for unit, scale in sorted(_BINARY.items(), key=lambda item: -item[1])[:-1]:
         if nbytes >= scale:
             return f"{nbytes / scale:.3g}{unit}"
     return f"{nbytes:.3g}"

@@ -17,7 +17,7 @@ from commbench.launch.groups import machine_groups
 # call, so a piece would not travel while the machine sums the next; on GPUs the
 # machine's own links are far faster than the network, and one exchange per buffer
 # keeps the NCCL communicators' order of work simple.
-PIECE_BYTES = {"gloo": 4 << 20, "mpi": None, "nccl": None}
+PIPELINE_BYTES = {"gloo": 4 << 20, "mpi": None, "nccl": None}
 
 
 class MachineAveraging:
@@ -35,7 +35,7 @@ class MachineAveraging:
     x <- x + (result - sent), rather than being replaced by the float16 result: an
     update smaller than float16's resolution would otherwise be rounded away every step.
 
-    Between machines over gloo the step runs in pieces of PIECE_BYTES, as a pipeline: the
+    Between machines over gloo the step runs in pieces of PIPELINE_BYTES, a pipeline: the
     leaders exchange piece p as soon as the machine's allreduce of it is done, and
     broadcast it back as soon as it is combined, so the link carries the exchange while
     the machine still sums and broadcasts the other pieces (serially, the link would
@@ -60,7 +60,7 @@ class MachineAveraging:
             self.comm = self.buffers
         self.group = machine_groups(machine_size, machines * machine_size)[machine]
         self.several_machines = machines > 1
-        self.pieces = pieces(self.comm, PIECE_BYTES[transport] if self.several_machines
+        self.pieces = pieces(self.comm, PIPELINE_BYTES[transport] if self.several_machines
                              else None)
         # The leader's exchanges with neighbor machines, one per piece (none elsewhere).
         self.exchanges: List[NeighborExchange] = []

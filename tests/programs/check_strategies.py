@@ -296,13 +296,13 @@ def large_model():
     the last one ragged."""
     import torch
 
-    from commbench.comm.machine_averaging import PIECE_BYTES
+    from commbench.comm.machine_averaging import PIPELINE_BYTES
 
     class Large(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.wide = torch.nn.Parameter(torch.zeros(2 * PIECE_BYTES["gloo"] // 4 + 12345))
-            self.extra = torch.nn.Parameter(torch.zeros(PIECE_BYTES["gloo"] // 8 + 7,
+            self.wide = torch.nn.Parameter(torch.zeros(2 * PIPELINE_BYTES["gloo"] // 4 + 12345))
+            self.extra = torch.nn.Parameter(torch.zeros(PIPELINE_BYTES["gloo"] // 8 + 7,
                                                         dtype=torch.float64))
 
     return Large()
