@@ -40,6 +40,9 @@ import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+# Loaded with this module, at a rank's start: a library first mapped after the run has
+# allocated its memory is one more place a loaded machine can fail at the very end.
+from scipy import stats
 
 SPREAD_Z = 1.96  # Horovod's and Bluefog's "+-": 1.96 standard deviations of the iterations
 PERCENTILES = (50, 75, 90)
@@ -55,8 +58,6 @@ def ci95_halfwidth(values: Sequence[float]) -> Optional[float]:
     values = np.asarray(values, dtype=float)
     if values.size < 2:
         return None
-    from scipy import stats
-
     return float(stats.t.ppf(0.975, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size))
 
 
@@ -91,8 +92,6 @@ def welch_p_value(a: Sequence[float], b: Sequence[float]) -> Optional[float]:
         return None
     if a.std() == 0 and b.std() == 0:  # the t statistic is undefined; the answer is not
         return 1.0 if a.mean() == b.mean() else 0.0
-    from scipy import stats
-
     return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
@@ -225,9 +224,9 @@ MICRO_PERCENTILES = (50, 99)
 def call_time_stats(seconds) -> Dict[str, float]:
     """Mean, p50 and p99 of per-call seconds, pooled over ranks and calls."""
     values = np.ravel(np.asarray(seconds, dtype=float))
-    stats = {"mean": float(values.mean())}
-    stats.update({f"p{p}": float(np.percentile(values, p)) for p in MICRO_PERCENTILES})
-    return stats
+    summary = {"mean": float(values.mean())}
+    summary.update({f"p{p}": float(np.percentile(values, p)) for p in MICRO_PERCENTILES})
+    return summary
 
 
 def algbw(nbytes: float, seconds: float) -> float:
