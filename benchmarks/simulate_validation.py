@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from commbench.comm.machine_averaging import PIPELINE_BYTES
+
 MODEL = ["--model", "resnet18", "--image-size", "32", "--batch-size", "32",
          "--num-warmup-batches", "3", "--num-batches-per-iter", "3", "--num-iters", "6",
          "--reference-iters", "2", "--reference-seconds", "0.5", "--cpu-transport", "gloo"]
@@ -143,7 +145,7 @@ def analyse(out: Path) -> None:
                     [t for r in mine for t in _flat(r.doc["samples"]["reference_phase_seconds"])],
                     grads.forward_share, "in-job reference")}
                 inputs = Inputs(32, grads, net, s, computes, ("ring",), overlap=mean,
-                                overlaps=overlap)
+                                overlaps=overlap, pipeline_bytes=PIPELINE_BYTES["gloo"])
                 strategy = Strategy(strategy_name)
                 (row,) = project([strategy], [n], inputs)
                 (full,) = project([strategy], [n], replace(inputs, overlap=1.0, overlaps={}))
@@ -267,7 +269,8 @@ def fit_overlap_at(directory, net, grads, stragglers: bool):
         measured = statistics.mean(r.doc["summary"]["total_img_sec"]["mean"] for r in mine)
         per_machine = int(mine[0].doc["environment"]["local_size"])
         inputs = Inputs(32, grads, net, per_machine, {2: c}, ("ring",),
-                        measured={(Strategy(name).label(), 2): (measured, None)})
+                        measured={(Strategy(name).label(), 2): (measured, None)},
+                        pipeline_bytes=PIPELINE_BYTES["gloo"])
         fits.update(fit_overlap([Strategy(name)], 2, inputs, stragglers))
     return fits
 

@@ -243,9 +243,53 @@ def test_overlap_follows_each_strategys_schedule():
     assert ddp.exposed >= costs.allreduce(last_bucket, layout, slow)[0]
 
 
+def test_the_hierarchical_pipeline_hides_all_but_its_slowest_stage():
+    grads, c = compute.gradients("resnet18", 32), _compute()
+    layout = costs.Layout(8, 4)  # 2 machines of 4: sum, exchange, broadcast
+    net = Network(Link(0, 1e-10), Link(0, 8 / 1e9))
+    nbytes = grads.total
+    inside = costs.allreduce(nbytes, costs.Layout(4, 4), net, ("ring",))[0]
+    between = costs.exchange_seconds(costs.exchange("exponential-2", 2, True, 1), nbytes, net)
+    back = costs.broadcast(nbytes, 4, net.intra)
+    assert inside < c.backward and back < between  # the exchange is the slowest stage
+    serial = simulate(Strategy("hierarchical_neighbor_allreduce"), layout, c, grads, net, False)
+    # one phase after the other, the sum hidden in backward: what the step waits for
+    assert serial.exposed == pytest.approx(between + back)
+    assert serial.overlapped == pytest.approx(inside)
+    pieces = 4 << 20
+    count = -(-nbytes // pieces)
+    piped = simulate(Strategy("hierarchical_neighbor_allreduce"), layout, c, grads, net, False,
+                     pipeline_bytes=pieces)
+    # the broadcasts run behind the exchanges; only the last piece's is left over
+    assert piped.exposed == pytest.approx(between + back / count)
+    assert piped.overlapped == serial.overlapped
+    # a piece larger than the model is the serial step
+    whole = simulate(Strategy("hierarchical_neighbor_allreduce"), layout, c, grads, net, False,
+                     pipeline_bytes=2 * nbytes)
+    assert whole == serial
+    # ATC: nothing hides behind backward, and the machine's sum joins the pipeline
+    atc = simulate(Strategy("hierarchical_neighbor_allreduce", atc=True), layout, c, grads, net,
+                   False, pipeline_bytes=pieces)
+    assert atc.overlapped == 0
+    assert between < atc.exposed < inside + between + back
+
+
 def _simulate(*args, cwd=None):
     return subprocess.run([PYTHON, "-m", "commbench", "simulate", *args], capture_output=True,
                           text=True, timeout=120, cwd=cwd)
+
+
+def test_the_hierarchical_pipeline_is_projected_where_gloo_carries_it(tmp_path):
+    pipeline = "hierarchical_neighbor_allreduce between machines: over gloo, a pipeline"
+    strategies = ["--np", "8", "--gpus-per-machine", "4",
+                  "--dist-optimizer", "hierarchical_neighbor_allreduce"]
+    cpu = _simulate(str(DATA / "runs-new"), "--link", "1gbit", *strategies,
+                    "-o", str(tmp_path / "cpu"))
+    assert cpu.returncode == 0, cpu.stderr
+    assert pipeline in " ".join(cpu.stdout.split())
+    gpu = _simulate(*STATED, *strategies, "-o", str(tmp_path / "gpu"))  # NCCL: whole buffers
+    assert gpu.returncode == 0, gpu.stderr
+    assert pipeline not in " ".join(gpu.stdout.split())
 
 
 def test_a_measured_step_split_is_shown_beside_the_projected_one(tmp_path):

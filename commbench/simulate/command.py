@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from commbench.errors import UsageError
 from commbench.microbench import results as microbench_results
@@ -125,7 +125,8 @@ def main(args) -> int:
     algorithms = (found_links.algorithms() or (("ring", "tree") if on_gpu else ("ring",))) \
         if args.collective == "auto" else (args.collective,)
     inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
-                    2.0 if fp16 else 4.0, calibrate.measured_img_sec(runs, per_machine))
+                    2.0 if fp16 else 4.0, calibrate.measured_img_sec(runs, per_machine),
+                    pipeline_bytes=_pipeline_bytes(on_gpu, runs))
     overlap_note = calibrate.set_overlap(args.overlap, strategies, inputs)
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
@@ -143,6 +144,16 @@ def main(args) -> int:
     projection.save(projection.figure(title, rows), chart)
     print(f"Projection: {path}\nChart: {chart}")
     return 0
+
+
+def _pipeline_bytes(on_gpu: bool, runs) -> Optional[int]:
+    """The pieces of commbench's hierarchical step between machines: on CPUs `auto` moves
+    it over gloo, in pieces, unless the runs forced MPI; on GPUs NCCL takes whole
+    buffers."""
+    from commbench.comm.machine_averaging import PIPELINE_BYTES
+
+    forced_mpi = any(r.doc["config"].get("cpu_transport") == "mpi" for r in runs)
+    return None if on_gpu or forced_mpi else PIPELINE_BYTES["gloo"]
 
 
 def _output_dir(directory: str, runs) -> Path:

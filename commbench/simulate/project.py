@@ -29,6 +29,9 @@ class Inputs:
     # strategy label where fitted, `overlap` for the others.
     overlap: float = 1.0
     overlaps: Dict[str, float] = field(default_factory=dict)
+    # commbench's hierarchical step between machines runs in pieces of this size over
+    # gloo (what `auto` picks there on CPUs); None: whole buffers (NCCL, MPI)
+    pipeline_bytes: Optional[int] = None
 
     def compute_at(self, workers: int) -> Compute:
         if workers in self.compute:
@@ -75,7 +78,7 @@ def project(strategies: List[Strategy], workers: List[int], inputs: Inputs) -> L
             def step(compute: Compute, net: Network, stragglers: bool = False) -> StepTime:
                 return interfered(simulate(strategy, layout, compute, inputs.gradients, net,
                                            stragglers, inputs.algorithms,
-                                           inputs.bytes_per_element),
+                                           inputs.bytes_per_element, inputs.pipeline_bytes),
                                   inputs.overlaps.get(label, inputs.overlap))
 
             plain = step(compute, inputs.network)
@@ -115,7 +118,8 @@ def fit_overlap(strategies: List[Strategy], workers: int, inputs: Inputs,
             continue
         ideal = simulate(strategy, costs.Layout(workers, inputs.per_machine),
                          inputs.compute_at(workers), inputs.gradients, inputs.network,
-                         stragglers, inputs.algorithms, inputs.bytes_per_element)
+                         stragglers, inputs.algorithms, inputs.bytes_per_element,
+                         inputs.pipeline_bytes)
         if ideal.overlapped <= 0:
             continue
         seconds = workers * inputs.batch_size / measured[0]

@@ -13,7 +13,9 @@ neighbor_allreduce   AWC posts the whole parameter buffer right after forward an
                      waits for it after backward; ATC exchanges after the step
 hierarchical_neighbor_allreduce
                      the machine's allreduce starts after forward (AWC); after backward
-                     the machine leaders exchange, then broadcast inside the machine
+                     the machine leaders exchange, then broadcast inside the machine;
+                     over gloo in pieces (pipeline_bytes), a piece's exchange and
+                     broadcast running while the next ones are summed and exchanged
 bluefog.neighbor_allreduce, bluefog.hierarchical_neighbor_allreduce
                      Bluefog's optimizer posts every parameter after forward (AWC; ATC:
                      each one from its gradient hook), its background thread negotiates
@@ -27,8 +29,9 @@ coordination is what the engine's cycle and negotiation add to the step.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from commbench.simulate import costs, engines
 from commbench.simulate.compute import Compute, Gradients
@@ -91,7 +94,11 @@ class StepTime:
 
 def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: Gradients,
              net: Network, stragglers: bool, algorithms: Tuple[str, ...] = ("ring", "tree"),
-             bytes_per_element: float = 4.0) -> StepTime:
+             bytes_per_element: float = 4.0,
+             pipeline_bytes: Optional[float] = None) -> StepTime:
+    """One step. pipeline_bytes: the piece size of commbench's hierarchical step
+    between machines (commbench.comm.machine_averaging.PIPELINE_BYTES of the transport
+    the runs take; None: whole buffers, one phase after the other)."""
     scale = bytes_per_element / 4.0  # --fp16-allreduce sends half the bytes
     name = strategy.name
     if name == "none" or layout.workers == 1:
@@ -118,7 +125,7 @@ def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: 
         return _combine_step(compute, comm, 0.0, strategy.atc, wait)
     if name == "hierarchical_neighbor_allreduce":
         return _hierarchical_step(strategy, layout, compute, grads.total * scale, net,
-                                  stragglers)
+                                  stragglers, pipeline_bytes)
     raise ValueError(f"no cost model for strategy {name!r}")
 
 
@@ -200,7 +207,8 @@ def _combine_step(compute: Compute, comm: float, after: float, atc: bool,
     return StepTime(compute.seconds, exposed + after, comm - exposed, wait)
 
 
-def _hierarchical_step(strategy, layout, compute, nbytes, net, stragglers) -> StepTime:
+def _hierarchical_step(strategy, layout, compute, nbytes, net, stragglers,
+                       pipeline_bytes) -> StepTime:
     g, m = layout.local, layout.machines
     inside, _ = costs.allreduce(nbytes, costs.Layout(g, g), net, ("ring",))
     if m == 1:
@@ -212,4 +220,23 @@ def _hierarchical_step(strategy, layout, compute, nbytes, net, stragglers) -> St
     if g == 1:  # machines of one rank: plain neighbor averaging, overlapped as such
         return _combine_step(compute, between, 0.0, strategy.atc, wait)
     back = costs.broadcast(nbytes, g, net.intra)
-    return _combine_step(compute, inside, between + back, strategy.atc, wait)
+    pieces = math.ceil(nbytes / pipeline_bytes) if pipeline_bytes else 1
+    hidden_by = 0.0 if strategy.atc else compute.backward  # AWC: the sum runs in backward
+    end = _pipeline_end(inside, between, back, pieces, hidden_by)
+    return StepTime(compute.seconds, end - hidden_by, min(inside, hidden_by), wait)
+
+
+def _pipeline_end(inside: float, between: float, back: float, pieces: int,
+                  after: float) -> float:
+    """When the last piece's broadcast ends, from the start of the machine's allreduce,
+    as MachineAveraging.finish orders the pieces: each piece's sum in turn from time 0;
+    its exchange once it is summed, `after` has passed (the backward pass, for AWC) and
+    the previous piece's exchange is done (one link); the broadcasts once every piece
+    is summed, each after its own exchange and the previous broadcast (one group)."""
+    summed = exchanged = broadcast = 0.0
+    every_summed = max(inside, after)
+    for p in range(1, pieces + 1):
+        summed = inside * p / pieces
+        exchanged = max(summed, after, exchanged) + between / pieces
+        broadcast = max(exchanged, every_summed, broadcast) + back / pieces
+    return broadcast

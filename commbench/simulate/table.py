@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
+from commbench import units
 from commbench.analysis import tables
 from commbench.simulate.answer import verdicts
 from commbench.simulate.network import Network
@@ -81,7 +82,9 @@ def notes_of(inputs: Inputs) -> List[str]:
         "(all for allreduce, in-neighbors for neighbor averaging), drawn from the measured "
         "per-batch times; a few hundred batches of one machine cannot show a large "
         "cluster's tail.",
-    ]
+    ] + ([f"hierarchical_neighbor_allreduce between machines: over gloo, a pipeline of "
+          f"{units.format_bytes(inputs.pipeline_bytes)}B pieces (each piece's exchange and "
+          f"broadcast while the next are summed)."] if inputs.pipeline_bytes else [])
 
 
 # (projected part, the measured part it is set against); the projection has no "other"
