@@ -68,7 +68,7 @@ def report(label, rows, rate):
         payload = s.get("busbw") or s.get("link_bw")
         if row["impl"] == "combine only":
             continue  # no communication
-        versus = (ours["summary"]["time"]["p50"] / s["time"]["p50"]) if row is not ours else None
+        versus = ours["summary"]["ratio_to_raw"].get(row["impl"]) if row is not ours else None
         print(f"  {label:<28} {row['impl']:<34} {s.get('link_fraction') or float('nan'):6.2f} "
               f"{payload / rate:8.2f} {'' if versus is None else f'{1 / versus:9.2f}':>9}")
 
@@ -88,7 +88,8 @@ def main():
     started = time.monotonic()
     print(f"size {args.size} per rank (small: {args.small}); columns: x rate = bytes out of "
           "each machine's interface / configured rate; payload = busbw or per-link bw / "
-          "rate; raw/ours = the raw contender's p50 time / commbench's (> 1: ours faster)")
+          "rate; raw/ours = the raw contender's time / commbench's, median of "
+          "the calls' paired ratios (> 1: ours faster)")
     for link in args.links.split(","):
         rate = units.rate_bits(link, "--links") / 8
         for layout in args.layouts.split(","):

@@ -229,6 +229,14 @@ def call_time_stats(seconds) -> Dict[str, float]:
     return summary
 
 
+def paired_ratio(ours, theirs) -> float:
+    """Median over ranks and calls of our time over theirs in the same call, from two
+    [rank][call] arrays of seconds. Interleaved calls with the same index ran the same
+    step of a schedule (one-peer alternates steps of different kinds) under the same
+    load, so each pair compares like with like where a ratio of pooled medians may not."""
+    return float(np.median(np.asarray(ours, dtype=float) / np.asarray(theirs, dtype=float)))
+
+
 def algbw(nbytes: float, seconds: float) -> float:
     """Algorithm bandwidth in bytes/s: the buffer's size over the time of one call."""
     return nbytes / seconds

@@ -24,6 +24,15 @@ def test_percentiles_on_known_samples():
         {"p50": 50.5, "p75": 75.25, "p90": 90.1})
 
 
+def test_a_paired_ratio_compares_each_call_with_the_same_call():
+    # Call 1 of both contenders ran a dear step of the schedule, calls 0 and 2 cheap
+    # ones: call by call ours took half the time, though its pooled median is twice theirs.
+    ours, theirs = [[1.0, 10.0, 10.0]], [[2.0, 20.0, 5.0]]
+    assert metrics.paired_ratio(ours, theirs) == 0.5
+    assert np.median(ours) / np.median(theirs) == 2.0
+    assert metrics.paired_ratio([[1.0, 3.0], [2.0, 2.0]], [[1.0, 1.0], [2.0, 1.0]]) == 1.5
+
+
 def test_summary_totals_are_sums_over_ranks_not_rank0_times_n():
     # Two ranks, two iterations, batch 4 x 2 batches = 8 images per iteration.
     iteration_seconds = [[1.0, 2.0], [0.5, 1.0]]

@@ -142,8 +142,8 @@ HEADER = (f"# {'op':<32} {'impl':<{IMPL_WIDTH}} {'size(B)':>11} {'time(us)':>10}
 
 
 def format_rows(rows: List[Dict[str, Any]]) -> List[str]:
-    """One size's rows; each raw row carries commbench's p50 over its own p50, so the
-    ratio stands beside the primitive it is measured against."""
+    """One size's rows; each raw row carries commbench's time over its own (paired by
+    call), so the ratio stands beside the primitive it is measured against."""
     ours = next((r for r in rows if r["wrong"] is not None), None)
     ratios = (ours["summary"].get("ratio_to_raw") or {}) if ours else {}
     return [format_row(row, ratios.get(row["impl"])) for row in rows]

@@ -130,6 +130,5 @@ def rows(op, timed: List[Contender], everyone: List[Any],
         })
     ours = found[0]
     ours["summary"]["ratio_to_raw"] = {
-        r["impl"]: ours["summary"]["time"]["p50"] / r["summary"]["time"]["p50"]
-        for r in found[1:]}
+        r["impl"]: metrics.paired_ratio(ours["seconds"], r["seconds"]) for r in found[1:]}
     return found

@@ -8,8 +8,8 @@ Result document (kind "microbench"), besides the common header of commbench.resu
                  bytes, count, seconds [rank][call], bytes_sent/bytes_received (mean
                  per rank and call), wrong (commbench rows) and summary: time
                  {mean,p50,p99}, algbw, busbw (allreduce), link_bw (neighbor ops),
-                 ratio_to_raw {impl: p50 / its p50} (commbench rows); on an emulated
-                 cluster nic_bw (bytes that left a machine's interface per second,
+                 ratio_to_raw {impl: median of our time / its, call by call}
+                 (commbench rows); on an emulated cluster nic_bw (bytes that left a machine's interface per second,
                  mean over machines) and link_fraction (nic_bw / configured rate)
     summary      world_size, sizes, ops, wrong (total)
 """
@@ -59,8 +59,9 @@ NOTES = [
     "algbw = bytes / mean time; busbw = algbw x 2(n-1)/n for allreduce (nccl-tests); "
     "link = bytes / mean time for neighbor ops (links run concurrently).",
     "sent/recv: nominal bytes per rank and call (ring allreduce 2(n-1)/n x S; neighbor "
-    "exchange out/in-degree x S). x raw: commbench p50 / the raw primitive's p50, one "
-    "ratio per raw row in the order listed.",
+    "exchange out/in-degree x S). x raw: the median over ranks and calls of commbench's "
+    "time / the raw primitive's in the same call, one ratio per raw row in the order "
+    "listed.",
     "x rate (emulated clusters): bytes that left each machine's interface per second, "
     f"headers included, / the link's configured rate; (slow): below {SLOW_FRACTION}; "
     f"(burst): above {ABOVE_RATE}, a call short enough to pass within the rate limiter's "
