@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from commbench import units
+from commbench import metrics, units
 from commbench.cluster import namespaces
 
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -68,9 +68,10 @@ def report(label, rows, rate):
         payload = s.get("busbw") or s.get("link_bw")
         if row["impl"] == "combine only":
             continue  # no communication
-        versus = ours["summary"]["ratio_to_raw"].get(row["impl"]) if row is not ours else None
+        versus = metrics.paired_ratio(row["seconds"], ours["seconds"]) \
+            if row is not ours else None
         print(f"  {label:<28} {row['impl']:<34} {s.get('link_fraction') or float('nan'):6.2f} "
-              f"{payload / rate:8.2f} {'' if versus is None else f'{1 / versus:9.2f}':>9}")
+              f"{payload / rate:8.2f} {'' if versus is None else f'{versus:9.2f}':>9}")
 
 
 def main():

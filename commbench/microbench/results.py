@@ -9,8 +9,9 @@ Result document (kind "microbench"), besides the common header of commbench.resu
                  per rank and call), wrong (commbench rows) and summary: time
                  {mean,p50,p99}, algbw, busbw (allreduce), link_bw (neighbor ops),
                  ratio_to_raw {impl: median of our time / its, call by call}
-                 (commbench rows); on an emulated cluster nic_bw (bytes that left a machine's interface per second,
-                 mean over machines) and link_fraction (nic_bw / configured rate)
+                 (commbench rows); on an emulated cluster nic_bw (bytes that left
+                 a machine's interface per second, mean over machines) and
+                 link_fraction (nic_bw / configured rate)
     summary      world_size, sizes, ops, wrong (total)
 """
 

@@ -148,11 +148,12 @@ def main(args) -> int:
 
 def _pipeline_bytes(on_gpu: bool, runs) -> Optional[int]:
     """The pieces of commbench's hierarchical step between machines: on CPUs `auto` moves
-    it over gloo, in pieces, unless the runs forced MPI; on GPUs NCCL takes whole
+    it over gloo, in pieces, unless its runs forced MPI; on GPUs NCCL takes whole
     buffers."""
     from commbench.comm.machine_averaging import PIPELINE_BYTES
 
-    forced_mpi = any(r.doc["config"].get("cpu_transport") == "mpi" for r in runs)
+    forced_mpi = any(r.doc["config"].get("cpu_transport") == "mpi" for r in runs
+                     if r.doc["config"]["dist_optimizer"] == "hierarchical_neighbor_allreduce")
     return None if on_gpu or forced_mpi else PIPELINE_BYTES["gloo"]
 
 

@@ -14,8 +14,8 @@ neighbor_allreduce   AWC posts the whole parameter buffer right after forward an
 hierarchical_neighbor_allreduce
                      the machine's allreduce starts after forward (AWC); after backward
                      the machine leaders exchange, then broadcast inside the machine;
-                     over gloo in pieces (pipeline_bytes), a piece's exchange and
-                     broadcast running while the next ones are summed and exchanged
+                     over gloo in pieces (pipeline_bytes): exchanges behind the next
+                     pieces' sums, broadcasts behind the next pieces' exchanges
 bluefog.neighbor_allreduce, bluefog.hierarchical_neighbor_allreduce
                      Bluefog's optimizer posts every parameter after forward (AWC; ATC:
                      each one from its gradient hook), its background thread negotiates
@@ -215,28 +215,44 @@ def _hierarchical_step(strategy, layout, compute, nbytes, net, stragglers,
         wait = compute.slowest_of(g) if stragglers else 0.0
         return _combine_step(compute, inside, 0.0, strategy.atc, wait)
     load = costs.exchange(strategy.topology, m, strategy.dynamic, 1)
-    between = costs.exchange_seconds(load, nbytes, net)
     wait = compute.slowest_of((load.in_degree + 1) * g) if stragglers else 0.0
     if g == 1:  # machines of one rank: plain neighbor averaging, overlapped as such
+        between = costs.exchange_seconds(load, nbytes, net)
         return _combine_step(compute, between, 0.0, strategy.atc, wait)
-    back = costs.broadcast(nbytes, g, net.intra)
-    pieces = math.ceil(nbytes / pipeline_bytes) if pipeline_bytes else 1
-    hidden_by = 0.0 if strategy.atc else compute.backward  # AWC: the sum runs in backward
-    end = _pipeline_end(inside, between, back, pieces, hidden_by)
-    return StepTime(compute.seconds, end - hidden_by, min(inside, hidden_by), wait)
+    stages = [(costs.allreduce(size, costs.Layout(g, g), net, ("ring",))[0],
+               costs.exchange_seconds(load, size, net), costs.broadcast(size, g, net.intra))
+              for size in _pieces(nbytes, pipeline_bytes)]
+    summing = sum(piece[0] for piece in stages)
+    if strategy.atc:  # after the step: nothing hides
+        return StepTime(compute.seconds, _pipeline_end(stages, 0.0), 0.0, wait)
+    # AWC: the sums start after forward and run during backward; the rest after it
+    exposed = _pipeline_end(stages, compute.backward)
+    return StepTime(compute.seconds, exposed, min(summing, compute.backward), wait)
 
 
-def _pipeline_end(inside: float, between: float, back: float, pieces: int,
-                  after: float) -> float:
-    """When the last piece's broadcast ends, from the start of the machine's allreduce,
-    as MachineAveraging.finish orders the pieces: each piece's sum in turn from time 0;
-    its exchange once it is summed, `after` has passed (the backward pass, for AWC) and
-    the previous piece's exchange is done (one link); the broadcasts once every piece
-    is summed, each after its own exchange and the previous broadcast (one group)."""
+def _pieces(nbytes: float, pipeline_bytes: Optional[float]) -> List[float]:
+    """The sizes of the pieces of a buffer of nbytes: whole (None), or full pieces and
+    what is left."""
+    if not pipeline_bytes or nbytes <= pipeline_bytes:
+        return [nbytes]
+    full = int(nbytes // pipeline_bytes)
+    rest = nbytes - full * pipeline_bytes
+    return [pipeline_bytes] * full + ([rest] if rest > 0 else [])
+
+
+def _pipeline_end(stages: List[Tuple[float, float, float]], after: float) -> float:
+    """How long after `after` (the end of backward for AWC, else 0) the last piece's
+    broadcast ends, given each piece's (sum, exchange, broadcast) seconds, ordered as
+    MachineAveraging.finish orders them: the sums one after the other from time 0; a
+    piece's exchange once it is summed, `after` has passed and the previous exchange
+    is done (one link); the broadcasts once every piece is summed, each after its own
+    exchange and the previous broadcast (one group). So exchanges run behind the next
+    pieces' sums, and broadcasts behind the next pieces' exchanges; with one piece,
+    the three phases one after the other."""
     summed = exchanged = broadcast = 0.0
-    every_summed = max(inside, after)
-    for p in range(1, pieces + 1):
-        summed = inside * p / pieces
-        exchanged = max(summed, after, exchanged) + between / pieces
-        broadcast = max(exchanged, every_summed, broadcast) + back / pieces
-    return broadcast
+    every_summed = max(sum(piece[0] for piece in stages), after)
+    for sum_seconds, exchange_seconds, broadcast_seconds in stages:
+        summed += sum_seconds
+        exchanged = max(summed, after, exchanged) + exchange_seconds
+        broadcast = max(exchanged, every_summed, broadcast) + broadcast_seconds
+    return broadcast - after

@@ -83,8 +83,9 @@ def notes_of(inputs: Inputs) -> List[str]:
         "per-batch times; a few hundred batches of one machine cannot show a large "
         "cluster's tail.",
     ] + ([f"hierarchical_neighbor_allreduce between machines: over gloo, a pipeline of "
-          f"{units.format_bytes(inputs.pipeline_bytes)}B pieces (each piece's exchange and "
-          f"broadcast while the next are summed)."] if inputs.pipeline_bytes else [])
+          f"{units.format_bytes(inputs.pipeline_bytes)}B pieces (exchanges behind the next "
+          f"pieces' sums, broadcasts behind the next pieces' exchanges)."]
+         if inputs.pipeline_bytes else [])
 
 
 # (projected part, the measured part it is set against); the projection has no "other"
