@@ -182,10 +182,11 @@ def link_stalled(c):
         subprocess.run(["tc", *where, "root", "tbf", *shaping.tbf("1kbit")], check=True)
 
 
-def lose_a_machine(c, launch, strategy, fault, tmp_path):
+def lose_a_machine(c, launch, strategy, fault, tmp_path, bin_dir=BIN):
     """Start the job, lose machine 1 once it trains, and wait for the launcher: its exit
-    status, its output after the fault, and the seconds from the fault to its exit."""
-    env = launcher_env({"PATH": f"{c.bin}:{BIN}:{os.environ['PATH']}"})
+    status, its output after the fault, and the seconds from the fault to its exit.
+    bin_dir: the environment whose launchers and python run the job."""
+    env = launcher_env({"PATH": f"{c.bin}:{bin_dir}:{os.environ['PATH']}"})
     proc = subprocess.Popen([*launch, *JOB, f"--dist-optimizer={strategy}", "--results-dir",
                              str(tmp_path)], env=env,
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -253,4 +254,15 @@ def test_horovodrun_ends_when_a_machines_link_goes_down(cluster, tmp_path):
     horovod_or_skip()
     launch = ["horovodrun", "-np", "2", "-H", cluster.hosts]
     code, after, took = lose_a_machine(cluster, launch, "horovod", link_down, tmp_path)
+    assert_ended_and_torn_down(cluster, code, after, took, tmp_path)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+def test_bfrun_ends_when_a_machines_link_goes_down(cluster, tmp_path):
+    from test_bluefog import bluefog_python
+
+    launch = ["bfrun", "-np", "2", "-H", cluster.hosts]
+    code, after, took = lose_a_machine(cluster, launch, "bluefog.neighbor_allreduce", link_down,
+                                       tmp_path, bin_dir=Path(bluefog_python()).parent)
     assert_ended_and_torn_down(cluster, code, after, took, tmp_path)
