@@ -1,5 +1,5 @@
 """A machine lost in the middle of a job ends it: with its link down, with everything on
-it killed, or with its link stalled, mpirun (and horovodrun, through it) exits non-zero
+it killed, or with its link stalled, mpirun (and horovodrun and bfrun, through it) exits non-zero
 within --timeout + 30 s and names the machine, and the emulated cluster comes down
 cleanly (docs/cluster.md, "When a machine is lost").
 
