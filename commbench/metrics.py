@@ -40,9 +40,6 @@ import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-# Loaded with this module, at a rank's start: a library first mapped after the run has
-# allocated its memory is one more place a loaded machine can fail at the very end.
-from scipy import stats
 
 SPREAD_Z = 1.96  # Horovod's and Bluefog's "+-": 1.96 standard deviations of the iterations
 PERCENTILES = (50, 75, 90)
@@ -58,6 +55,8 @@ def ci95_halfwidth(values: Sequence[float]) -> Optional[float]:
     values = np.asarray(values, dtype=float)
     if values.size < 2:
         return None
+    from scipy import stats
+
     return float(stats.t.ppf(0.975, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size))
 
 
@@ -92,6 +91,8 @@ def welch_p_value(a: Sequence[float], b: Sequence[float]) -> Optional[float]:
         return None
     if a.std() == 0 and b.std() == 0:  # the t statistic is undefined; the answer is not
         return 1.0 if a.mean() == b.mean() else 0.0
+    from scipy import stats
+
     return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
