@@ -60,7 +60,10 @@ def bfrun(n, args, timeout=75, cwd=None, hosts=None, path_first=None):
     python = bluefog_python()
     bin_dir = Path(python).parent
     path = os.pathsep.join(filter(None, [path_first, str(bin_dir), os.environ["PATH"]]))
-    env = {"PATH": path, "PYTHONPATH": "", "VIRTUAL_ENV": str(bin_dir.parent)}
+    # Every job here is meant to succeed: one that fails shows its traceback, not only
+    # commbench's one line (a rare failure after the run has been seen only in CI).
+    env = {"PATH": path, "PYTHONPATH": "", "VIRTUAL_ENV": str(bin_dir.parent),
+           "COMMBENCH_DEBUG": "1"}
     # Its one-dash -bind-to/-map-by reach Open MPI 5 through the front that
     # setup_bluefog_env.sh installs (`commbench setup-mpirun`).
     hosts = ["-H", hosts] if hosts else []
