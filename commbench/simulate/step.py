@@ -29,7 +29,6 @@ coordination is what the engine's cycle and negotiation add to the step.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -210,8 +209,8 @@ def _combine_step(compute: Compute, comm: float, after: float, atc: bool,
 def _hierarchical_step(strategy, layout, compute, nbytes, net, stragglers,
                        pipeline_bytes) -> StepTime:
     g, m = layout.local, layout.machines
-    inside, _ = costs.allreduce(nbytes, costs.Layout(g, g), net, ("ring",))
     if m == 1:
+        inside, _ = costs.allreduce(nbytes, costs.Layout(g, g), net, ("ring",))
         wait = compute.slowest_of(g) if stragglers else 0.0
         return _combine_step(compute, inside, 0.0, strategy.atc, wait)
     load = costs.exchange(strategy.topology, m, strategy.dynamic, 1)
@@ -222,10 +221,10 @@ def _hierarchical_step(strategy, layout, compute, nbytes, net, stragglers,
     stages = [(costs.allreduce(size, costs.Layout(g, g), net, ("ring",))[0],
                costs.exchange_seconds(load, size, net), costs.broadcast(size, g, net.intra))
               for size in _pieces(nbytes, pipeline_bytes)]
-    summing = sum(piece[0] for piece in stages)
     if strategy.atc:  # after the step: nothing hides
         return StepTime(compute.seconds, _pipeline_end(stages, 0.0), 0.0, wait)
     # AWC: the sums start after forward and run during backward; the rest after it
+    summing = sum(piece[0] for piece in stages)
     exposed = _pipeline_end(stages, compute.backward)
     return StepTime(compute.seconds, exposed, min(summing, compute.backward), wait)
 
