@@ -65,7 +65,9 @@ def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     say(f"Strategy: {strategy.name} - {strategy.summary}")
     facts = strategy.facts()
     transport, why = facts.get("transport", ctx.backend), facts.get("transport_reason", "")
-    moved = f" (CPU tensors move over {transport}: {why})" if ctx.launch.mpi and \
+    small = facts.get("small_message_transport")
+    below = f"; below {facts['small_message_bytes'] >> 10} KB over {small}" if small else ""
+    moved = f" (CPU tensors move over {transport}: {why}{below})" if ctx.launch.mpi and \
         ctx.device.type == "cpu" and why else ""
     say(f"Backend: {ctx.backend} on {ctx.device}{moved}")
 

@@ -5,7 +5,8 @@ On CPU under an MPI launcher on one machine (--cpu-transport auto) or with
 --cpu-transport mpi, each bucket is averaged by MPI's Allreduce instead of gloo's
 (commbench.comm.mpi_averager, installed as DDP's comm hook): DDP and its buckets stay,
 only the wire changes. Between machines `auto` keeps gloo's ring, which fills a TCP
-link (commbench.comm.transport). --fp16-allreduce stays on gloo: MPI has no float16 sum.
+link, for all but small buckets (commbench.comm.transport). --fp16-allreduce stays on
+gloo: MPI has no float16 sum.
 
 As DDP does by default, rank 0's buffers (BatchNorm's running statistics) are broadcast
 before every forward pass, so every worker, and the averaged model that evaluation
@@ -21,7 +22,9 @@ from typing import Any, Dict
 
 from commbench import spans
 from commbench.comm.mpi_averager import MpiAverager
-from commbench.comm.transport import check_cpu_transport, choose_transport, transport_reason
+from commbench.comm.transport import (check_cpu_transport, choose_transport,
+                                      small_message_facts, small_message_transport,
+                                      transport_for, transport_reason)
 from commbench.errors import UsageError
 from commbench.flags import flag
 from commbench.optimizers.base import Strategy, TrainStep, local_step
@@ -51,7 +54,10 @@ class Allreduce(Strategy):
         super().__init__(ctx, config)
         self.transport = ctx.backend if config.fp16_allreduce else \
             choose_transport(config.cpu_transport, ctx)
-        self.averager = MpiAverager(ctx.world_size) if self.transport == "mpi" else None
+        self.small_transport = None if config.fp16_allreduce else \
+            small_message_transport(config.cpu_transport, ctx)
+        self.averager = MpiAverager(ctx.world_size) \
+            if "mpi" in (self.transport, self.small_transport) else None
 
     def wrap(self, model, optimizer) -> TrainStep:
         from torch.nn.parallel import DistributedDataParallel
@@ -65,17 +71,29 @@ class Allreduce(Strategy):
         if self.config.fp16_allreduce:
             hook = default_hooks.fp16_compress_hook
         elif self.averager is not None:
-            hook = self.averager.ddp_hook
+            hook = self._hook_by_size
         else:  # what DDP does without a hook, through a hook so each bucket is seen
             hook = default_hooks.allreduce_hook
         ddp.register_comm_hook(None, timed(hook))
         record_buffer_broadcast(ddp, model)
         return local_step(ddp, optimizer, waits_after_last_piece=True)
 
+    def _over_mpi(self, tensor) -> bool:
+        nbytes = tensor.numel() * tensor.element_size()
+        return transport_for(nbytes, self.transport, self.small_transport) == "mpi"
+
+    def _hook_by_size(self, state, bucket):
+        """The MPI averager, or for a bucket that goes over gloo DDP's default hook."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        if self._over_mpi(bucket.buffer()):
+            return self.averager.ddp_hook(state, bucket)
+        return default_hooks.allreduce_hook(state, bucket)
+
     def average(self, bucket) -> None:
         """Average one flat bucket in place as the training step does (for microbench):
         DDP's default hook (divide, then all_reduce) or the MPI averager."""
-        if self.averager is not None:
+        if self.averager is not None and self._over_mpi(bucket):
             self.averager.average(bucket).wait()
             return
         import torch.distributed as dist
@@ -87,6 +105,7 @@ class Allreduce(Strategy):
         why = "--fp16-allreduce" if self.config.fp16_allreduce else \
             transport_reason(self.config.cpu_transport, self.transport, self.ctx)
         return {"transport": self.transport, "transport_reason": why,
+                **small_message_facts(self.small_transport),
                 "fp16": self.config.fp16_allreduce,
                 "broadcast_buffers": not self.options.no_broadcast_buffers}
 

@@ -65,4 +65,5 @@ class HierarchicalNeighborAllreduce(NeighborAllreduce):
             return super().build_mixer(buffers)
         return MachineAveraging(buffers, self.schedule, self.ctx.rank, self.ctx.machine_size,
                                 self.config.fp16_allreduce,
-                                overlapped=not self.config.atc_style, transport=self.transport)
+                                overlapped=not self.config.atc_style,
+                                transport=self.transport_for(buffers))

@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from commbench.comm.neighbor_exchange import CHUNK_BYTES
-from commbench.comm.transport import check_cpu_transport, choose_transport, transport_reason
+from commbench.comm.transport import (check_cpu_transport, choose_transport,
+                                      small_message_facts, small_message_transport,
+                                      transport_for, transport_reason)
 from commbench.errors import UsageError
 from commbench.optimizers.mixing import MixingStrategy
 
@@ -38,6 +40,7 @@ class NeighborAllreduce(MixingStrategy):
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
         self.transport = choose_transport(config.cpu_transport, ctx)
+        self.small_transport = small_message_transport(config.cpu_transport, ctx)
         if self.transport == "nccl" and torch_older_than(1, 12):
             # Batched point-to-point with more than 2 ranks hangs NCCL before torch 1.12
             # (pytorch/pytorch#73960); every rank stops here alike.
@@ -49,7 +52,13 @@ class NeighborAllreduce(MixingStrategy):
         from commbench.comm.neighbor_exchange import NeighborExchange
 
         return NeighborExchange(buffers, self.schedule, self.ctx.rank,
-                                fp16=self.config.fp16_allreduce, transport=self.transport)
+                                fp16=self.config.fp16_allreduce,
+                                transport=self.transport_for(buffers))
+
+    def transport_for(self, buffers) -> str:
+        """The transport of an exchange of `buffers`: latency binds a small model's."""
+        nbytes = sum(b.numel() * b.element_size() for b in buffers)
+        return transport_for(nbytes, self.transport, self.small_transport)
 
     def facts(self) -> Dict[str, Any]:
         """Besides the topology settings: precision, transport, how fast W mixes, and
@@ -62,6 +71,7 @@ class NeighborAllreduce(MixingStrategy):
             "fp16": self.config.fp16_allreduce,
             "transport": self.transport,
             "transport_reason": transport_reason(self.config.cpu_transport, self.transport, ctx),
+            **small_message_facts(self.small_transport),
             "message_bytes": CHUNK_BYTES[self.transport],  # None: one per buffer and peer
             "spectral_gap": build_topology(self.config.topology, self.nodes()).spectral_gap,
             "machine_size": ctx.machine_size,

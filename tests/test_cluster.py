@@ -163,8 +163,10 @@ def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_p
     if n > cores:
         assert doc["summary"]["oversubscribed"] == {"machine": host, "workers": n,
                                                     "physical_cores": cores}
-    # the leaders' exchange between machines: `auto` leaves it to gloo
+    # the leaders' exchange between machines: `auto` leaves it to gloo; small messages
+    # go over MPI only while every rank has a core of its own
     assert doc["strategy"]["transport"] == "gloo"
+    assert doc["strategy"]["small_message_transport"] == (None if n > cores else "mpi")
     # against the dense reference on real machines: on 2x2 every strategy, on both
     # transports; on 4x2 the hierarchical one
     strategies = [] if machines == 2 else ["hierarchical_neighbor_allreduce"]
@@ -183,7 +185,37 @@ def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_p
         assert strategy["transport"] == "gloo"
         why = "--cpu-transport auto between machines"
         assert strategy["transport_reason"] == why
-        assert f"(CPU tensors move over gloo: {why})" in done.stdout
+        assert f"(CPU tensors move over gloo: {why}" in done.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+def test_small_messages_between_machines_go_over_mpi_and_stay_right(name, tmp_path):
+    """2 machines of 1 rank (a core each): below 256 KB `auto` moves allreduce's buckets
+    and neighbor exchanges over MPI, above over gloo; both give the dense reference's
+    answer (checked on every call), and a training run records the rule."""
+    cluster = namespaces.up(name, machines=2, slots=1, link="1gbit")
+    for op in ("allreduce", "neighbor_allreduce"):
+        done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "2", "python", "-m",
+                                "commbench", "microbench", "--op", op, "-b", "64K", "-e", "1M",
+                                "-f", "16", "-n", "3", "-w", "1", "-c", "1", "--no-raw",
+                                "--results-dir", op], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = only_result(tmp_path / op)["rows"]
+        assert sorted(r["bytes"] for r in rows) == [64 << 10, 1 << 20]
+        assert all(r["wrong"] == 0 for r in rows), rows
+    done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", "2", "python", "-m",
+                            "commbench", "--dist-optimizer=allreduce", *TINY_RUN],
+                  cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = only_result(tmp_path / "results")
+    small = None if 2 > doc["environment"]["physical_cores"][0] else "mpi"
+    assert doc["strategy"]["transport"] == "gloo"
+    assert doc["strategy"]["small_message_transport"] == small
+    assert doc["strategy"]["small_message_bytes"] == (256 << 10 if small else None)
+    below = "; below 256 KB over mpi" if small else ""
+    assert f"(CPU tensors move over gloo: --cpu-transport auto between machines{below})" \
+        in done.stdout
 
 
 @pytest.mark.mpi

@@ -156,3 +156,15 @@ def test_a_contender_is_set_against_the_emulated_links_rate_and_flagged():
     assert link.flag(0.93) == "0.93"
     assert link.flag(1.32) == "1.32 (burst)"
     assert link.counter(None, 0) is None and link.counter(network, 1) is None  # first rank only
+
+
+def test_each_call_on_an_emulated_link_starts_with_the_rate_limiters_bucket_full():
+    from commbench.cluster.state import Cluster
+    from commbench.microbench import link
+
+    slow = Cluster("cb-t", 2, 1, "200mbit", "10.213.7.0/24").describe()
+    fast = Cluster("cb-t", 2, 1, "1gbit", "10.213.7.0/24").describe()
+    assert link.refill_seconds(slow) == pytest.approx(64 * 1024 * 8 / 200e6)  # the 64 KB floor
+    assert link.refill_seconds(fast) == pytest.approx(0.002)  # 2 ms of the rate
+    assert link.refill_seconds(None) == 0.0  # a real machine: no pause
+    assert link.refill_seconds({"link_bits_per_second": 200e6}) == 0.0  # recorded before bursts were

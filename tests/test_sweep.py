@@ -103,3 +103,49 @@ def test_two_sweeps_into_one_directory_lose_and_overwrite_nothing(tmp_path):
                                                            "none", "none"]
     assert not list((tmp_path / "results").glob(".partial-*"))
     assert reported == {str(f) for f in files}
+
+
+def job_processes(marker: str):
+    """Pids of processes whose command line holds `marker` (the test's results dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and marker in line and "--dist-optimizer=" in line:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_a_stopped_sweep_ends_its_running_job(tmp_path, signal_name):
+    """Ctrl-C or SIGTERM (a batch system's limit) on a sweep ends the job it is running,
+    which runs in a session of its own, instead of leaving it behind."""
+    import signal
+    import subprocess
+    import time
+
+    results = str(tmp_path / "results")
+    proc = subprocess.Popen([PYTHON, "-m", "commbench", "sweep", "--np", "2", "--dist-optimizer",
+                             "allreduce", "--model", "resnet18", "--image-size", "32",
+                             "--num-iters", "1000", "--results-dir", results],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 90
+        while len(job_processes(results)) < 3:  # the launcher and both ranks
+            assert time.monotonic() < deadline, "the sweep's job never started"
+            time.sleep(0.5)
+        proc.send_signal(getattr(signal, signal_name))
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while job_processes(results) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert job_processes(results) == [], "the job outlived its sweep"
+        assert proc.returncode != 0
+    finally:
+        proc.kill()
+        for pid in job_processes(results):
+            os.kill(pid, signal.SIGKILL)

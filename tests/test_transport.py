@@ -1,5 +1,6 @@
 """Which transport `--cpu-transport auto` picks, and why the result says: MPI when
-every rank is on one machine, gloo between machines; an explicit choice is kept."""
+every rank is on one machine, gloo between machines but MPI for small messages there
+while every rank has a core; an explicit choice is kept."""
 
 from types import SimpleNamespace
 
@@ -8,9 +9,12 @@ import pytest
 from commbench.comm import transport
 
 
-def job(hosts, mpi=True, device="cpu"):
+def job(hosts, mpi=True, device="cpu", cores=8):
+    """A job whose ranks run on `hosts`, each machine with `cores` physical cores."""
     return SimpleNamespace(device=device, backend="gloo" if device == "cpu" else "nccl",
-                           hostnames=tuple(hosts), launch=SimpleNamespace(mpi=mpi))
+                           hostnames=tuple(hosts), launch=SimpleNamespace(mpi=mpi),
+                           machine_load=lambda: [(h, hosts.count(h), cores)
+                                                 for h in dict.fromkeys(hosts)])
 
 
 @pytest.fixture
@@ -53,3 +57,31 @@ def test_gpu_tensors_go_through_the_process_group(mpi_up):
     ctx = job(["a", "b"], device="cuda")
     assert transport.choose_transport("auto", ctx) == "nccl"
     assert transport.transport_reason("auto", "nccl", ctx) == "GPU tensors"
+
+
+@pytest.mark.parametrize("hosts, cores, small", [
+    (["a", "b"], 8, "mpi"),  # between machines, a core per rank: MPI answers sooner
+    (["a", "a", "b", "b"], 2, "mpi"),
+    (["a", "a", "a", "b", "b", "b"], 2, None),  # more ranks than cores: polling ranks collide
+    (["a", "a"], 8, None),  # one machine: every size is on MPI already
+])
+def test_small_messages_between_machines_go_over_mpi_while_every_rank_has_a_core(
+        mpi_up, hosts, cores, small):
+    ctx = job(hosts, cores=cores)
+    large = transport.choose_transport("auto", ctx)
+    assert transport.small_message_transport("auto", ctx) == small
+    below, at = transport.SMALL_MESSAGE_BYTES - 1, transport.SMALL_MESSAGE_BYTES
+    assert transport.transport_for(below, large, small) == (small or large)
+    assert transport.transport_for(at, large, small) == large
+    assert transport.small_message_facts(small) == {
+        "small_message_transport": small,
+        "small_message_bytes": transport.SMALL_MESSAGE_BYTES if small else None}
+
+
+@pytest.mark.parametrize("choice, mpi, device", [("gloo", True, "cpu"), ("mpi", True, "cpu"),
+                                                 ("auto", False, "cpu"), ("auto", True, "cuda")])
+def test_no_size_rule_where_auto_did_not_pick_or_mpi_cannot_carry(monkeypatch, choice, mpi,
+                                                                  device):
+    monkeypatch.setattr(transport, "mpi_ready", lambda: mpi)
+    assert transport.small_message_transport(choice, job(["a", "b"], mpi=mpi,
+                                                         device=device)) is None

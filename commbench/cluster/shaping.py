@@ -14,6 +14,10 @@ from commbench import units
 BURST_SECONDS, MIN_BURST_BYTES, QUEUE_LATENCY = 0.002, 64 * 1024, "5ms"
 
 
+def burst_bytes(rate_bits: float) -> int:
+    return max(MIN_BURST_BYTES, int(rate_bits / 8 * BURST_SECONDS))
+
+
 def tbf(link: str) -> List[str]:
-    burst = max(MIN_BURST_BYTES, int(units.rate_bits(link, "--link") / 8 * BURST_SECONDS))
+    burst = burst_bytes(units.rate_bits(link, "--link"))
     return ["rate", link, "burst", str(burst), "latency", QUEUE_LATENCY]

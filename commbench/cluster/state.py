@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from commbench import units
+from commbench.cluster import shaping
 
 STATE_ROOT = Path(os.environ.get("COMMBENCH_CLUSTER_STATE", "/run/commbench/clusters"))
 HOST_OCTET = 254
@@ -79,6 +80,7 @@ class Cluster:
         """What results record as the emulated network."""
         return {"cluster": self.name, "machines": self.machines, "slots": self.slots,
                 "link": self.link, "link_bits_per_second": self.link_bits, "nic": self.nic,
+                "burst_bytes": shaping.burst_bytes(self.link_bits),
                 "latency": "none added (host's own; netem is not used)"}
 
 

@@ -8,7 +8,10 @@ leaves much of the link idle where gloo's ring fills it, and its point-to-point 
 move only while the rank is inside an MPI call, so an exchange meant to overlap the
 backward pass waits for the step's end, where gloo's own threads move it meanwhile
 (docs/measurements.md, "Every strategy at link rate"; docs/cluster.md's network-regime
-study).
+study). Small messages between machines are the exception: latency binds them, and a
+rank polling inside MPI answers sooner than gloo's threads wake, so below
+SMALL_MESSAGE_BYTES they go over MPI, unless a machine has more ranks than cores (ranks
+that poll then take each other's cores).
 
 A transport posts a list of chunks, each a list of messages, and returns one
 handle per chunk that is done when all of that chunk's messages are, so a caller
@@ -18,9 +21,11 @@ can use each chunk as soon as it arrived.
 from __future__ import annotations
 
 import sys
-from typing import Callable, List, NamedTuple
+from typing import Callable, List, NamedTuple, Optional
 
 from commbench.errors import UsageError
+
+SMALL_MESSAGE_BYTES = 256 << 10
 
 MPI_UNAVAILABLE = ("argument --cpu-transport: mpi needs a job started by an MPI launcher "
                    "(mpiexec) that set up mpi4py (installed, and no MASTER_ADDR/MASTER_PORT)")
@@ -55,6 +60,31 @@ def choose_transport(choice: str, ctx) -> str:
 
 def between_machines(ctx) -> bool:
     return len(set(ctx.hostnames)) > 1
+
+
+def small_message_transport(choice: str, ctx) -> Optional[str]:
+    """What `auto` moves messages below SMALL_MESSAGE_BYTES over where that differs from
+    choose_transport's pick: "mpi" between machines when every rank has a core of its
+    own; None elsewhere (every size then goes one way)."""
+    if choice != "auto" or getattr(ctx.device, "type", ctx.device) != "cpu":
+        return None
+    if not (ctx.launch.mpi and mpi_ready() and between_machines(ctx)):
+        return None
+    if any(workers > cores for _, workers, cores in ctx.machine_load()):
+        return None
+    return "mpi"
+
+
+def transport_for(nbytes: int, transport: str, small: Optional[str]) -> str:
+    """The transport of a message of `nbytes`: `small` below SMALL_MESSAGE_BYTES, when
+    there is one, else `transport`."""
+    return small if small and nbytes < SMALL_MESSAGE_BYTES else transport
+
+
+def small_message_facts(small: Optional[str]) -> dict:
+    """What a result records of the size rule (None: every size over `transport`)."""
+    return {"small_message_transport": small,
+            "small_message_bytes": SMALL_MESSAGE_BYTES if small else None}
 
 
 def transport_reason(choice: str, transport: str, ctx) -> str:

@@ -24,7 +24,9 @@ def bench(op_cls, plugin_cls, ctx, config, count: int, args) -> List[Dict[str, A
     timed = contenders(op, raw=not args.no_raw, check=bool(args.check))
     network = emulated_network()
     nic = link.counter(network, ctx.launch.local_rank)
-    return rows(op, timed, measure(timed, ctx, args.warmup_iters, args.iters, nic), network)
+    measured = measure(timed, ctx, args.warmup_iters, args.iters, nic,
+                       settle=link.refill_seconds(network))
+    return rows(op, timed, measured, network)
 
 
 class Contender:
@@ -58,10 +60,11 @@ def contenders(op, raw: bool, check: bool) -> List[Contender]:
 
 
 def measure(timed: List[Contender], ctx, warmup: int, iters: int,
-            nic: Optional[link.NicCounter] = None) -> List[Any]:
+            nic: Optional[link.NicCounter] = None, settle: float = 0.0) -> List[Any]:
     """Interleaved calls of every contender; every rank's samples (on every rank).
     The clock stops after a device sync: a GPU collective returns when it is queued.
-    `nic`: this machine's interface counter, read before each call (untimed)."""
+    `nic`: this machine's interface counter, read before each call (untimed).
+    `settle`: seconds to pause before each call (untimed; an emulated link's refill)."""
     import torch.distributed as dist
 
     from commbench.loop import device_sync
@@ -72,6 +75,8 @@ def measure(timed: List[Contender], ctx, warmup: int, iters: int,
         for c in timed:
             c.reset()
             sync()  # the reset's copies are not the call's work
+            if settle:
+                time.sleep(settle)
             dist.barrier()
             if nic:
                 # What left since the previous call began is that call's: its tail may

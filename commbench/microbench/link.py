@@ -41,6 +41,15 @@ def counter(network: Optional[Dict[str, Any]], local_rank: Optional[int]) -> Opt
     return found
 
 
+def refill_seconds(network: Optional[Dict[str, Any]]) -> float:
+    """The pause before each call on an emulated link, so that every call starts with
+    the rate limiter's bucket full: without it a call that follows a fast one finds the
+    bucket drained by it and pays the rate where the next one fits in the burst, and
+    small messages compare the order of the contenders, not the contenders. 0 elsewhere."""
+    rate, burst = ((network or {}).get(key) for key in ("link_bits_per_second", "burst_bytes"))
+    return burst * 8 / rate if rate and burst else 0.0
+
+
 def fraction_of_rate(nic_bw: Optional[float], network: Optional[Dict[str, Any]]) -> Optional[float]:
     """nic_bw (bytes/s) as a fraction of the emulated link's configured rate."""
     rate = (network or {}).get("link_bits_per_second")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +109,9 @@ def main(args) -> int:
         return 0
     Path(args.results_dir).mkdir(parents=True, exist_ok=True)
     env = job_environment(args.quick)
+    # SIGTERM (a batch system's limit, `timeout`, kill) unwinds like Ctrl-C, so the
+    # running job and an emulated cluster are ended with the sweep.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.emulate:
         run_emulated(jobs, args.job_timeout, env, cluster, cluster_shape(args.emulate))
     else:

@@ -5,7 +5,6 @@ rate's jobs and removed after them, whatever happened.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Dict, List, Tuple
 
 from commbench.sweep.execute import run_jobs
@@ -17,12 +16,9 @@ def run_emulated(jobs: List[Job], timeout: float, env: Dict[str, str], name: str
     """run_jobs on one emulated cluster per link rate, each removed at the end: on
     success, failure, Ctrl-C or SIGTERM (after a SIGKILL: `commbench cluster down
     --name NAME`)."""
-    import signal
-
     from commbench.cluster import host, namespaces
 
     host.check_privileges()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     for link in dict.fromkeys(j.link for j in jobs):
         print(f"Emulated cluster {name}: {shape[0]} machines x {shape[1]} slots at {link} "
               f"(if this sweep is killed: commbench cluster down --name {name})", flush=True)

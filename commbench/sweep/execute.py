@@ -16,6 +16,7 @@ from commbench.results import RECEIPT
 from commbench.sweep.plan import Job, shell_line
 
 TAIL_LINES = 15
+GRACE_SECONDS = 5  # for a stopped job's launcher to end its ranks itself
 
 
 def job_environment(quick: bool = False) -> Dict[str, str]:
@@ -66,9 +67,12 @@ def run_one(job: Job, timeout: float, env: Dict[str, str]) -> str:
         try:
             output, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            _end_job(proc)
             output, _ = proc.communicate()
             output += f"\n(ended by the sweep after its {timeout:.0f} s timeout)"
+        except BaseException:  # Ctrl-C, SIGTERM: the job, in a session of its own, goes too
+            _end_job(proc)
+            raise
         job.seconds = time.monotonic() - begin
         if proc.returncode == 0:
             try:
@@ -100,13 +104,35 @@ def headline(path: Path) -> str:
     return line + (f" [NOT TO BE TRUSTED: {', '.join(flags)}]" if flags else "")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _end_job(proc: subprocess.Popen) -> None:
+    """SIGTERM to the job's launcher, which ends its ranks (mpirun, torchrun), then
+    SIGKILL to whatever is left in the job's session: launchers put each rank in a
+    process group of its own, where a signal to the launcher's group does not reach."""
     import signal
 
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=GRACE_SECONDS)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
+    for pid in [proc.pid, *_in_session(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def _in_session(sid: int) -> List[int]:
+    """The processes of session `sid` (Linux's /proc; none found elsewhere)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.getsid(int(entry.name)) == sid:
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
 
 
 def _remaining(jobs: List[Job], done: int, elapsed: float) -> float:

@@ -44,7 +44,8 @@ class NeighborAllreduce(MixingOp):
 
     def raw(self) -> List[Primitive]:
         return neighbor(self.ctx, self.data, self.mixer.plan, self.schedule) + [
-            _one_message(self.ctx.rank, self.data, self.schedule, self.plugin.transport),
+            _one_message(self.ctx.rank, self.data, self.schedule,
+                         self.plugin.transport_for([self.data.pristine])),
             _combine_only(self.ctx.rank, self.data, self.schedule)]
 
 
