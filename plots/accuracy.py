@@ -119,13 +119,14 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
             words += f"; no time: {combined.label()}"
         ax.annotate(words, (max(times) if times else 0.0, y), textcoords="offset points",
                     xytext=(8, 0), va="center", fontsize=7.5, color=style["color"])
-    ax.set_yticks(range(len(rows)), [label(r) for r in rows], fontsize=8)
+    # wrapped, so that a long strategy name leaves the axes their width
+    ax.set_yticks(range(len(rows)), [wrapped(label(r), width=48) for r in rows], fontsize=8)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
     ax.set_xlim(0, longest * 1.6)  # room on the right for the words
     ax.set_xlabel(wrapped("training time to target (s)", "filled: MLPerf's rule (fastest "
                           "and slowest run dropped, mean of the rest); hollow: the median "
                           "(too few runs); bar and ticks: the runs that reached the target",
-                          width=85), fontsize=8)
+                          width=70), fontsize=8)
     ax.grid(True, axis="x", alpha=0.3)
     fig.suptitle(wrapped("Time to target", group.key.heading(), group.key.details(),
                          width=100), fontsize=9)

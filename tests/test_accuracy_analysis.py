@@ -423,8 +423,9 @@ def test_time_chart_places_only_runs_that_reached_the_target():
     styles = accuracy_charts.palette(groups)
     fig = accuracy_charts.time_figure(group, styles)
     ax = fig.axes[0]
+    # long names wrapped, so that they leave the axes their width
     assert [t.get_text() for t in ax.get_yticklabels()] == [
-        "allreduce, N=2", "neighbor_allreduce (exponential-2, dynamic, AWC), N=2"]
+        "allreduce, N=2", "neighbor_allreduce (exponential-2, dynamic,\nAWC), N=2"]
     best = missed_fixture()[1]["summary"]["best_accuracy"]
     assert [t.get_text() for t in ax.texts] == [f"2/3 reached; 1 missed (best {best:.3f})",
                                                 "3/3 reached"]
