@@ -56,8 +56,10 @@ class NeighborAllreduce(MixingStrategy):
                                 transport=self.transport_for(buffers))
 
     def transport_for(self, buffers) -> str:
-        """The transport of an exchange of `buffers`: latency binds a small model's."""
-        nbytes = sum(b.numel() * b.element_size() for b in buffers)
+        """The transport of an exchange of `buffers`: latency binds a small model's. The
+        bytes counted are those sent (float16 copies with --fp16-allreduce)."""
+        nbytes = sum(b.numel() * (2 if self.config.fp16_allreduce else b.element_size())
+                     for b in buffers)
         return transport_for(nbytes, self.transport, self.small_transport)
 
     def facts(self) -> Dict[str, Any]:
