@@ -82,7 +82,9 @@ def test_a_strategy_that_needs_an_mpi_launcher_runs_under_mpiexec_not_torchrun(t
 
 def test_torchrun_dry_run_and_bad_run_flags_fail_before_any_job(tmp_path):
     done = sweep(tmp_path, "--dry-run", "--launcher", "torchrun", "--np", "2")
-    assert "torchrun --standalone --nproc-per-node 2 -m commbench" in done.stdout
+    # torchrun through the sweep's own Python, not whichever torchrun PATH finds
+    assert (f"{sys.executable} -m torch.distributed.run --standalone --nproc-per-node 2 "
+            "-m commbench") in done.stdout
     done = sweep(tmp_path, "--np", "1", "--batch-size", "0")
     assert done.returncode == 2 and "--batch-size: must be a positive integer" in done.stderr
 

@@ -172,8 +172,10 @@ def cluster_shape(shapes: List[Tuple[int, int]]) -> Tuple[int, int]:
 def launch_command(launcher: str, workers: int, run_flags: List[str]) -> List[str]:
     python = sys.executable
     if launcher == "torchrun":
-        return [_tool("torchrun"), "--standalone", "--nproc-per-node", str(workers),
-                "-m", "commbench", *run_flags]
+        # torchrun is this module's console script; run through this Python, the ranks
+        # get the torch and commbench the sweep has, whichever torchrun PATH finds.
+        return [python, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(workers), "-m", "commbench", *run_flags]
     mpiexec = [_tool("mpiexec"), "-n", str(workers)]
     if workers > (os.cpu_count() or 1):
         mpiexec.append("--oversubscribe")  # Open MPI refuses more ranks than cores
