@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import time
+import warnings
 from typing import Iterator, List, Sequence, Tuple
 
 from commbench.spans import Event, Recorder, minus, union
@@ -37,8 +38,12 @@ def kernels_of_steps(device, enabled: bool, recorder: Recorder) -> Iterator[None
         return
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        yield
+    with warnings.catch_warnings():
+        # One profiling cycle is all this records: torch's warning that a later cycle
+        # would clear the events does not apply.
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            yield
     wall, perf = time.time_ns(), time.perf_counter()
     recorder.events.extend(in_steps(device_kernels(prof, wall, perf), recorder.events))
 

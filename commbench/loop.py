@@ -28,6 +28,18 @@ def device_sync(device) -> Callable[[], None]:
     return lambda: None
 
 
+def barrier() -> None:
+    """All ranks meet; under NCCL on this rank's own GPU (torch guesses the device,
+    and warns that it does, when it is not named)."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
 def warm_up(step: Callable[[], "object"], sync: Callable[[], None], batches: int) -> None:
     for _ in range(batches):
         step()

@@ -19,7 +19,7 @@ import math
 import time
 from typing import Any, Callable, List
 
-from commbench.loop import Timings, measure, measure_phases, warm_up
+from commbench.loop import Timings, barrier, measure, measure_phases, warm_up
 
 
 class ComputeOnly:
@@ -65,9 +65,7 @@ class ComputeOnly:
 
     def half(self) -> None:
         """One half of the reference, all workers starting together."""
-        import torch.distributed as dist
-
-        dist.barrier()
+        barrier()
         start = time.time()
         done = measure(self.step, self.sync, self.iterations, self.batches)
         self.windows.append([start, time.time()])

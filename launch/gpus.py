@@ -13,9 +13,13 @@ from commbench.errors import UsageError
 def nccl_errors_end_the_job() -> None:
     """NCCL's watchdog ends the job when a collective fails or outlasts --timeout;
     without it a dead peer leaves the others waiting in a CUDA sync (older torch).
-    Both spellings: torch >= 2.2 reads TORCH_NCCL_*, older torch NCCL_*."""
-    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
+    The spelling this torch reads: TORCH_NCCL_* from torch 2.2, NCCL_* before (newer
+    torch reads the old one too, and warns on every rank that it is deprecated)."""
+    import torch
+
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    prefix = "TORCH_" if (major, minor) >= (2, 2) else ""
+    os.environ.setdefault(f"{prefix}NCCL_ASYNC_ERROR_HANDLING", "1")
 
 
 def gpu_index(local_rank: int) -> int:

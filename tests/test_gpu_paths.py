@@ -78,7 +78,16 @@ def test_without_it_the_gpu_is_set_from_the_hostnames_before_any_nccl_operation(
     assert ("gather", "subgroup") in events[:first_set]
     assert ctx.device == torch.device("cuda", 0) and ctx.gpu_names == ("Pretend GPU",)
     assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert "NCCL_ASYNC_ERROR_HANDLING" not in os.environ  # torch warns on every rank
+
+
+def test_older_torch_gets_the_older_spelling_of_nccl_error_handling(monkeypatch):
+    for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch, "__version__", "2.1.2+cu121")
+    gpus.nccl_errors_end_the_job()
     assert os.environ["NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in os.environ
 
 
 @pytest.mark.parametrize("environ, local_rank", [

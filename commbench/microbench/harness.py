@@ -67,7 +67,7 @@ def measure(timed: List[Contender], ctx, warmup: int, iters: int,
     `settle`: seconds to pause before each call (untimed; an emulated link's refill)."""
     import torch.distributed as dist
 
-    from commbench.loop import device_sync
+    from commbench.loop import barrier, device_sync
 
     sync = device_sync(ctx.device)
     before, last = 0, None
@@ -77,7 +77,7 @@ def measure(timed: List[Contender], ctx, warmup: int, iters: int,
             sync()  # the reset's copies are not the call's work
             if settle:
                 time.sleep(settle)
-            dist.barrier()
+            barrier()
             if nic:
                 # What left since the previous call began is that call's: its tail may
                 # leave after it returned, but before this barrier's messages.
@@ -96,7 +96,7 @@ def measure(timed: List[Contender], ctx, warmup: int, iters: int,
                 sent, received = c.traffic(call)
                 c.sent.append(sent)
                 c.received.append(received)
-    dist.barrier()  # the last call's tail has left by now
+    barrier()  # the last call's tail has left by now
     if nic and last is not None:
         last.nic_bytes.append(nic.read() - before)
     mine = [(c.seconds, c.wrong, c.sent, c.received, c.nic_bytes) for c in timed]
