@@ -78,22 +78,26 @@ class Allreduce(Strategy):
         record_buffer_broadcast(ddp, model)
         return local_step(ddp, optimizer, waits_after_last_piece=True)
 
-    def _over_mpi(self, tensor) -> bool:
-        nbytes = tensor.numel() * tensor.element_size()
-        return transport_for(nbytes, self.transport, self.small_transport) == "mpi"
+    def transport_of(self, bucket) -> str:
+        """What carries a bucket: the MPI averager, or torch.distributed's backend."""
+        if self.averager is None:
+            return self.ctx.backend
+        nbytes = bucket.numel() * bucket.element_size()
+        over_mpi = transport_for(nbytes, self.transport, self.small_transport) == "mpi"
+        return "mpi" if over_mpi else self.ctx.backend
 
     def _hook_by_size(self, state, bucket):
         """The MPI averager, or for a bucket that goes over gloo DDP's default hook."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        if self._over_mpi(bucket.buffer()):
+        if self.transport_of(bucket.buffer()) == "mpi":
             return self.averager.ddp_hook(state, bucket)
         return default_hooks.allreduce_hook(state, bucket)
 
     def average(self, bucket) -> None:
         """Average one flat bucket in place as the training step does (for microbench):
         DDP's default hook (divide, then all_reduce) or the MPI averager."""
-        if self.averager is not None and self._over_mpi(bucket):
+        if self.transport_of(bucket) == "mpi":
             self.averager.average(bucket).wait()
             return
         import torch.distributed as dist

@@ -111,6 +111,10 @@ def test_two_ranks_all_ops_static(tmp_path):
     check_closed_forms(doc, 2)
     impls = {r["impl"] for r in rows(doc, "allreduce")}
     assert {"commbench", "torch all_reduce", "MPI Allreduce"} <= impls
+    # on one machine under mpiexec `auto` moves every op over MPI, and each row says so
+    carried = {(r["op"], r["transport"]) for r in doc["rows"] if r["commbench"]}
+    assert carried == {(op, "mpi") for op in ALL_OPS.split(",")}
+    assert all(r["transport"] is None for r in doc["rows"] if not r["commbench"])
 
 
 @pytest.mark.mpi

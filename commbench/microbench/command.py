@@ -31,7 +31,7 @@ from commbench.flags import (accepting, add_flags, flag_fields, int_at_least_2, 
 from commbench.microbench import harness, link
 from commbench.microbench.ops import OPS
 from commbench.microbench.ops.base import ELEMENT_BYTES
-from commbench.microbench.results import KIND
+from commbench.microbench.results import KIND, impl_label
 
 # The flags microbench shares with `commbench run`, declared there.
 RUN_FLAGS = ("topology", "disable_dynamic_topology", "machine_size", "cpu_transport", "no_cuda",
@@ -158,7 +158,7 @@ def format_row(row: Dict[str, Any], ratio: Optional[float] = None) -> str:
 
     wrong = "-" if row["wrong"] is None else str(row["wrong"])
     shown = f"{ratio:.2f}" if ratio is not None else "-"
-    return (f"  {row['op']:<32} {row['impl']:<{IMPL_WIDTH}} {row['bytes']:>11} "
+    return (f"  {row['op']:<32} {impl_label(row):<{IMPL_WIDTH}} {row['bytes']:>11} "
             f"{t['mean'] * 1e6:10.1f} {t['p50'] * 1e6:10.1f} {t['p99'] * 1e6:10.1f} "
             f"{gb('algbw')} {gb('busbw')} {gb('link_bw')} {row['bytes_sent']:11.0f} "
             f"{row['bytes_received']:11.0f} {wrong:>6} {shown:>9} "

@@ -5,7 +5,8 @@ Result document (kind "microbench"), besides the common header of commbench.resu
     config       the flags (ops, sizes, iterations, topology settings, ...)
     environment  as for runs
     rows         one per (op, size, implementation): op, impl, commbench (bool),
-                 bytes, count, seconds [rank][call], bytes_sent/bytes_received (mean
+                 transport (commbench rows: what carried the call at this size,
+                 gloo, mpi or nccl; null where the engine decides), bytes, count, seconds [rank][call], bytes_sent/bytes_received (mean
                  per rank and call), wrong (commbench rows) and summary: time
                  {mean,p50,p99}, algbw, busbw (allreduce), link_bw (neighbor ops),
                  ratio_to_raw {impl: median of our time / its, call by call}
@@ -70,9 +71,16 @@ NOTES = [
 ]
 
 
+def impl_label(row: Dict[str, Any]) -> str:
+    """The implementation, and for commbench's own row what carried it at this size."""
+    transport = row.get("transport")
+    return f"{row['impl']} ({transport})" if transport else row["impl"]
+
+
 def record(row: Dict[str, Any]) -> Dict[str, Any]:
     s = row["summary"]
-    return {"op": row["op"], "impl": row["impl"], "bytes": row["bytes"],
+    return {"op": row["op"], "impl": row["impl"], "transport": row.get("transport"),
+            "bytes": row["bytes"],
             "time_mean_s": s["time"]["mean"], "time_p50_s": s["time"]["p50"],
             "time_p99_s": s["time"]["p99"], "algbw": s.get("algbw"), "busbw": s.get("busbw"),
             "link_bw": s.get("link_bw"), "bytes_sent": row.get("bytes_sent"),
@@ -85,7 +93,7 @@ def _cells(r: Dict[str, Any]) -> List[str]:
         return "-" if v is None else f"{v / 1e9:.3f}"
 
     ratios = r["ratio_to_raw"] or {}
-    return [r["op"], r["impl"], str(r["bytes"]), f"{r['time_mean_s'] * 1e6:.1f}",
+    return [r["op"], impl_label(r), str(r["bytes"]), f"{r['time_mean_s'] * 1e6:.1f}",
             f"{r['time_p50_s'] * 1e6:.1f}", f"{r['time_p99_s'] * 1e6:.1f}", gb(r["algbw"]),
             gb(r["busbw"]), gb(r["link_bw"]), f"{r['bytes_sent']:.0f}",
             f"{r['bytes_received']:.0f}", "-" if r["wrong"] is None else str(r["wrong"]),

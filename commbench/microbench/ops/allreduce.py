@@ -9,7 +9,7 @@ in place (only under an MPI launcher).
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from commbench import metrics
 from commbench.microbench.ops.base import Data, Op, Primitive, on_mpi_cpu
@@ -25,6 +25,9 @@ class Allreduce(Op):
 
     def run(self) -> None:  # the plugin's comm hook on one bucket: divide, then sum
         self.plugin.average(self.buffer)
+
+    def transport(self) -> Optional[str]:
+        return self.plugin.transport_of(self.buffer)
 
     def traffic(self, call: int) -> Tuple[float, float]:
         ring = metrics.ring_allreduce_bytes(self.S, self.n)

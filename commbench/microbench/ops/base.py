@@ -4,7 +4,7 @@ shape of an op, and the shape of a raw primitive (one contender of no commbench 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, NamedTuple, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.optimizers.mixing import MixingStrategy
@@ -62,6 +62,10 @@ class Op:
         self.ctx, self.data = ctx, data
         self.n, self.rank, self.S = ctx.world_size, ctx.rank, data.nbytes
 
+    def transport(self) -> Optional[str]:
+        """What carries commbench's call at this size (None: the engine decides)."""
+        return None
+
 
 class Primitive(NamedTuple):
     """One raw contender: run() is timed, reset() runs before it, untimed."""
@@ -98,6 +102,11 @@ class MixingOp(Op):
     def run(self) -> None:  # one averaging step, as the training step runs it
         self.mixer.start()
         self.mixer.finish()
+
+    def transport(self) -> Optional[str]:
+        """The exchange's (between machines, for the hierarchical strategy: inside a
+        machine torch.distributed carries the rest)."""
+        return self.plugin.transport_for([self.buffer])
 
     def bandwidths(self, algbw: float) -> Dict[str, float]:
         return {"link_bw": algbw}  # links run concurrently, each carries S
