@@ -126,7 +126,8 @@ def rows(op, timed: List[Contender], everyone: List[Any],
             summary["link_fraction"] = link.fraction_of_rate(summary["nic_bw"], network)
         found.append({
             "op": op.name, "impl": c.impl, "commbench": c.impl == "commbench",
-            "transport": op.transport() if c.impl == "commbench" else None, "bytes": op.S, "count": op.data.count, "seconds": seconds,
+            "transport": op.transport() if c.impl == "commbench" else None,
+            "bytes": op.S, "count": op.data.count, "seconds": seconds,
             "bytes_sent": float(np.mean([rank[i][2] for rank in everyone])),
             "bytes_received": float(np.mean([rank[i][3] for rank in everyone])),
             "bytes_sent_per_rank": [float(np.mean(rank[i][2])) for rank in everyone],

@@ -6,7 +6,8 @@ Result document (kind "microbench"), besides the common header of commbench.resu
     environment  as for runs
     rows         one per (op, size, implementation): op, impl, commbench (bool),
                  transport (commbench rows: what carried the call at this size,
-                 gloo, mpi or nccl; null where the engine decides), bytes, count, seconds [rank][call], bytes_sent/bytes_received (mean
+                 gloo, mpi or nccl; null where the engine decides), bytes, count,
+                 seconds [rank][call], bytes_sent/bytes_received (mean
                  per rank and call), wrong (commbench rows) and summary: time
                  {mean,p50,p99}, algbw, busbw (allreduce), link_bw (neighbor ops),
                  ratio_to_raw {impl: median of our time / its, call by call}

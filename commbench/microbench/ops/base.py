@@ -104,8 +104,8 @@ class MixingOp(Op):
         self.mixer.finish()
 
     def transport(self) -> Optional[str]:
-        """The exchange's (between machines, for the hierarchical strategy: inside a
-        machine torch.distributed carries the rest)."""
+        """The exchange's: for the hierarchical strategy the one between machines
+        (inside a machine torch.distributed carries the rest)."""
         return self.plugin.transport_for([self.buffer])
 
     def bandwidths(self, algbw: float) -> Dict[str, float]:
