@@ -179,3 +179,4 @@ def test_microbench_sets_horovods_allreduce_against_the_bare_collectives(tmp_pat
     impls = {r["impl"] for r in rows}
     assert {"commbench", "torch all_reduce"} <= impls
     assert ("MPI Allreduce" in impls) == ("--gloo" not in options)
+    assert all(r["transport"] is None for r in rows)  # Horovod decides what carries it

@@ -27,7 +27,10 @@ class Allreduce(Op):
         self.plugin.average(self.buffer)
 
     def transport(self) -> Optional[str]:
-        return self.plugin.transport_of(self.buffer)
+        """The allreduce strategy's transport for this bucket; None for a plugin that
+        decides on its own (Horovod)."""
+        transport_of = getattr(self.plugin, "transport_of", None)
+        return transport_of(self.buffer) if transport_of else None
 
     def traffic(self, call: int) -> Tuple[float, float]:
         ring = metrics.ring_allreduce_bytes(self.S, self.n)
