@@ -10,15 +10,18 @@ from typing import Any, List, Optional, Tuple
 from commbench.errors import UsageError
 
 
+def torch_older_than(major: int, minor: int) -> bool:
+    import torch
+
+    return tuple(int(part) for part in torch.__version__.split(".")[:2]) < (major, minor)
+
+
 def nccl_errors_end_the_job() -> None:
     """NCCL's watchdog ends the job when a collective fails or outlasts --timeout;
     without it a dead peer leaves the others waiting in a CUDA sync (older torch).
     The spelling this torch reads: TORCH_NCCL_* from torch 2.2, NCCL_* before (newer
     torch reads the old one too, and warns on every rank that it is deprecated)."""
-    import torch
-
-    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
-    prefix = "TORCH_" if (major, minor) >= (2, 2) else ""
+    prefix = "" if torch_older_than(2, 2) else "TORCH_"
     os.environ.setdefault(f"{prefix}NCCL_ASYNC_ERROR_HANDLING", "1")
 
 

@@ -18,13 +18,8 @@ from commbench.comm.transport import (check_cpu_transport, choose_transport,
                                       small_message_facts, small_message_transport,
                                       transport_for, transport_reason)
 from commbench.errors import UsageError
+from commbench.launch.gpus import torch_older_than
 from commbench.optimizers.mixing import MixingStrategy
-
-
-def torch_older_than(major: int, minor: int) -> bool:
-    import torch
-
-    return tuple(int(part) for part in torch.__version__.split(".")[:2]) < (major, minor)
 
 
 class NeighborAllreduce(MixingStrategy):

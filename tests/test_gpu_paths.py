@@ -78,9 +78,8 @@ def test_without_it_the_gpu_is_set_from_the_hostnames_before_any_nccl_operation(
     assert ("gather", "subgroup") in events[:first_set]
     assert ctx.device == torch.device("cuda", 0) and ctx.gpu_names == ("Pretend GPU",)
     # the spelling this torch reads, only (torch >= 2.2 warns on every rank of the other)
-    newer = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 2)
     spellings = ["TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"]
-    read, other = spellings if newer else spellings[::-1]
+    read, other = spellings[::-1] if gpus.torch_older_than(2, 2) else spellings
     assert os.environ[read] == "1" and other not in os.environ
 
 
