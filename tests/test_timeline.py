@@ -75,8 +75,10 @@ def test_a_slow_rank_shows_up_as_the_others_waiting(tmp_path, strategy):
     # may also wait for rank 1 to make progress on it (exposed)
     assert median(0, waiting) > 0.05, split[0]
     assert median(0, waiting) + median(0, exposed) > 0.1, split[0]
-    assert median(1, waiting) < 0.02, split[1]
-    assert median(1, other) > 0.19, split[1]  # its sleep is its own, not communication
+    # the slow rank's sleep is its own, not communication; what it waits for is scheduling
+    # noise of a loaded machine, far below the others' wait and the 0.2 s sleep
+    assert median(1, other) > 0.19, split[1]
+    assert median(1, waiting) < min(0.05, median(0, waiting) / 2), (split[0], split[1])
 
 
 @pytest.mark.timeout(120)
