@@ -10,6 +10,7 @@ from commbench.optimizers.neighbor_allreduce import NeighborAllreduce
 
 FAULTY_RANK = 1
 FAULTY_STEP = 4  # inside the timed iterations of tests.launchers.TINY_RUN
+FAULT_MARK = "COMMBENCH_TEST_FAULT_MARK"  # a file the faulty rank writes the time into
 
 
 class _Faulty:
@@ -22,6 +23,10 @@ class _Faulty:
         def faulty(images, labels):
             count[0] += 1
             if self.ctx.rank == FAULTY_RANK and count[0] == FAULTY_STEP:
+                mark = os.environ.get(FAULT_MARK)
+                if mark:  # when, on the clock every process shares, the fault began
+                    with open(mark, "w") as f:
+                        f.write(repr(time.monotonic()))
                 self.fault()
             return step(images, labels)
 
@@ -56,7 +61,7 @@ class StoppedNeighbor(_Faulty, NeighborAllreduce):
     fault = Stopped.fault
 
 
-SLOW_SECONDS = 0.2
+SLOW_SECONDS = 0.5  # far above what a loaded machine's scheduling adds to a step
 
 
 class _Slow:

@@ -41,6 +41,9 @@ def run(cmd: List[str], timeout: float, env: Optional[Dict[str, str]] = None,
         kill_tree(proc.pid)
         out, err = proc.communicate()
         pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
+    except BaseException:  # pytest-timeout's or a user's interrupt: leave no rank behind
+        kill_tree(proc.pid)
+        raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 

@@ -236,9 +236,10 @@ def test_the_link_is_capped_at_its_rate(name, tmp_path):
     busbw = rows[("allreduce", "torch all_reduce")]["summary"]["busbw"]  # bytes/s
     assert 0.6 * rate < busbw < 1.05 * rate, busbw / rate
     # each machine's interface counted the bytes; every contender is set against the rate
+    # (never above it; MPI's Allreduce over TCP fills about half of it)
     for row in doc["rows"]:
         fraction = row["summary"]["link_fraction"]
-        assert 0.6 < fraction < 1.1, (row["impl"], fraction)
+        assert 0.3 < fraction < 1.1, (row["impl"], fraction)
         assert row["summary"]["nic_bw"] >= row["summary"]["busbw"]  # headers, acks
     assert "x rate" in done.stdout and "headers included" in done.stdout
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fault_plugins import FAULT_MARK
 from launchers import TINY_RUN, mpiexec, torchrun
 
 pytestmark = pytest.mark.mpi
@@ -16,33 +17,37 @@ LAUNCHERS = {"mpiexec": mpiexec, "torchrun": torchrun}
 
 
 def run_fault(launcher, fault, tmp_path, *extra):
-    start = time.monotonic()
+    """The finished job and the seconds from the fault to the launcher's exit (start-up,
+    which a loaded machine stretches, not counted)."""
+    mark = tmp_path / "fault-began"
     done = LAUNCHERS[launcher](2, ["-m", "commbench", f"--dist-optimizer=fault_plugins:{fault}",
-                                   "--results-dir", str(tmp_path), *TINY_RUN, *extra],
-                               timeout=120, env=ENV)
-    return done, time.monotonic() - start
+                                   "--results-dir", str(tmp_path / "results"), *TINY_RUN, *extra],
+                               timeout=120, env={**ENV, FAULT_MARK: str(mark)})
+    ended = time.monotonic()
+    assert mark.exists(), done.stderr[-2000:]
+    return done, ended - float(mark.read_text())
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_a_killed_rank_ends_the_job(launcher, tmp_path):
     done, seconds = run_fault(launcher, "Killed", tmp_path)
     assert done.returncode != 0
-    assert seconds < 60  # start-up included; the end itself takes a second or two
+    assert seconds < 20  # the end itself takes a second or two
     text = done.stdout + done.stderr
     if launcher == "mpiexec":
         assert "rank 1" in text and "signal 9" in text, text[-2000:]
     else:
         assert "rank      : 1" in text or "rank: 1" in text, text[-2000:]
-    assert not list(tmp_path.glob("*.json"))
+    assert not list((tmp_path / "results").glob("*.json"))
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_an_exception_on_one_rank_ends_the_job_with_one_line(launcher, tmp_path):
     done, seconds = run_fault(launcher, "Raises", tmp_path)
-    assert done.returncode != 0 and seconds < 60
+    assert done.returncode != 0 and seconds < 20
     assert "commbench: error: rank 1: ValueError: injected failure" in done.stderr
     assert "Traceback" not in done.stderr.split("injected failure")[0]
-    assert not list(tmp_path.glob("*.json"))
+    assert not list((tmp_path / "results").glob("*.json"))
 
 
 @pytest.mark.parametrize("launcher, fault", [("mpiexec", "Stopped"), ("torchrun", "Stopped"),
@@ -52,8 +57,8 @@ def test_a_silent_peer_is_ended_by_the_timeout(launcher, fault, tmp_path):
     MPI waits (allreduce's and neighbor_allreduce's MPI transport, under mpiexec)."""
     done, seconds = run_fault(launcher, fault, tmp_path, "--timeout", "10")
     assert done.returncode != 0
-    assert seconds < 90
+    assert seconds < 10 + 30 + 20  # --timeout, then torchrun's grace before it kills
     assert "commbench: error: rank 0:" in done.stderr, done.stderr[-2000:]
     if fault == "StoppedNeighbor":  # (DDP's allreduce also broadcasts buffers over gloo)
         assert "(MPI) got no answer from a peer for 10 s (--timeout)" in done.stderr
-    assert not list(tmp_path.glob("*.json"))
+    assert not list((tmp_path / "results").glob("*.json"))

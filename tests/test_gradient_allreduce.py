@@ -5,7 +5,7 @@ names of Bluefog's benchmark resolving to plugins."""
 import pytest
 
 from commbench import registry
-from programs.check_strategies import assert_strategy_clean
+from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
 from programs.commbench_runs import run_commbench
 
 STRATEGY = "gradient_allreduce"
@@ -26,6 +26,7 @@ def test_only_the_neighbor_strategies_are_decentralized():
     assert registry.resolve("hierarchical_neighbor_allreduce").decentralized
 
 
+@pytest.mark.timeout(CHECKS_TIMEOUT)
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", range(2, 9))
 def test_gradients_equal_their_mean(n):

@@ -10,7 +10,7 @@ from commbench.errors import UsageError
 from commbench.launch.distributed import DistContext
 from commbench.launch.detect import LaunchInfo
 from commbench.optimizers.hierarchical_neighbor_allreduce import HierarchicalNeighborAllreduce
-from programs.check_strategies import assert_strategy_clean
+from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
 from programs.commbench_runs import assert_usage_error, consensus_of, run_commbench
 
 STRATEGY = "hierarchical_neighbor_allreduce"
@@ -63,6 +63,7 @@ def test_machines_are_the_nodes_of_the_topology():
     assert static.facts()["schedule"] == "static" and static.facts()["simulated_machines"]
 
 
+@pytest.mark.timeout(CHECKS_TIMEOUT)
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", range(2, 9))
 def test_step_equals_dense_reference(n):

@@ -128,7 +128,7 @@ def test_one_sigterm_ends_an_mpirun_that_waits_for_a_lost_daemon(tmp_path):
     start = time.monotonic()
     proc.terminate()
     _, err = proc.communicate(timeout=FORCE_AFTER + 20)
-    assert proc.returncode == 1 and time.monotonic() - start < FORCE_AFTER + 5
+    assert proc.returncode == 1 and time.monotonic() - start < FORCE_AFTER + 10
     assert "ending it as a third Ctrl-C would" in err
 
 

@@ -12,7 +12,7 @@ from commbench.launch.distributed import DistContext
 from commbench.launch.detect import LaunchInfo
 from commbench.optimizers.neighbor_allreduce import NeighborAllreduce
 from commbench.comm.transport import mpi_ready
-from programs.check_strategies import assert_strategy_clean
+from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
 from programs.commbench_runs import assert_usage_error, consensus_of, run_commbench
 
 STRATEGY = "neighbor_allreduce"
@@ -134,6 +134,7 @@ class FakeDevice:
 # --- through mpiexec --------------------------------------------------------------
 
 
+@pytest.mark.timeout(CHECKS_TIMEOUT)
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", range(2, 9))
 def test_exchange_equals_dense_reference(n):

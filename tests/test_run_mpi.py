@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from launchers import PYTHON, TINY_RUN, mpiexec, only_result, run, torchrun
-from programs.check_strategies import assert_strategy_clean
+from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
 
 pytestmark = pytest.mark.mpi
 
@@ -54,6 +54,7 @@ def test_mpiexec_run_writes_a_consistent_result(tmp_path, workers, strategy):
         assert doc["summary"]["final_consensus_distance"] > 0
 
 
+@pytest.mark.timeout(CHECKS_TIMEOUT)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_allreduce_averages_gradients_on_both_transports(n):
     """DDP on gloo (fp32 and fp16) and with its MPI averager: after one step every

@@ -123,22 +123,26 @@ def test_sweep_dry_run_interleaves_repeats(tmp_path):
 
 def test_a_run_measures_its_reference_before_and_after_together(tmp_path):
     done = subprocess.run([PYTHON, "-m", "commbench", "--dist-optimizer", "allreduce", *TINY_RUN,
-                           "--reference-seconds", "0.3", "--results-dir", str(tmp_path)],
+                           "--reference-seconds", "1", "--results-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(next(tmp_path.glob("*.json")).read_text())
     samples, summary = doc["samples"], doc["summary"]
     (windows,) = samples["reference_windows"]  # one rank, two halves
     assert len(windows) == 2 and windows[0][1] <= windows[1][0]
-    # Sized on the fastest batch of a probe: each half lasts --reference-seconds at the
-    # machine's usual speed (its wall time also moves with the machine's bursts of speed)
+    # Sized on the fastest batch of a probe: each half lasts about --reference-seconds
+    # (its wall time also moves with the machine's bursts of speed, hence the slack;
+    # one iteration of two batches, unsized, would last a small part of it)
     batches = np.asarray(samples["reference_batch_seconds"][0])
-    assert batches.size // 2 * float(np.median(batches)) >= 0.8 * 0.3
+    assert batches.size // 2 * float(np.median(batches)) >= 0.5 * 1
     assert len(samples["reference_seconds"][0]) % 2 == 0
     assert np.shape(samples["reference_batch_seconds"][0])[1] == 2  # batches per iteration
     # forward, backward, optimizer of each batch of one iteration; backward is the largest
+    # (compared on each phase's faster batch: a loaded machine only ever adds time)
     (split,) = samples["reference_phase_seconds"]
-    assert np.shape(split) == (2, 3) and all(b > f > 0 and o > 0 for f, b, o in split)
+    assert np.shape(split) == (2, 3) and all(f > 0 and b > 0 and o > 0 for f, b, o in split)
+    forward, backward, _ = np.min(split, axis=0)
+    assert backward > forward
     assert summary["reference_overlap"] == pytest.approx(1.0)
     assert "efficiency_in_job_ci95" in summary and "reference_drift" in summary
     assert "Measuring the compute-only reference again..." in done.stdout
