@@ -50,6 +50,12 @@ def spread(values: Sequence[float]) -> float:
     return SPREAD_Z * float(np.std(values))
 
 
+def load_statistics() -> None:
+    """Import what the intervals and tests below need (scipy's statistics), ahead of
+    the moment they are needed."""
+    from scipy import stats  # noqa: F401
+
+
 def ci95_halfwidth(values: Sequence[float]) -> Optional[float]:
     """Half-width of the 95% confidence interval of the mean; None below 2 samples."""
     values = np.asarray(values, dtype=float)

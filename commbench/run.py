@@ -13,8 +13,8 @@ import os
 import re
 from typing import Any, Dict, List
 
-from commbench import (console, convergence, device_time, precision, record, registry,
-                       results, spans)
+from commbench import (console, convergence, device_time, metrics, precision, record,
+                       registry, results, spans)
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
@@ -41,6 +41,10 @@ def run(config: RunConfig) -> Dict[str, Any]:
     launch = detect_launch()
     strategy_cls = validate(config, launch)
     results.ensure_writable(config.results_dir)
+    # The summary after the run needs scipy's statistics: loaded now, a failure to
+    # load them (its shared objects mapped into a process the engines have grown)
+    # cannot lose a finished run.
+    metrics.load_statistics()
 
     import torch
 

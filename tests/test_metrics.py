@@ -59,3 +59,28 @@ def test_in_job_efficiency_and_overhead_from_the_compute_only_reference():
 def test_scaling_efficiency_across_jobs():
     assert metrics.scaling_efficiency(300.0, 4, 100.0) == pytest.approx(0.75)
     assert not math.isnan(metrics.describe([1.0])["mean"])
+
+
+@pytest.mark.parametrize("command", [[], ["microbench", "--op", "allreduce"]])
+def test_a_job_loads_its_statistics_before_it_starts(tmp_path, command):
+    """What a job's summary needs from scipy is loaded before the job starts, so that
+    nothing is left to load once it has run."""
+    import subprocess
+    import sys
+    import textwrap
+
+    program = textwrap.dedent("""
+        import sys
+        import commbench.launch.distributed as distributed
+        from commbench.cli import main
+
+        def start(*args, **kwargs):
+            print("statistics loaded:", "scipy.stats" in sys.modules)
+            raise SystemExit(0)
+
+        distributed.init_distributed = start
+        main()
+    """)
+    found = subprocess.run([sys.executable, "-c", program, *command, "--results-dir",
+                            str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert "statistics loaded: True" in found.stdout, found.stdout + found.stderr

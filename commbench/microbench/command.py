@@ -81,7 +81,7 @@ def sizes(begin: int, end: int, factor: int) -> List[int]:
 
 
 def main(args) -> int:
-    from commbench import registry, results
+    from commbench import metrics, registry, results
     from commbench.allocator import steady_malloc
     from commbench.launch.detect import detect_launch
 
@@ -96,6 +96,7 @@ def main(args) -> int:
             raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
         plugin.check(config, launch)
     results.ensure_writable(args.results_dir)
+    metrics.load_statistics()  # as the run does: nothing new to load after the calls
 
     from commbench.launch.distributed import init_distributed
     from commbench.console import Printer
