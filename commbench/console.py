@@ -67,6 +67,9 @@ def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     transport, why = facts.get("transport", ctx.backend), facts.get("transport_reason", "")
     small = facts.get("small_message_transport")
     below = f"; below {facts['small_message_bytes'] >> 10} KB over {small}" if small else ""
+    inside = facts.get("machine_transport")
+    if inside and inside != transport:
+        below += f"; inside each machine over {inside}"
     moved = f" (CPU tensors move over {transport}: {why}{below})" if ctx.launch.mpi and \
         ctx.device.type == "cpu" and why else ""
     say(f"Backend: {ctx.backend} on {ctx.device}{moved}")

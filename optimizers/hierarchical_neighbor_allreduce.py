@@ -11,8 +11,9 @@ the same number of ranks. AWC (default) or ATC (--atc-style), as neighbor_allred
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
+from commbench.comm.transport import SMALL_MESSAGE_BYTES
 from commbench.errors import UsageError
 from commbench.optimizers.neighbor_allreduce import NeighborAllreduce
 
@@ -46,7 +47,7 @@ class HierarchicalNeighborAllreduce(NeighborAllreduce):
                              f"these {ctx.num_machines} machines differ: pass --machine-size N "
                              f"to simulate equal machines")
         # The transport carries the leaders' exchange between machines; inside a
-        # machine, torch.distributed does.
+        # machine, shared memory where `auto` moves it over gloo, else torch.distributed.
         super().__init__(ctx, config)
 
     def nodes(self) -> int:
@@ -63,7 +64,34 @@ class HierarchicalNeighborAllreduce(NeighborAllreduce):
 
         if self.ctx.machine_size == 1:  # machines of one rank: plain neighbor averaging
             return super().build_mixer(buffers)
+        transport = self.transport_for(buffers)
+        nbytes = sum(b.numel() * b.element_size() for b in buffers)
         return MachineAveraging(buffers, self.schedule, self.ctx.rank, self.ctx.machine_size,
                                 self.config.fp16_allreduce,
-                                overlapped=not self.config.atc_style,
-                                transport=self.transport_for(buffers))
+                                overlapped=not self.config.atc_style, transport=transport,
+                                inside=self.inside_machines(transport, nbytes))
+
+    # Below this many bytes of buffers a step is a few small messages, which latency
+    # binds: the shared slots' extra signals would cost more than the copies they save.
+    shared_memory_bytes = SMALL_MESSAGE_BYTES
+
+    def inside_machines(self, transport: str, nbytes: int) -> Optional[str]:
+        """What `auto` asks to carry the bytes inside a machine: shared memory where the
+        leaders' exchange of large buffers goes over gloo (on one machine MPI has them
+        already; on GPUs NCCL); None: the machine's process group."""
+        from commbench.comm.machine_averaging import SHARED_MEMORY
+
+        auto = self.config.cpu_transport == "auto"
+        large = nbytes >= self.shared_memory_bytes
+        return SHARED_MEMORY if auto and transport == "gloo" and large else None
+
+    def facts(self) -> Dict[str, Any]:
+        """Besides neighbor_allreduce's: what carried the bytes inside each machine
+        (the machine's process group when the shared slots could not be made)."""
+        inside = getattr(getattr(self, "mixer", None), "inside", None)
+        if inside is None and self.ctx.machine_size > 1:  # before the mixer is built
+            inside = self.ctx.backend
+            if self.inside_machines(self.transport, self.shared_memory_bytes):
+                inside = (f"shared memory (buffers of {self.shared_memory_bytes >> 10} KB "
+                          f"or more; else {inside})")
+        return {**super().facts(), "machine_transport": inside}

@@ -167,6 +167,9 @@ def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_p
     # go over MPI only while every rank has a core of its own
     assert doc["strategy"]["transport"] == "gloo"
     assert doc["strategy"]["small_message_transport"] == (None if n > cores else "mpi")
+    # inside each machine the ranks sum resnet18's buffers in shared memory, and say so
+    assert doc["strategy"]["machine_transport"] == "shared memory"
+    assert "inside each machine over shared memory" in done.stdout
     # against the dense reference on real machines: on 2x2 every strategy, on both
     # transports; on 4x2 the hierarchical one
     strategies = [] if machines == 2 else ["hierarchical_neighbor_allreduce"]

@@ -3,6 +3,11 @@ parameter buffers, for machines of two or more ranks. One step is
 X' = (W_M kron J_L/L) X: allreduce inside each machine, the machine's leader (its
 first rank) averages with neighbor machines' leaders along W_M, then broadcasts the
 result back inside its machine.
+
+Inside a machine the bytes move through its process group, or through shared memory
+(commbench.comm.shared_memory): there the machine's sum is the leader adding its ranks'
+slots and the broadcast is every rank reading the leader's, with no copies through
+sockets that take the cores the transfer between machines needs.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from commbench.comm.neighbor_exchange import NeighborExchange
+from commbench.comm.shared_memory import machine_slots
 from commbench.launch.groups import machine_groups
 
 # Bytes of one piece of the pipeline per transport between machines. MPI and NCCL get
@@ -18,6 +24,8 @@ from commbench.launch.groups import machine_groups
 # machine's own links are far faster than the network, and one exchange per buffer
 # keeps the NCCL communicators' order of work simple.
 PIPELINE_BYTES = {"gloo": 4 << 20, "mpi": None, "nccl": None}
+
+SHARED_MEMORY = "shared memory"  # what `inside` names when the machine's ranks share slots
 
 
 class MachineAveraging:
@@ -40,26 +48,44 @@ class MachineAveraging:
     broadcast it back as soon as it is combined, so the link carries the exchange while
     the machine still sums and broadcasts the other pieces (serially, the link would
     idle through both).
+
+    inside=SHARED_MEMORY (several machines, over gloo between them): c is this rank's
+    slot of the machine's shared buffers, the leader's slot doubles as the result r,
+    and a small broadcast per piece tells the others that r's piece is final. Where a
+    machine cannot make its slots, every rank falls back to its process group
+    (`inside` then names the group's backend).
     """
 
     def __init__(self, buffers, schedule, rank: int, machine_size: int, fp16: bool,
-                 overlapped: bool, transport: str = "gloo"):
+                 overlapped: bool, transport: str = "gloo", inside: Optional[str] = None):
         import torch
+        import torch.distributed as dist
 
         self.buffers = list(buffers)
         self.local = machine_size
         machines, machine = schedule.size, rank // machine_size
         self.leader = machine * machine_size
         self.fp16 = fp16
-        if fp16:
-            self.comm = [torch.empty_like(b, dtype=torch.float16) for b in self.buffers]
-            self.sent = [torch.empty_like(c) for c in self.comm]
-        elif overlapped:
-            self.comm = [torch.empty_like(b) for b in self.buffers]
-        else:
-            self.comm = self.buffers
+        self.transport = transport  # between machines
         self.group = machine_groups(machine_size, machines * machine_size)[machine]
         self.several_machines = machines > 1
+        dtypes = [torch.float16 if fp16 else b.dtype for b in self.buffers]
+        slots = None
+        if inside == SHARED_MEMORY and self.several_machines:
+            slots = machine_slots([(b.numel(), d) for b, d in zip(self.buffers, dtypes)],
+                                  self.group, self.leader, rank - self.leader, machine_size)
+        self.inside = SHARED_MEMORY if slots else dist.get_backend(self.group)
+        if slots:
+            self.slots = slots
+            self.comm = [s[rank - self.leader] for s in slots]
+        elif fp16 or overlapped:
+            self.comm = [torch.empty_like(b, dtype=d) for b, d in zip(self.buffers, dtypes)]
+        else:
+            self.comm = self.buffers
+        # where every rank takes the step's result from
+        self.result = [s[0] for s in slots] if slots else self.comm
+        if fp16:
+            self.sent = [torch.empty_like(c) for c in self.comm]
         self.pieces = pieces(self.comm, PIPELINE_BYTES[transport] if self.several_machines
                              else None)
         # The leader's exchanges with neighbor machines, one per piece (none elsewhere).
@@ -76,6 +102,7 @@ class MachineAveraging:
                 tag += len(exchange.chunks)
                 self.exchanges.append(exchange)
         self._works: List = []
+        self._final = torch.zeros(len(self.pieces))  # shared memory: one signal per piece
 
     @property
     def exchange(self) -> Optional[NeighborExchange]:
@@ -102,11 +129,15 @@ class MachineAveraging:
                 c.copy_(self.buffers[k][lo:hi])
             if self.fp16:
                 self.sent[k][lo:hi].copy_(c)
-            self._works.append(dist.all_reduce(c, group=self.group, async_op=True))
+            if self.inside != SHARED_MEMORY:
+                self._works.append(dist.all_reduce(c, group=self.group, async_op=True))
 
     def finish(self) -> None:
         import torch.distributed as dist
 
+        if self.inside == SHARED_MEMORY:
+            self._finish_shared()
+            return
         if not self.several_machines:  # every rank holds the sum: average locally
             for work in self._works:
                 work.wait()
@@ -141,14 +172,48 @@ class MachineAveraging:
             work.wait()
             self._take_result(*piece)
 
+    def _finish_shared(self) -> None:
+        """The step through the machine's shared slots: the leader sums each piece of
+        the slots into its own and exchanges it at once, so the link carries piece p
+        while it sums the next; each piece is final once combined, and the others copy
+        it out as soon as the leader says so."""
+        import torch.distributed as dist
+
+        dist.barrier(group=self.group)  # every rank's slot holds its buffers
+        signals = []
+        if self.exchanges:  # the leader
+            for exchange, (k, lo, hi) in zip(self.exchanges, self.pieces):
+                total = self.result[k][lo:hi]
+                for slot in self.slots[k][1:]:
+                    total.add_(slot[lo:hi])
+                self._before_exchange(k, lo, hi)
+                exchange.start()
+            for i, (exchange, (k, lo, hi)) in enumerate(zip(self.exchanges, self.pieces)):
+                exchange.finish()
+                self._after_exchange(k, lo, hi)
+                signals.append(dist.broadcast(self._final[i:i + 1], self.leader,
+                                              group=self.group, async_op=True))
+                self._take_result(k, lo, hi)
+            for signal in signals:
+                signal.wait()
+        else:
+            signals = [dist.broadcast(self._final[i:i + 1], self.leader, group=self.group,
+                                      async_op=True) for i in range(len(self.pieces))]
+            for signal, piece in zip(signals, self.pieces):
+                signal.wait()
+                self._take_result(*piece)
+        # The leader's slot is the result: it writes the next step's buffers there only
+        # once no rank reads this step's.
+        dist.barrier(group=self.group)
+
     def _take_result(self, k: int, lo: int, hi: int) -> None:
-        """x <- the result in c for one piece (the leader too: a machine's ranks end
-        alike), or with float16, x <- x + (c - sent)."""
-        c, x = self.comm[k][lo:hi], self.buffers[k][lo:hi]
+        """x <- the result r for one piece (the leader too: a machine's ranks end
+        alike), or with float16, x <- x + (r - sent)."""
+        r, x = self.result[k][lo:hi], self.buffers[k][lo:hi]
         if self.fp16:
-            x.sub_(self.sent[k][lo:hi].sub_(c))
-        elif self.comm[k] is not self.buffers[k]:
-            x.copy_(c)
+            x.sub_(self.sent[k][lo:hi].sub_(r))
+        elif self.result[k] is not self.buffers[k]:
+            x.copy_(r)
 
     def _before_exchange(self, k: int, lo: int, hi: int) -> None:
         """The machine's average of a piece, into what the leader exchanges."""

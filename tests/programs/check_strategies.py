@@ -33,6 +33,11 @@ STATIC = ["exponential-2", "exponential-3", "symmetric-exponential", "ring", "ri
           "ring-right", "mesh-2d", "star", "fully-connected"]
 DYNAMIC = ["exponential-2", "ring", "symmetric-exponential", "fully-connected"]
 DYNAMIC_STEPS = 5
+# what `auto` moves messages between machines over (messages of a small model may go
+# over MPI instead; then the machine sums over its process group)
+AUTO_BETWEEN_MACHINES = {"auto": "gloo"}
+SHARED_MEMORY = "shared memory"  # commbench.comm.machine_averaging.SHARED_MEMORY
+
 STRATEGIES = ("neighbor_allreduce", "hierarchical_neighbor_allreduce", "gradient_allreduce",
               "allreduce")
 FLOAT_TOL = 1e-5
@@ -95,7 +100,9 @@ class Checker:
         config = RunConfig(dist_optimizer=name, cpu_transport=self.transport, **flags)
         plugin = registry.resolve(name)(ctx or self.ctx, config)
         used = plugin.facts().get("transport", self.transport)
-        if used != self.transport:  # auto or a silent fallback would test gloo twice
+        # auto (between machines: gloo, shared memory inside) or a silent fallback would
+        # test one path twice
+        if used != AUTO_BETWEEN_MACHINES.get(self.transport, self.transport):
             self.failures.append((name, f"[{self.transport}] transport: rank {self.rank} "
                                   f"uses {used}"))
         return plugin
@@ -111,6 +118,10 @@ class Checker:
 
         model = model or two_dtype_model()
         plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=0.0))
+        inside, between = (getattr(plugin.mixer, name, None) for name in ("inside", "transport"))
+        if self.transport == "auto" and between == "gloo" and inside != SHARED_MEMORY:
+            self.failures.append((strategy, f"[auto] {label}: rank {self.rank} sums inside "
+                                  f"the machine over {inside}, not {SHARED_MEMORY}"))
         x = self.set_distinct(model)
         for t, w in enumerate(weights_per_step):
             if reset_each_step and t:
@@ -350,6 +361,14 @@ def main() -> int:
             checker.neighbor_allreduce()
         if "hierarchical_neighbor_allreduce" in wanted:
             checker.hierarchical()
+    if "hierarchical_neighbor_allreduce" in wanted and ctx.num_machines > 1 and \
+            not ctx.simulated_machines:  # real machines: auto sums in shared memory,
+        from commbench.optimizers.hierarchical_neighbor_allreduce import (  # here even
+            HierarchicalNeighborAllreduce)  # the small models' buffers
+
+        HierarchicalNeighborAllreduce.shared_memory_bytes = 0
+        checker.transport = "auto"
+        checker.hierarchical()
     if "gradient_allreduce" in wanted:
         checker.transport = "gloo"
         checker.gradient_averaging("gradient_allreduce")

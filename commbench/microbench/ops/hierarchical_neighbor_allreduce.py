@@ -6,9 +6,10 @@ neighbor averaging, measured against neighbor_allreduce's raw rows.
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 from commbench import metrics
+from commbench.comm.machine_averaging import SHARED_MEMORY
 from commbench.microbench.ops.base import Data, MixingOp, Primitive
 from commbench.microbench.ops.neighbor_allreduce import neighbor, send_recv
 
@@ -23,6 +24,12 @@ class HierarchicalNeighborAllreduce(MixingOp):
         # The leader's exchange with neighbor machines (None on other ranks); machines
         # of one rank: the plugin is plain neighbor averaging.
         self.exchange = getattr(self.mixer, "exchange", None) if self.L > 1 else self.mixer
+
+    def transport(self) -> Optional[str]:
+        """Between machines, and inside them when that is not their process group."""
+        between = super().transport()
+        inside = getattr(self.mixer, "inside", None)
+        return f"{between}; shared memory inside" if inside == SHARED_MEMORY else between
 
     def traffic(self, call: int) -> Tuple[float, float]:
         """Nominal bytes: ring allreduce inside the machine, the leader's exchange
