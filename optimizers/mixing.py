@@ -93,7 +93,11 @@ class MixingStrategy(Strategy):
     def wrap(self, model, optimizer) -> TrainStep:
         from commbench.comm.fused import fuse_parameters
 
-        self.mixer = self.build_mixer(fuse_parameters(model))
+        buffers = fuse_parameters(model)
+        self.mixer = self.build_mixer(buffers)
+        kept = getattr(self.mixer, "buffers", buffers)
+        if any(a is not b for a, b in zip(kept, buffers)):  # the mixer keeps them elsewhere
+            fuse_parameters(model, into=kept)
         return combine_step(model, optimizer, self.mixer, self.config.atc_style)
 
     def facts(self) -> Dict[str, Any]:

@@ -59,6 +59,31 @@ def test_parameters_become_views_into_one_buffer_per_dtype():
     assert single.data_ptr() == model[0].weight.data_ptr()
 
 
+def test_parameters_move_into_buffers_kept_elsewhere():
+    """A mixer that keeps the buffers elsewhere (in shared memory) gets the parameters
+    moved there, values and training intact."""
+    import torch
+
+    from commbench.comm.fused import fuse_parameters
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    model.extra = torch.nn.Parameter(torch.arange(3, dtype=torch.float64))
+    before = [p.detach().clone() for p in model.parameters()]
+    first = fuse_parameters(model)
+    elsewhere = [torch.zeros_like(b) for b in first]
+    assert fuse_parameters(model, into=elsewhere) == elsewhere
+    for p, old in zip(model.parameters(), before):
+        assert torch.equal(p, old)
+    assert {b.data_ptr() for b in elsewhere} == \
+        {model[0].weight.data_ptr(), model.extra.data_ptr()}
+    snapshot = [b.clone() for b in elsewhere]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    k = next(i for i, b in enumerate(elsewhere) if b.dtype == torch.float32)
+    assert not torch.equal(elsewhere[k], snapshot[k])  # the step wrote there
+
+
 # --- checks before communication (in process) ------------------------------------
 
 

@@ -51,9 +51,12 @@ class MachineAveraging:
 
     inside=SHARED_MEMORY (several machines, over gloo between them): c is this rank's
     slot of the machine's shared buffers, the leader's slot doubles as the result r,
-    and a small broadcast per piece tells the others that r's piece is final. Where a
-    machine cannot make its slots, every rank falls back to its process group
-    (`inside` then names the group's backend).
+    and a small broadcast per piece tells the others that r's piece is final. Without
+    float16, x itself moves into the slot (`buffers` then names the slots, and the
+    plugin moves the parameters there): nothing touches the slots between start() and
+    finish(), so backward can read x while nothing is copied. Where a machine cannot
+    make its slots, every rank falls back to its process group (`inside` then names
+    the group's backend).
     """
 
     def __init__(self, buffers, schedule, rank: int, machine_size: int, fp16: bool,
@@ -78,6 +81,10 @@ class MachineAveraging:
         if slots:
             self.slots = slots
             self.comm = [s[rank - self.leader] for s in slots]
+            if not fp16:  # x lives in this rank's slot: nothing to copy in before a step
+                for c, b in zip(self.comm, self.buffers):
+                    c.copy_(b)
+                self.buffers = list(self.comm)
         elif fp16 or overlapped:
             self.comm = [torch.empty_like(b, dtype=d) for b, d in zip(self.buffers, dtypes)]
         else:
