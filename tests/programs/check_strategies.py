@@ -362,11 +362,11 @@ def main() -> int:
         if "hierarchical_neighbor_allreduce" in wanted:
             checker.hierarchical()
     if "hierarchical_neighbor_allreduce" in wanted and ctx.num_machines > 1 and \
-            not ctx.simulated_machines:  # real machines: auto sums in shared memory,
-        from commbench.optimizers.hierarchical_neighbor_allreduce import (  # here even
-            HierarchicalNeighborAllreduce)  # the small models' buffers
+            not ctx.simulated_machines:  # real machines: auto sums in shared memory
+        from commbench.optimizers.hierarchical_neighbor_allreduce import (
+            HierarchicalNeighborAllreduce)
 
-        HierarchicalNeighborAllreduce.shared_memory_bytes = 0
+        HierarchicalNeighborAllreduce.shared_memory_bytes = 0  # the small models' too
         checker.transport = "auto"
         checker.hierarchical()
     if "gradient_allreduce" in wanted:
