@@ -1,13 +1,16 @@
 """Is a change no slower? `commbench microbench` under two git revisions of commbench's
 own package (`commbench/`, checked out into a scratch work tree; the rest of the
-environment is this one), in rounds whose order alternates, so that the machine's
-drift hits both alike. Prints, per op and size, the median call time of commbench's
+environment is this one), or one revision under two sets of flags (`--old-flags`,
+`--new-flags`), in rounds whose order alternates, so that the machine's drift hits
+both alike. Prints, per op and size, the median call time of commbench's
 row under each revision and the paired ratio old/new (> 1: the new one is faster)
 with the 95% interval of its geometric mean over the rounds.
 
     python benchmarks/paired_revisions.py --old c14ec1a [--new HEAD] [--rounds 3]
         [--launch "mpiexec -n 4"] -- --op hierarchical_neighbor_allreduce \\
         --machine-size 2 -b 1K -e 64M
+    python benchmarks/paired_revisions.py --old HEAD --old-flags "--cpu-transport mpi" \\
+        --launch "mpirun -H cb-m0,cb-m1 -np 2 --bind-to none" -- --op allreduce -b 4K -e 64K
 
 Everything after `--` goes to `commbench microbench`. A size is a regression when the
 interval lies wholly below 0.95; it is not decided when the interval spans 0.95.
@@ -55,6 +58,8 @@ def main():
     parser.add_argument("--old", required=True)
     parser.add_argument("--new", default="HEAD")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--old-flags", default="", help="more microbench flags of the old arm")
+    parser.add_argument("--new-flags", default="", help="more microbench flags of the new arm")
     parser.add_argument("--launch", default="mpiexec -n 4 --oversubscribe")
     parser.add_argument("flags", nargs=argparse.REMAINDER)
     args = parser.parse_args()
@@ -65,10 +70,12 @@ def main():
         trees = {arm: checkout(getattr(args, arm), Path(scratch) / arm) for arm in got}
         for r in range(args.rounds):
             for arm in (("old", "new") if r % 2 == 0 else ("new", "old")):
-                got[arm].append(times(launch, trees[arm], flags,
+                arm_flags = [*flags, *shlex.split(getattr(args, f"{arm}_flags"))]
+                got[arm].append(times(launch, trees[arm], arm_flags,
                                       Path(scratch) / f"{arm}{r}"))
             print(f"round {r + 1} of {args.rounds} done", flush=True)
-    print(f"old = {args.old}, new = {args.new}, {args.rounds} rounds, "
+    print(f"old = {args.old} {args.old_flags}, new = {args.new} {args.new_flags}, "
+          f"{args.rounds} rounds, "
           f"{' '.join(launch)} commbench microbench {' '.join(flags)}")
     print(f"{'op':<34} {'bytes':>10} {'old p50 s':>10} {'new p50 s':>10} "
           f"{'old/new':>8} {'95% CI':>13}")

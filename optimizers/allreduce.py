@@ -23,7 +23,7 @@ from typing import Any, Dict
 from commbench import spans
 from commbench.comm.mpi_averager import MpiAverager
 from commbench.comm.transport import (check_cpu_transport, choose_transport,
-                                      small_message_facts, small_message_transport,
+                                      small_message_facts, small_messages,
                                       transport_for, transport_reason)
 from commbench.errors import UsageError
 from commbench.flags import flag
@@ -54,10 +54,10 @@ class Allreduce(Strategy):
         super().__init__(ctx, config)
         self.transport = ctx.backend if config.fp16_allreduce else \
             choose_transport(config.cpu_transport, ctx)
-        self.small_transport = None if config.fp16_allreduce else \
-            small_message_transport(config.cpu_transport, ctx)
+        self.small_messages = None if config.fp16_allreduce else \
+            small_messages(config.cpu_transport, ctx, point_to_point=False)
         self.averager = MpiAverager(ctx.world_size) \
-            if "mpi" in (self.transport, self.small_transport) else None
+            if self.transport == "mpi" or self.small_messages else None
 
     def wrap(self, model, optimizer) -> TrainStep:
         from torch.nn.parallel import DistributedDataParallel
@@ -83,7 +83,7 @@ class Allreduce(Strategy):
         if self.averager is None:
             return self.ctx.backend
         nbytes = bucket.numel() * bucket.element_size()
-        over_mpi = transport_for(nbytes, self.transport, self.small_transport) == "mpi"
+        over_mpi = transport_for(nbytes, self.transport, self.small_messages) == "mpi"
         return "mpi" if over_mpi else self.ctx.backend
 
     def _hook_by_size(self, state, bucket):
@@ -109,7 +109,7 @@ class Allreduce(Strategy):
         why = "--fp16-allreduce" if self.config.fp16_allreduce else \
             transport_reason(self.config.cpu_transport, self.transport, self.ctx)
         return {"transport": self.transport, "transport_reason": why,
-                **small_message_facts(self.small_transport),
+                **small_message_facts(self.small_messages),
                 "fp16": self.config.fp16_allreduce,
                 "broadcast_buffers": not self.options.no_broadcast_buffers}
 

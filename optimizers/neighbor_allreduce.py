@@ -15,7 +15,7 @@ from typing import Any, Dict
 
 from commbench.comm.neighbor_exchange import CHUNK_BYTES
 from commbench.comm.transport import (check_cpu_transport, choose_transport,
-                                      small_message_facts, small_message_transport,
+                                      small_message_facts, small_messages,
                                       transport_for, transport_reason)
 from commbench.errors import UsageError
 from commbench.launch.gpus import torch_older_than
@@ -35,7 +35,7 @@ class NeighborAllreduce(MixingStrategy):
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
         self.transport = choose_transport(config.cpu_transport, ctx)
-        self.small_transport = small_message_transport(config.cpu_transport, ctx)
+        self.small_messages = small_messages(config.cpu_transport, ctx, point_to_point=True)
         if self.transport == "nccl" and torch_older_than(1, 12):
             # Batched point-to-point with more than 2 ranks hangs NCCL before torch 1.12
             # (pytorch/pytorch#73960); every rank stops here alike.
@@ -55,7 +55,7 @@ class NeighborAllreduce(MixingStrategy):
         bytes counted are those sent (float16 copies with --fp16-allreduce)."""
         nbytes = sum(b.numel() * (2 if self.config.fp16_allreduce else b.element_size())
                      for b in buffers)
-        return transport_for(nbytes, self.transport, self.small_transport)
+        return transport_for(nbytes, self.transport, self.small_messages)
 
     def facts(self) -> Dict[str, Any]:
         """Besides the topology settings: precision, transport, how fast W mixes, and
@@ -68,7 +68,7 @@ class NeighborAllreduce(MixingStrategy):
             "fp16": self.config.fp16_allreduce,
             "transport": self.transport,
             "transport_reason": transport_reason(self.config.cpu_transport, self.transport, ctx),
-            **small_message_facts(self.small_transport),
+            **small_message_facts(self.small_messages),
             "message_bytes": CHUNK_BYTES[self.transport],  # None: one per buffer and peer
             "spectral_gap": build_topology(self.config.topology, self.nodes()).spectral_gap,
             "machine_size": ctx.machine_size,

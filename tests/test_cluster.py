@@ -164,9 +164,11 @@ def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_p
         assert doc["summary"]["oversubscribed"] == {"machine": host, "workers": n,
                                                     "physical_cores": cores}
     # the leaders' exchange between machines: `auto` leaves it to gloo; small messages
-    # go over MPI only while every rank has a core of its own
+    # go over MPI, only those sent eagerly where ranks share cores
     assert doc["strategy"]["transport"] == "gloo"
-    assert doc["strategy"]["small_message_transport"] == (None if n > cores else "mpi")
+    assert doc["strategy"]["small_message_transport"] == "mpi"
+    below = (32 if n > cores else 256) << 10
+    assert doc["strategy"]["small_message_bytes"] == below
     # inside each machine the ranks sum resnet18's buffers in shared memory, and say so
     assert doc["strategy"]["machine_transport"] == "shared memory"
     assert "inside each machine over shared memory" in done.stdout
@@ -189,6 +191,17 @@ def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_p
         why = "--cpu-transport auto between machines"
         assert strategy["transport_reason"] == why
         assert f"(CPU tensors move over gloo: {why}" in done.stdout
+        # neighbor exchanges on either side of the size rule, right on every call
+        done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", str(n), "python", "-m",
+                                "commbench", "microbench", "--op", "neighbor_allreduce",
+                                "-b", "16K", "-e", "64K", "-f", "4", "-n", "3", "-w", "1",
+                                "-c", "1", "--no-raw", "--results-dir", "small"],
+                      timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = only_result(tmp_path / "small")["rows"]
+        assert all(r["wrong"] == 0 for r in rows), rows
+        assert {r["bytes"]: r["transport"] for r in rows} == \
+            {16 << 10: "mpi", 64 << 10: "mpi" if below > 64 << 10 else "gloo"}
 
 
 @pytest.mark.mpi

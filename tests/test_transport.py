@@ -1,6 +1,7 @@
 """Which transport `--cpu-transport auto` picks, and why the result says: MPI when
 every rank is on one machine, gloo between machines but MPI for small messages there
-while every rank has a core; an explicit choice is kept."""
+(while every rank has a core, else only point-to-point messages sent eagerly); an
+explicit choice is kept."""
 
 from types import SimpleNamespace
 
@@ -59,23 +60,27 @@ def test_gpu_tensors_go_through_the_process_group(mpi_up):
     assert transport.transport_reason("auto", "nccl", ctx) == "GPU tensors"
 
 
-@pytest.mark.parametrize("hosts, cores, small", [
-    (["a", "b"], 8, "mpi"),  # between machines, a core per rank: MPI answers sooner
-    (["a", "a", "b", "b"], 2, "mpi"),
-    (["a", "a", "a", "b", "b", "b"], 2, None),  # more ranks than cores: polling ranks collide
+@pytest.mark.parametrize("point_to_point", [False, True])
+@pytest.mark.parametrize("hosts, cores, below", [
+    (["a", "b"], 8, transport.SMALL_MESSAGE_BYTES),  # a core per rank: MPI answers sooner
+    (["a", "a", "b", "b"], 2, transport.SMALL_MESSAGE_BYTES),
+    # more ranks than cores: polling ranks collide, only eager sends stay on MPI
+    (["a", "a", "a", "b", "b", "b"], 2, "eager"),
     (["a", "a"], 8, None),  # one machine: every size is on MPI already
 ])
-def test_small_messages_between_machines_go_over_mpi_while_every_rank_has_a_core(
-        mpi_up, hosts, cores, small):
+def test_small_messages_between_machines_go_over_mpi(mpi_up, hosts, cores, below,
+                                                     point_to_point):
     ctx = job(hosts, cores=cores)
     large = transport.choose_transport("auto", ctx)
-    assert transport.small_message_transport("auto", ctx) == small
-    below, at = transport.SMALL_MESSAGE_BYTES - 1, transport.SMALL_MESSAGE_BYTES
-    assert transport.transport_for(below, large, small) == (small or large)
-    assert transport.transport_for(at, large, small) == large
+    small = transport.small_messages("auto", ctx, point_to_point)
+    if below == "eager":
+        below = transport.EAGER_BYTES if point_to_point else None
+    assert small == (transport.SmallMessages("mpi", below) if below else None)
+    limit = below or transport.SMALL_MESSAGE_BYTES
+    assert transport.transport_for(limit - 1, large, small) == ("mpi" if below else large)
+    assert transport.transport_for(limit, large, small) == large
     assert transport.small_message_facts(small) == {
-        "small_message_transport": small,
-        "small_message_bytes": transport.SMALL_MESSAGE_BYTES if small else None}
+        "small_message_transport": "mpi" if below else None, "small_message_bytes": below}
 
 
 @pytest.mark.parametrize("choice, mpi, device", [("gloo", True, "cpu"), ("mpi", True, "cpu"),
@@ -83,5 +88,6 @@ def test_small_messages_between_machines_go_over_mpi_while_every_rank_has_a_core
 def test_no_size_rule_where_auto_did_not_pick_or_mpi_cannot_carry(monkeypatch, choice, mpi,
                                                                   device):
     monkeypatch.setattr(transport, "mpi_ready", lambda: mpi)
-    assert transport.small_message_transport(choice, job(["a", "b"], mpi=mpi,
-                                                         device=device)) is None
+    for point_to_point in (False, True):
+        assert transport.small_messages(choice, job(["a", "b"], mpi=mpi, device=device),
+                                        point_to_point) is None

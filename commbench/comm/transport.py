@@ -10,8 +10,10 @@ backward pass waits for the step's end, where gloo's own threads move it meanwhi
 (docs/measurements.md, "Every strategy at link rate"; docs/cluster.md's network-regime
 study). Small messages between machines are the exception: latency binds them, and a
 rank polling inside MPI answers sooner than gloo's threads wake, so below
-SMALL_MESSAGE_BYTES they go over MPI, unless a machine has more ranks than cores (ranks
-that poll then take each other's cores).
+SMALL_MESSAGE_BYTES they go over MPI. Where a machine has more ranks than cores, ranks
+that poll take each other's cores: an allreduce, whose rounds each wait for a peer
+that is not running, stays on gloo; a point-to-point message small enough that Open MPI
+sends it at once (below EAGER_BYTES) still goes over MPI, since only its receiver waits.
 
 A transport posts a list of chunks, each a list of messages, and returns one
 handle per chunk that is done when all of that chunk's messages are, so a caller
@@ -26,6 +28,9 @@ from typing import Callable, List, NamedTuple, Optional
 from commbench.errors import UsageError
 
 SMALL_MESSAGE_BYTES = 256 << 10
+# Open MPI's TCP transport sends a message up to its eager limit (btl_tcp_eager_limit,
+# 64 KB with the header) without waiting for the receiver; half of it leaves room.
+EAGER_BYTES = 32 << 10
 
 MPI_UNAVAILABLE = ("argument --cpu-transport: mpi needs a job started by an MPI launcher "
                    "(mpiexec) that set up mpi4py (installed, and no MASTER_ADDR/MASTER_PORT)")
@@ -62,29 +67,37 @@ def between_machines(ctx) -> bool:
     return len(set(ctx.hostnames)) > 1
 
 
-def small_message_transport(choice: str, ctx) -> Optional[str]:
-    """What `auto` moves messages below SMALL_MESSAGE_BYTES over where that differs from
-    choose_transport's pick: "mpi" between machines when every rank has a core of its
-    own; None elsewhere (every size then goes one way)."""
+class SmallMessages(NamedTuple):
+    """Messages of fewer than `below` bytes go over `transport`."""
+
+    transport: str
+    below: int
+
+
+def small_messages(choice: str, ctx, point_to_point: bool) -> Optional[SmallMessages]:
+    """Where `auto` moves small messages over another transport than choose_transport's
+    pick: MPI between machines, below SMALL_MESSAGE_BYTES while every rank has a core of
+    its own, else below EAGER_BYTES for point-to-point messages only; None elsewhere
+    (every size then goes one way)."""
     if choice != "auto" or getattr(ctx.device, "type", ctx.device) != "cpu":
         return None
     if not (ctx.launch.mpi and mpi_ready() and between_machines(ctx)):
         return None
     if any(workers > cores for _, workers, cores in ctx.machine_load()):
-        return None
-    return "mpi"
+        return SmallMessages("mpi", EAGER_BYTES) if point_to_point else None
+    return SmallMessages("mpi", SMALL_MESSAGE_BYTES)
 
 
-def transport_for(nbytes: int, transport: str, small: Optional[str]) -> str:
-    """The transport of a message of `nbytes`: `small` below SMALL_MESSAGE_BYTES, when
-    there is one, else `transport`."""
-    return small if small and nbytes < SMALL_MESSAGE_BYTES else transport
+def transport_for(nbytes: int, transport: str, small: Optional[SmallMessages]) -> str:
+    """The transport of a message of `nbytes`: small.transport below small.below, when
+    there is a size rule, else `transport`."""
+    return small.transport if small and nbytes < small.below else transport
 
 
-def small_message_facts(small: Optional[str]) -> dict:
+def small_message_facts(small: Optional[SmallMessages]) -> dict:
     """What a result records of the size rule (None: every size over `transport`)."""
-    return {"small_message_transport": small,
-            "small_message_bytes": SMALL_MESSAGE_BYTES if small else None}
+    return {"small_message_transport": small.transport if small else None,
+            "small_message_bytes": small.below if small else None}
 
 
 def transport_reason(choice: str, transport: str, ctx) -> str:
