@@ -167,7 +167,7 @@ def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_p
     # go over MPI, only those sent eagerly where ranks share cores
     assert doc["strategy"]["transport"] == "gloo"
     assert doc["strategy"]["small_message_transport"] == "mpi"
-    below = (32 if n > cores else 256) << 10
+    below = (63 if n > cores else 256) << 10
     assert doc["strategy"]["small_message_bytes"] == below
     # inside each machine the ranks sum resnet18's buffers in shared memory, and say so
     assert doc["strategy"]["machine_transport"] == "shared memory"

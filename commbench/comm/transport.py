@@ -28,9 +28,9 @@ from typing import Callable, List, NamedTuple, Optional
 from commbench.errors import UsageError
 
 SMALL_MESSAGE_BYTES = 256 << 10
-# Open MPI's TCP transport sends a message up to its eager limit (btl_tcp_eager_limit,
-# 64 KB with the header) without waiting for the receiver; half of it leaves room.
-EAGER_BYTES = 32 << 10
+# Open MPI's TCP transport sends a message whole, without waiting for the receiver, up
+# to its eager limit (btl_tcp_eager_limit: 64 KB, its header included; 1 KB is left for it)
+EAGER_BYTES = 63 << 10
 
 MPI_UNAVAILABLE = ("argument --cpu-transport: mpi needs a job started by an MPI launcher "
                    "(mpiexec) that set up mpi4py (installed, and no MASTER_ADDR/MASTER_PORT)")
