@@ -248,12 +248,13 @@ def test_mpirun_ends_when_a_machine_is_lost(cluster, tmp_path, fault):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
-def test_horovodrun_ends_when_a_machines_link_goes_down(cluster, tmp_path):
+@pytest.mark.parametrize("fault", [link_down, everything_killed, link_stalled])
+def test_horovodrun_ends_when_a_machine_is_lost(cluster, tmp_path, fault):
     from test_horovod import horovod_or_skip
 
     horovod_or_skip()
     launch = ["horovodrun", "-np", "2", "-H", cluster.hosts]
-    code, after, took = lose_a_machine(cluster, launch, "horovod", link_down, tmp_path)
+    code, after, took = lose_a_machine(cluster, launch, "horovod", fault, tmp_path)
     assert_ended_and_torn_down(cluster, code, after, took, tmp_path)
 
 
