@@ -60,27 +60,28 @@ def test_gpu_tensors_go_through_the_process_group(mpi_up):
     assert transport.transport_reason("auto", "nccl", ctx) == "GPU tensors"
 
 
-@pytest.mark.parametrize("point_to_point", [False, True])
-@pytest.mark.parametrize("hosts, cores, below", [
-    (["a", "b"], 8, transport.SMALL_MESSAGE_BYTES),  # a core per rank: MPI answers sooner
-    (["a", "a", "b", "b"], 2, transport.SMALL_MESSAGE_BYTES),
+SMALL, EAGER = transport.SMALL_MESSAGE_BYTES, transport.EAGER_BYTES
+
+
+@pytest.mark.parametrize("hosts, cores, collective, point_to_point", [
+    (["a", "b"], 8, SMALL, SMALL),  # a core per rank: MPI answers sooner
+    (["a", "a", "b", "b"], 2, SMALL, SMALL),
     # more ranks than cores: polling ranks collide, only eager sends stay on MPI
-    (["a", "a", "a", "b", "b", "b"], 2, "eager"),
-    (["a", "a"], 8, None),  # one machine: every size is on MPI already
+    (["a", "a", "a", "b", "b", "b"], 2, None, EAGER),
+    (["a", "a"], 8, None, None),  # one machine: every size is on MPI already
 ])
-def test_small_messages_between_machines_go_over_mpi(mpi_up, hosts, cores, below,
+def test_small_messages_between_machines_go_over_mpi(mpi_up, hosts, cores, collective,
                                                      point_to_point):
     ctx = job(hosts, cores=cores)
     large = transport.choose_transport("auto", ctx)
-    small = transport.small_messages("auto", ctx, point_to_point)
-    if below == "eager":
-        below = transport.EAGER_BYTES if point_to_point else None
-    assert small == (transport.SmallMessages("mpi", below) if below else None)
-    limit = below or transport.SMALL_MESSAGE_BYTES
-    assert transport.transport_for(limit - 1, large, small) == ("mpi" if below else large)
-    assert transport.transport_for(limit, large, small) == large
-    assert transport.small_message_facts(small) == {
-        "small_message_transport": "mpi" if below else None, "small_message_bytes": below}
+    for kind, below in ((False, collective), (True, point_to_point)):
+        small = transport.small_messages("auto", ctx, point_to_point=kind)
+        assert small == (transport.SmallMessages("mpi", below) if below else None)
+        limit = below or SMALL
+        assert transport.transport_for(limit - 1, large, small) == ("mpi" if below else large)
+        assert transport.transport_for(limit, large, small) == large
+        assert transport.small_message_facts(small) == {
+            "small_message_transport": "mpi" if below else None, "small_message_bytes": below}
 
 
 @pytest.mark.parametrize("choice, mpi, device", [("gloo", True, "cpu"), ("mpi", True, "cpu"),
