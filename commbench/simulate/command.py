@@ -131,7 +131,7 @@ def main(args) -> int:
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
              f"{per_machine} workers per machine")
-    notes = table.notes_of(inputs) + links.describe(found_links) + [overlap_note]
+    notes = table.notes_of(inputs, strategies) + links.describe(found_links) + [overlap_note]
     print(table.render(title, rows, notes, args.format))
     split = table.render_split(rows, calibrate.measured_split(runs, per_machine), args.format)
     if split:

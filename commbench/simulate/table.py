@@ -5,13 +5,14 @@ notes that say what it rests on, and the tables of projection files for
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from commbench import units
 from commbench.analysis import tables
 from commbench.simulate.answer import verdicts
 from commbench.simulate.network import Network
 from commbench.simulate.project import Inputs, Row
+from commbench.simulate.step import Strategy
 from commbench.simulate.projection_file import rows_of
 
 HEADERS = ["strategy", "N", "machines", "img/sec", "band", "E(N)", "compute ms",
@@ -52,8 +53,9 @@ def render_answer(rows: List[Row], fmt: str) -> str:
     return tables.render(headers, cells, "rlrrll", fmt)
 
 
-def notes_of(inputs: Inputs) -> List[str]:
+def notes_of(inputs: Inputs, strategies: Sequence[Strategy] = ()) -> List[str]:
     net, c = inputs.network, inputs.compute_at(1)
+    engines = list(dict.fromkeys(s.engine() for s in strategies if s.engine().cycle))
     return [
         "A PROJECTION by commbench's cost model, not a measurement.",
         f"compute: {c.source}; {c.seconds * 1e3:.1f} ms per batch (forward "
@@ -69,10 +71,9 @@ def notes_of(inputs: Inputs) -> List[str]:
         "calibration's 95% intervals (a transport profile's: the published figures' range). "
         "E(N): img/sec / (N x one worker's compute-only img/sec).",
         "coord: what an engine's background thread adds to the step, waiting for its next "
-        "cycle and negotiating with every rank which tensors all have ready (horovod: "
-        "Horovod's defaults, 1 ms cycles and 128 MiB buffers in 0.28.1, its response cache's "
-        "bitwise allreduce per cycle; bluefog.*: 0.5 ms, 8 MiB, requests gathered at rank 0 "
-        "and broadcast); DDP and commbench's own strategies have none.",
+        "cycle and negotiating with every rank which tensors all have ready"
+        + (f" ({'; '.join(engine.label() for engine in engines)})" if engines else "")
+        + "; DDP and commbench's own strategies have none.",
         "fastest: too close to call where the two fastest strategies' bands overlap or they "
         "differ by less than 5%, the model's own error on runs it never saw.",
         "basis: measured (a run at this N and layout), within (up to the largest N "
