@@ -6,6 +6,7 @@ count; imports inside functions do (they run)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Dict, Set
 
@@ -136,3 +137,15 @@ def test_the_checker_sees_what_it_must():
     assert "commbench.config" not in graph["commbench.optimizers.base"]
     assert layer_of("commbench.cli") < layer_of("commbench.run") < layer_of("commbench.plots.scaling")
     assert layer_of("commbench.launch.mpirun_front") < layer_of("commbench.launch.detect")
+
+
+def test_every_package_is_installed():
+    """A package left out of pyproject's `packages` is missing from a wheel, though an
+    editable install (which finds it by path) still imports it."""
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"([\w.]+)"',
+                            re.search(r"^packages = \[(.*?)\]", text, re.S | re.M).group(1)))
+    packages = {".".join([package, *path.parent.relative_to(ROOT / folder).parts])
+                for folder, package in SOURCES.items()
+                for path in (ROOT / folder).rglob("__init__.py")}
+    assert packages - listed == set()
