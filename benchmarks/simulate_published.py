@@ -13,11 +13,13 @@ scaling of the per-GPU speed). Per pair of strategies the publication shows more
 ("right"), cannot tell them apart ("too close"), or names the other ("wrong").
 """
 
+import argparse
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 from commbench import units
-from commbench.simulate import compute, transports
+from commbench.simulate import compute, published, transports
 from commbench.simulate.network import Link, Network
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import Strategy
@@ -70,6 +72,7 @@ BLUEFOG_STACK = ("AWS p3.16xlarge: 8 V100 NVLink per machine, 25 Gbit/s, no EFA:
 SOURCES = [
     {
         "name": "DLPerf: NVIDIA DeepLearningExamples ResNet-50 v1.5, PyTorch",
+        "short": "DLPerf batch 128",
         "stack": "PyTorch 1.5 (NGC 20.03), DDP, NCCL 2.5.6, DALI, FP32, V100-SXM2 16 GB x 8 "
                  "per node, 100 Gbit/s InfiniBand (nccl-ib), batch 128",
         "model": ("resnet50", 224, 128), "per_machine": 8,
@@ -79,6 +82,7 @@ SOURCES = [
     },
     {
         "name": "RaySGD benchmark documentation: Horovod",
+        "short": "RaySGD batch 128",
         "stack": "PyTorch 1.4, Horovod 0.19 (NCCL; 0.17-0.20 defaults), ResNet-50 batch "
                  "128, AWS p3dn.24xlarge (8 V100 32 GB NVLink, 100 Gbit/s; no EFA plugin "
                  "stated: nccl-socket)",
@@ -91,6 +95,7 @@ SOURCES = [
     },
     {
         "name": "Bluefog documentation, performance page: ResNet-50 batch 64",
+        "short": "Bluefog docs batch 64",
         "stack": BLUEFOG_STACK,
         "model": ("resnet50", 224, 64), "per_machine": 8,
         "network": network("nccl-socket", "25gbit"),
@@ -100,6 +105,7 @@ SOURCES = [
     },
     {
         "name": "Bluefog documentation, performance page: ResNet-50 batch 32",
+        "short": "Bluefog docs batch 32",
         "stack": BLUEFOG_STACK,
         "model": ("resnet50", 224, 32), "per_machine": 8,
         "network": network("nccl-socket", "25gbit"),
@@ -171,7 +177,7 @@ def report_source(source, errors, calls_total):
             linear = n * source["img_sec"] / value - 1
             mine[short(strategy)].append(abs(error))
             if n >= 16:
-                errors[short(strategy).split(" (")[0]].append(abs(error))
+                errors[strategy.name].append((error, f"{source['short']}, {n} GPUs"))
             step = row.step
             print(f"  {short(strategy):<42} {n:>5} {value:>10.0f} {row.img_sec:>10.0f} "
                   f"{100 * error:>+6.1f}% {100 * linear:>+6.1f}%  {step.exposed * 1e3:.1f} / "
@@ -205,7 +211,7 @@ def horovod_docs(errors):
         row = projected(model, image, batch, [strategy], 4, net, img_sec, [512],
                         ("ring",))[(strategy.label(), 512)]
         error = row.efficiency / published - 1
-        errors["horovod"].append(abs(error))
+        errors["horovod"].append((error, f"Horovod docs {model}, 512 GPUs"))
         print(f"  {model:<13} {img_sec:>9.0f} {100 * published:>11.0f}% "
               f"{100 * row.efficiency:>11.1f}% {100 * error:>+6.1f}%  (exposed "
               f"{row.step.exposed * 1e3:.0f} ms, coordination {row.step.coordination * 1e3:.1f}"
@@ -213,22 +219,43 @@ def horovod_docs(errors):
     print()
 
 
+def summary(errors):
+    """Per strategy, over the points from 16 GPUs up: how many, the median |error|, and
+    the worst (signed: > 0, the projection was faster than published) with where."""
+    out = {}
+    for name, values in sorted(errors.items()):
+        worst, where = max(values, key=lambda v: abs(v[0]))
+        out[name] = {"points": len(values),
+                     "median": round(statistics.median(abs(e) for e, _ in values), 3),
+                     "worst": round(worst, 3), "worst_at": where}
+    return out
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--summary", metavar="FILE", help="also write the per-strategy "
+                        "errors as JSON (commbench simulate prints them beside GPU "
+                        f"projections from {published.PATH.name})")
+    args = parser.parse_args()
     errors, calls = defaultdict(list), defaultdict(int)
     for source in SOURCES:
         report_source(source, errors, calls)
     horovod_docs(errors)
     print("Over every published point from 16 GPUs up (target: median |error| <= 15%, "
           "worst <= 30%):")
-    for name, values in sorted(errors.items()):
-        print(f"  {name:<40} {len(values):>2} points: median |error| "
-              f"{100 * statistics.median(values):.1f}%, worst {100 * max(values):.1f}%")
+    scored = summary(errors)
+    for name, s in scored.items():
+        print(f"  {name:<40} {s['points']:>2} points: median |error| "
+              f"{100 * s['median']:.1f}%, worst {100 * s['worst']:+.1f}% ({s['worst_at']})")
     total = sum(calls.values())
     print(f"Winner calls where a publication shows one strategy > {100 * GAP_PUBLISHED:.0f}% "
           f"faster: {calls['right']} right, {calls['too close']} too close, {calls['wrong']} "
           f"wrong of {total}")
     release_sensitivity()
     latency_sensitivity()
+    if args.summary:
+        published.write(Path(args.summary), scored, "python benchmarks/simulate_published.py "
+                        "--summary " + published.RELATIVE)
 
 
 def release_sensitivity():

@@ -4,6 +4,7 @@ bytes, DDP's buckets against DDP's own, calibration round trips (files made from
 command's golden output, files and one-line errors."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 pytest.importorskip("torch.utils.flop_counter", reason="commbench simulate needs torch >= 2.1")
 
 from commbench import metrics  # noqa: E402
-from commbench.simulate import calibrate, compute, costs  # noqa: E402
+from commbench.simulate import calibrate, compute, costs, published  # noqa: E402
 from commbench.simulate.network import Link, Network  # noqa: E402
 from commbench.simulate.step import Strategy, simulate  # noqa: E402
 from commbench.topology import build_schedule  # noqa: E402
@@ -22,6 +23,7 @@ from launchers import mpiexec, torchrun  # noqa: E402
 
 PYTHON = sys.executable
 DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = DATA / "golden" / "simulate.txt"
 UNIT = Network(Link(0.0, 1.0), Link(0.0, 1.0))  # one second per byte: times are bytes
 STATED = ["--img-sec", "367", "--model", "resnet50", "--batch-size", "128", "--image-size",
@@ -400,3 +402,32 @@ def test_overlap_efficiency_fitted_on_measured_points_comes_back():
     with_own = Inputs(32, grads, net, 2, {4: _compute()}, ("ring",), overlaps=fitted)
     assert [r.img_sec for r in project(strategies, [4], with_own)] == pytest.approx(
         [v for v, _ in made.values()])
+
+
+def test_gpu_projections_say_how_far_the_model_missed_published_charts(tmp_path):
+    checked = "against published charts"
+    names = ["--dist-optimizer", "horovod,bluefog.hierarchical_neighbor_allreduce,"
+             "neighbor_allreduce"]
+    gpu = _simulate(*STATED, "--np", "16", *names, "-o", str(tmp_path / "gpu"))
+    assert gpu.returncode == 0, gpu.stderr
+    said = " ".join(gpu.stdout.split())
+    scored = published.load()
+    for name in ("horovod", "bluefog.hierarchical_neighbor_allreduce"):
+        assert (f"{name} median |error| {100 * scored[name]['median']:.0f}% over "
+                f"{scored[name]['points']} points, worst {100 * scored[name]['worst']:+.0f}%"
+                in said)
+    assert not re.search(r"[ (:;] ?neighbor_allreduce median", said)  # no publication has it
+    cpu = _simulate(str(DATA / "runs-new"), "--link", "1gbit", "--np", "4",
+                    "--dist-optimizer", "allreduce", "-o", str(tmp_path / "cpu"))
+    assert cpu.returncode == 0, cpu.stderr
+    assert checked not in " ".join(cpu.stdout.split())
+
+
+def test_the_published_summary_is_what_the_benchmark_computes_now(tmp_path):
+    fresh = tmp_path / "published.json"
+    done = subprocess.run([PYTHON, str(ROOT / "benchmarks" / "simulate_published.py"),
+                           "--summary", str(fresh)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert published.load(fresh) == published.load(), \
+        f"rerun: {json.loads(fresh.read_text())['command']}"

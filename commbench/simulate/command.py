@@ -20,7 +20,8 @@ from typing import List, Optional
 
 from commbench.errors import UsageError
 from commbench.microbench import results as microbench_results
-from commbench.simulate import calibrate, engines, links, projection_file, table, transports
+from commbench.simulate import (calibrate, engines, links, projection_file, published, table,
+                                transports)
 from commbench.simulate import compute as compute_model
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import STRATEGIES
@@ -132,6 +133,8 @@ def main(args) -> int:
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
              f"{per_machine} workers per machine")
     notes = table.notes_of(inputs, strategies) + links.describe(found_links) + [overlap_note]
+    checked = published.note([s.name for s in strategies]) if on_gpu else None
+    notes += [checked] if checked else []
     print(table.render(title, rows, notes, args.format))
     split = table.render_split(rows, calibrate.measured_split(runs, per_machine), args.format)
     if split:
