@@ -72,15 +72,20 @@ def _cpuset() -> Optional[set]:
     return None
 
 
-def git_commit() -> Optional[str]:
-    """The project's commit when run from a git checkout (e.g. `pip install -e .`)."""
-    here = Path(__file__).resolve().parent
+def git_commit(package: Path = Path(__file__).resolve().parent) -> Optional[str]:
+    """The project's commit when run from its own checkout (e.g. `pip install -e .`):
+    only where the repository's top holds this package, so that a wheel installed in a
+    virtual environment inside some other repository records no commit, not that one's."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], cwd=package,
+                             capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2:
+        return None
+    top, commit = lines
+    return commit if Path(top).resolve() == package.resolve().parent else None
 
 
 def mpi_library() -> Optional[str]:

@@ -1,2 +1,3 @@
 """Launcher integration: who started us (mpirun/bfrun, MPICH, horovodrun, torchrun,
-Slurm), the torch.distributed process group, and job templates for clusters."""
+Slurm) and the torch.distributed process group. The job templates for clusters beside
+this file (templates/) are the repository's, for users to copy; a wheel leaves them out."""

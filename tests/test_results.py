@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +91,31 @@ def test_unreadable_file_is_a_warning(tmp_path):
         assert "not a commbench result" in warnings[0]
     else:
         assert "cannot read" in warnings[0]
+
+
+def test_the_commit_recorded_is_commbench_s_own_checkout_only(tmp_path):
+    from commbench import environment
+
+    def repo(top):
+        git = ["git", "-C", str(top), "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run(["git", "init", "-q", str(top)], check=True)
+        (top / "file").write_text("x")
+        subprocess.run(git + ["add", "file"], check=True)
+        subprocess.run(git + ["commit", "-qm", "x"], check=True)
+        return subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    checkout = tmp_path / "checkout"
+    (checkout / "commbench").mkdir(parents=True)
+    commit = repo(checkout)
+    assert environment.git_commit(checkout / "commbench") == commit
+    # a wheel installed in a virtual environment inside another project's repository
+    other = tmp_path / "other"
+    package = other / ".venv" / "lib" / "site-packages" / "commbench"
+    package.mkdir(parents=True)
+    repo(other)
+    assert environment.git_commit(package) is None
+    assert environment.git_commit(tmp_path / "nowhere") is None
+    assert environment.git_commit() == subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=Path(environment.__file__).parent,
+        capture_output=True, text=True).stdout.strip()
