@@ -17,6 +17,7 @@ and the averaged model then averages them, as under horovod and neighbor averagi
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Dict
 
@@ -63,9 +64,13 @@ class Allreduce(Strategy):
         from torch.nn.parallel import DistributedDataParallel
 
         on_gpu = self.ctx.device.type == "cuda"
-        # DDP broadcasts rank 0's parameters here, so all workers start equal.
+        # DDP broadcasts rank 0's parameters here, so all workers start equal. Before every
+        # forward it broadcasts rank 0's buffers too, unless told not to: newer torch calls
+        # that forward_sync_buffers and warns on every rank where broadcast_buffers is passed.
+        sync = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(
+            DistributedDataParallel).parameters else "broadcast_buffers"
         ddp = DistributedDataParallel(model, device_ids=[self.ctx.device] if on_gpu else None,
-                                      broadcast_buffers=not self.options.no_broadcast_buffers)
+                                      **{sync: not self.options.no_broadcast_buffers})
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         if self.config.fp16_allreduce:

@@ -105,9 +105,10 @@ def test_a_bad_timeline_path_is_one_line_before_the_run(tmp_path, where, message
 def test_ddp_broadcasts_rank_0s_buffers_unless_told_not_to(tmp_path):
     for flags, broadcast in (([], True), (["--no-broadcast-buffers"], False)):
         trace_path = tmp_path / f"trace-{broadcast}.json"
-        _, doc = run_job(tmp_path / str(broadcast), "allreduce", "--timeline", str(trace_path),
-                         *flags)
+        done, doc = run_job(tmp_path / str(broadcast), "allreduce", "--timeline",
+                            str(trace_path), *flags)
         assert doc["strategy"]["broadcast_buffers"] is broadcast
+        assert "Warning" not in done.stderr, done.stderr[-2000:]  # none from DDP's arguments
         names = {e["name"] for e in json.loads(trace_path.read_text())["traceEvents"]
                  if e.get("cat") == "comm"}
         assert ("broadcast buffers" in names) is broadcast
