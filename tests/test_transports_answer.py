@@ -232,3 +232,21 @@ def test_the_chart_title_says_the_fastest_projected():
                      "1.25x; N=32 too close to call")
     lone = projection.figure("PROJECTION: resnet50", [_row("allreduce", 16, 800)])
     assert lone.get_suptitle() == "PROJECTION: resnet50"  # nothing to compare
+
+
+def test_two_too_close_to_call_but_both_ahead_of_the_rest_say_so():
+    rows = [_row("a (ring)", n, 1000, 950, 1050) for n in (16, 32)]
+    rows += [_row("b", n, 990, 940, 1040) for n in (16, 32)]
+    rows += [_row("c", 16, 600, 550, 650), _row("c", 32, 500, 450, 550)]
+    v16, v32 = answer.verdicts(rows)
+    assert not v16.called and v16.both_ahead and v16.third.strategy == "c"
+    assert v16.call() == "too close to call (bands overlap); both 1.65x c or more"
+    assert v16.sentence() == ("too close to call: a (ring) 1.01x b (bands overlap); both ahead "
+                              "of c, 1.65x or more")
+    assert answer.runs_of([v16, v32]) == \
+        "N=16-32 a or b (too close to call), both 1.65-1.98x c or more"
+    # the third within reach of the second: no claim about the rest
+    (v,) = answer.verdicts([_row("a", 8, 1000, 950, 1050), _row("b", 8, 990, 940, 1040),
+                            _row("c", 8, 960, 900, 1000)])
+    assert not v.both_ahead and answer.runs_of([v]) == "N=8 too close to call"
+    assert "ahead" not in v.sentence()

@@ -19,6 +19,16 @@ class Verdict:
     workers: int
     fastest: Row
     runner_up: Optional[Row]  # None: one strategy only
+    third: Optional[Row] = None  # the fastest of the rest, if any
+
+    def apart(self, faster: Row, slower: Row) -> bool:
+        return faster.low > slower.high and faster.img_sec >= (1 + RESOLUTION) * slower.img_sec
+
+    @property
+    def both_ahead(self) -> bool:
+        """Where the first two are too close to call: whether both are called ahead of
+        the rest (the answer is then "either of the two")."""
+        return self.third is not None and self.apart(self.runner_up, self.third)
 
     @property
     def ratio(self) -> Optional[float]:
@@ -27,18 +37,18 @@ class Verdict:
     @property
     def called(self) -> bool:
         """Whether the projection can tell the fastest from the next."""
-        if self.runner_up is None:
-            return True
-        apart = self.fastest.low > self.runner_up.high
-        return apart and self.ratio >= 1 + RESOLUTION
+        return self.runner_up is None or self.apart(self.fastest, self.runner_up)
 
     def call(self) -> str:
         """"called", or why the projection cannot name a winner."""
         if self.called:
             return "called"
-        if self.fastest.low <= self.runner_up.high:
-            return "too close to call (bands overlap)"
-        return f"too close to call (within {100 * RESOLUTION:.0f}%)"
+        why = "too close to call (bands overlap)" if self.fastest.low <= self.runner_up.high \
+            else f"too close to call (within {100 * RESOLUTION:.0f}%)"
+        if self.both_ahead:
+            why += (f"; both {self.runner_up.img_sec / self.third.img_sec:.2f}x "
+                    f"{self.third.strategy.split(' (')[0]} or more")
+        return why
 
     def sentence(self) -> str:
         if self.runner_up is None:
@@ -46,8 +56,11 @@ class Verdict:
         if not self.called:
             why = "bands overlap" if self.fastest.low <= self.runner_up.high else \
                 f"within {100 * RESOLUTION:.0f}%"
+            ahead = (f"; both ahead of {self.third.strategy}, "
+                     f"{self.runner_up.img_sec / self.third.img_sec:.2f}x or more"
+                     if self.both_ahead else "")
             return (f"too close to call: {self.fastest.strategy} {self.ratio:.2f}x "
-                    f"{self.runner_up.strategy} ({why})")
+                    f"{self.runner_up.strategy} ({why}){ahead}")
         return f"{self.fastest.strategy}, {self.ratio:.2f}x {self.runner_up.strategy}"
 
 
@@ -56,25 +69,41 @@ def verdicts(rows: List[Row]) -> List[Verdict]:
     out = []
     for n in sorted({r.workers for r in rows}):
         ranked = sorted((r for r in rows if r.workers == n), key=lambda r: -r.img_sec)
-        out.append(Verdict(n, ranked[0], ranked[1] if len(ranked) > 1 else None))
+        out.append(Verdict(n, *ranked[:3], *[None] * (3 - len(ranked[:3]))))
     return out
 
 
 def runs_of(verdicts: List[Verdict]) -> str:
     """The verdicts in a line, consecutive worker counts with the same call together:
-    "N=1-8 too close to call; N=16-1024 neighbor_allreduce 1.06-1.08x"."""
+    "N=1-8 too close to call; N=16-1024 neighbor_allreduce 1.06-1.08x", and where two
+    are too close but both ahead of the rest, "N=16-128 a or b (too close to call), both
+    1.53-1.84x c or more"."""
+    def short(row: Row) -> str:
+        return row.strategy.split(" (")[0]
+
     def call(v: Verdict):
-        return v.fastest.strategy.split(" (")[0] if v.called else None
+        if v.called:
+            return (short(v.fastest), None)
+        if v.both_ahead:
+            return (" or ".join(sorted((short(v.fastest), short(v.runner_up)))),
+                    short(v.third))
+        return None
+
+    def span(ratios: List[float]) -> str:
+        low, high = min(ratios), max(ratios)
+        return f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
 
     parts = []
-    for name, same in itertools.groupby((v for v in verdicts if v.runner_up is not None),
-                                        key=call):
+    for key, same in itertools.groupby((v for v in verdicts if v.runner_up is not None),
+                                       key=call):
         same = list(same)
         ns = f"N={same[0].workers}" + (f"-{same[-1].workers}" if len(same) > 1 else "")
-        if name is None:
+        if key is None:
             parts.append(f"{ns} too close to call")
-            continue
-        low, high = min(v.ratio for v in same), max(v.ratio for v in same)
-        ratio = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
-        parts.append(f"{ns} {name} {ratio}")
+        elif key[1] is None:
+            parts.append(f"{ns} {key[0]} {span([v.ratio for v in same])}")
+        else:
+            ratios = [v.runner_up.img_sec / v.third.img_sec for v in same]
+            parts.append(f"{ns} {key[0]} (too close to call), both {span(ratios)} {key[1]} "
+                         f"or more")
     return "; ".join(parts)
