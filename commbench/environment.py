@@ -81,7 +81,7 @@ def git_commit(package: Path = Path(__file__).resolve().parent) -> Optional[str]
                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = out.stdout.split()
+    lines = out.stdout.splitlines()
     if out.returncode != 0 or len(lines) != 2:
         return None
     top, commit = lines
@@ -170,7 +170,7 @@ def gpu_driver() -> Optional[str]:
                              timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = out.stdout.split()
+    lines = out.stdout.splitlines()
     return lines[0] if out.returncode == 0 and lines else None
 
 

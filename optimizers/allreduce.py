@@ -67,6 +67,8 @@ class Allreduce(Strategy):
         # DDP broadcasts rank 0's parameters here, so all workers start equal. Before every
         # forward it broadcasts rank 0's buffers too, unless told not to: newer torch calls
         # that forward_sync_buffers and warns on every rank where broadcast_buffers is passed.
+        # Told not to, it still sends the buffers once here, before anything is timed, while
+        # they are still equal on every rank.
         sync = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(
             DistributedDataParallel).parameters else "broadcast_buffers"
         ddp = DistributedDataParallel(model, device_ids=[self.ctx.device] if on_gpu else None,

@@ -105,7 +105,7 @@ def test_the_commit_recorded_is_commbench_s_own_checkout_only(tmp_path):
         return subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
 
-    checkout = tmp_path / "checkout"
+    checkout = tmp_path / "a checkout"  # a space in the path
     (checkout / "commbench").mkdir(parents=True)
     commit = repo(checkout)
     assert environment.git_commit(checkout / "commbench") == commit
@@ -116,6 +116,6 @@ def test_the_commit_recorded_is_commbench_s_own_checkout_only(tmp_path):
     repo(other)
     assert environment.git_commit(package) is None
     assert environment.git_commit(tmp_path / "nowhere") is None
-    assert environment.git_commit() == subprocess.run(
+    assert environment.git_commit() == (subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=Path(environment.__file__).parent,
-        capture_output=True, text=True).stdout.strip()
+        capture_output=True, text=True).stdout.strip() or None)  # None outside a checkout

@@ -245,8 +245,21 @@ def test_two_too_close_to_call_but_both_ahead_of_the_rest_say_so():
                               "of c, 1.65x or more")
     assert answer.runs_of([v16, v32]) == \
         "N=16-32 a or b (too close to call), both 1.65-1.98x c or more"
-    # the third within reach of the second: no claim about the rest
-    (v,) = answer.verdicts([_row("a", 8, 1000, 950, 1050), _row("b", 8, 990, 940, 1040),
-                            _row("c", 8, 960, 900, 1000)])
-    assert not v.both_ahead and answer.runs_of([v]) == "N=8 too close to call"
-    assert "ahead" not in v.sentence()
+    # the leaders swapping places from one N to the next is still the same answer
+    swapped = [_row("a (ring)", 64, 980, 930, 1030), _row("b", 64, 1000, 950, 1050),
+               _row("c", 64, 500, 450, 550)]
+    assert answer.runs_of(answer.verdicts(rows + swapped)).startswith("N=16-64 a or b")
+    # no claim about the rest where any of the rest is within reach of either leader
+    for others in ([_row("c", 8, 960, 900, 1000)],  # of the second
+                   [_row("c", 8, 900, 850, 940)],  # of the first, whose band is wide
+                   [_row("c", 8, 600, 550, 650), _row("d", 8, 590, 400, 1100)]):  # a fourth
+        (v,) = answer.verdicts([_row("a", 8, 1000, 500, 1500), _row("b", 8, 990, 960, 1020),
+                                *others])
+        assert not v.both_ahead and answer.runs_of([v]) == "N=8 too close to call"
+        assert "ahead" not in v.sentence() and "or more" not in v.call()
+    # names that would read alike without their settings keep them
+    (v,) = answer.verdicts([_row("a (ring)", 8, 1000, 950, 1050),
+                            _row("a (exponential-2)", 8, 990, 940, 1040),
+                            _row("c", 8, 500, 450, 550)])
+    assert answer.runs_of([v]) == \
+        "N=8 a (exponential-2) or a (ring) (too close to call), both 1.98x c or more"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from commbench.simulate.project import Row
 
@@ -19,16 +19,23 @@ class Verdict:
     workers: int
     fastest: Row
     runner_up: Optional[Row]  # None: one strategy only
-    third: Optional[Row] = None  # the fastest of the rest, if any
+    rest: Tuple[Row, ...] = ()  # the others, fastest first
 
-    def apart(self, faster: Row, slower: Row) -> bool:
+    @staticmethod
+    def apart(faster: Row, slower: Row) -> bool:
         return faster.low > slower.high and faster.img_sec >= (1 + RESOLUTION) * slower.img_sec
 
     @property
+    def third(self) -> Optional[Row]:
+        return self.rest[0] if self.rest else None
+
+    @property
     def both_ahead(self) -> bool:
-        """Where the first two are too close to call: whether both are called ahead of
-        the rest (the answer is then "either of the two")."""
-        return self.third is not None and self.apart(self.runner_up, self.third)
+        """Where the first two are too close to call: whether each is called ahead of
+        every other strategy (the answer is then "either of the two")."""
+        return bool(self.rest) and all(self.apart(leader, other)
+                                       for leader in (self.fastest, self.runner_up)
+                                       for other in self.rest)
 
     @property
     def ratio(self) -> Optional[float]:
@@ -47,7 +54,7 @@ class Verdict:
             else f"too close to call (within {100 * RESOLUTION:.0f}%)"
         if self.both_ahead:
             why += (f"; both {self.runner_up.img_sec / self.third.img_sec:.2f}x "
-                    f"{self.third.strategy.split(' (')[0]} or more")
+                    f"{self.third.strategy} or more")
         return why
 
     def sentence(self) -> str:
@@ -69,7 +76,8 @@ def verdicts(rows: List[Row]) -> List[Verdict]:
     out = []
     for n in sorted({r.workers for r in rows}):
         ranked = sorted((r for r in rows if r.workers == n), key=lambda r: -r.img_sec)
-        out.append(Verdict(n, *ranked[:3], *[None] * (3 - len(ranked[:3]))))
+        out.append(Verdict(n, ranked[0], ranked[1] if len(ranked) > 1 else None,
+                           tuple(ranked[2:])))
     return out
 
 
@@ -85,8 +93,11 @@ def runs_of(verdicts: List[Verdict]) -> str:
         if v.called:
             return (short(v.fastest), None)
         if v.both_ahead:
-            return (" or ".join(sorted((short(v.fastest), short(v.runner_up)))),
-                    short(v.third))
+            # settings stripped only where the names stay apart
+            names = [short(r) for r in (v.fastest, v.runner_up, v.third)]
+            if len(set(names)) < 3:
+                names = [r.strategy for r in (v.fastest, v.runner_up, v.third)]
+            return (" or ".join(sorted(names[:2])), names[2])
         return None
 
     def span(ratios: List[float]) -> str:

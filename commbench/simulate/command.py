@@ -133,7 +133,7 @@ def main(args) -> int:
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
              f"{per_machine} workers per machine")
     notes = table.notes_of(inputs, strategies) + links.describe(found_links) + [overlap_note]
-    checked = published.note([s.name for s in strategies]) if on_gpu else None
+    checked = published.note(strategies) if on_gpu else None
     notes += [checked] if checked else []
     print(table.render(title, rows, notes, args.format))
     split = table.render_split(rows, calibrate.measured_split(runs, per_machine), args.format)

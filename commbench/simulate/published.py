@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
+from commbench.simulate.step import Strategy
+
 PATH = Path(__file__).with_name("published.json")
 RELATIVE = "commbench/simulate/published.json"
 
@@ -23,17 +25,32 @@ def write(path: Path, scored: Dict[str, dict], command: str) -> None:
 
 
 def load(path: Path = PATH) -> Dict[str, dict]:
+    """By strategy label, as `commbench simulate` prints it."""
     return json.loads(path.read_text())["strategies"]
 
 
-def note(names: Sequence[str], path: Path = PATH) -> Optional[str]:
-    """The line a GPU projection prints for the strategies in `names` that publications
-    checked; None where none did."""
-    scored = load(path)
-    parts = [f"{name} median |error| {100 * scored[name]['median']:.0f}% over "
-             f"{scored[name]['points']} points, worst {100 * scored[name]['worst']:+.0f}% "
-             f"({scored[name]['worst_at']})"
-             for name in dict.fromkeys(names) if name in scored]
+def _record(label: str, scored: dict) -> str:
+    return (f"{label} median |error| {100 * scored['median']:.0f}% over {scored['points']} "
+            f"points, worst {100 * scored['worst']:+.0f}% ({scored['worst_at']})")
+
+
+def note(strategies: Sequence[Strategy], path: Path = PATH) -> Optional[str]:
+    """The line a GPU projection prints for the strategies publications checked: the
+    record of the same settings, or, where the settings differ, which were checked."""
+    try:
+        scored = load(path)
+    except (OSError, ValueError, KeyError) as error:
+        return f"against published charts: not shown, {path} unreadable ({error})."
+    parts = []
+    for strategy in dict.fromkeys(strategies):
+        label = strategy.label()
+        if label in scored:
+            parts.append(_record(label, scored[label]))
+            continue
+        checked = [_record(other, record) for other, record in scored.items()
+                   if other.split(" (")[0] == strategy.name]
+        if checked:
+            parts.append(f"{label} not with these settings, only as " + ", and ".join(checked))
     if not parts:
         return None
     return ("against published charts (GPUs and NCCL, not your cluster; docs/simulate.md "
