@@ -10,7 +10,18 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from commbench import device_time, environment, metrics, results, spans
 from commbench.config import RunConfig
-from commbench.loop import Timings
+from commbench.loop import Timings, barrier
+
+
+def wait_for_rank_0(ctx) -> None:
+    """Every rank waits here until rank 0 has written its files. A rank that left
+    earlier would close its connections to the rendezvous store that rank 0 serves, and
+    that server in torch 1.10 closes each such socket twice: the second close can take
+    the descriptor of a file rank 0 has just opened, and its write fails."""
+    import torch.distributed as dist
+
+    if ctx.world_size > 1 and dist.is_initialized():
+        barrier()
 
 
 def finish(config: RunConfig, ctx, strategy, timings: Timings, reference, model,

@@ -104,6 +104,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
 
     recorded = record.finish(config, ctx, strategy, timings, reference, model,
                              progress.consensus, data.facts)
+    record.wait_for_rank_0(ctx)
     if recorded is None:
         return {}
     doc, path = recorded
@@ -146,6 +147,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
                                 config.timeline_steps)
     recorded = record.finish_training(config, ctx, strategy, dict(outcome), data.facts,
                                       recipe.facts())
+    record.wait_for_rank_0(ctx)
     console.print_outcome(say, outcome)
     if recorded is None:
         return {}

@@ -129,6 +129,9 @@ def main(args) -> int:
         doc = result_document(args, ctx, the_sizes, found, wrong)
         path = results.write_result(args.results_dir, doc, f"microbench-n{ctx.world_size}")
         say(f"# Result: {path}")
+    from commbench.record import wait_for_rank_0
+
+    wait_for_rank_0(ctx)
     return 1 if wrong else 0
 
 
