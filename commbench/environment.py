@@ -170,7 +170,7 @@ def gpu_driver() -> Optional[str]:
                              timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = out.stdout.splitlines()
+    lines = out.stdout.split()
     return lines[0] if out.returncode == 0 and lines else None
 
 

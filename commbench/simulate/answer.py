@@ -38,6 +38,15 @@ class Verdict:
                                        for other in self.rest)
 
     @property
+    def lead(self) -> float:
+        """How far the slower of the first two is ahead of the rest (both_ahead)."""
+        return self.runner_up.img_sec / self.third.img_sec
+
+    def _closeness(self) -> str:
+        return "bands overlap" if self.fastest.low <= self.runner_up.high else \
+            f"within {100 * RESOLUTION:.0f}%"
+
+    @property
     def ratio(self) -> Optional[float]:
         return None if self.runner_up is None else self.fastest.img_sec / self.runner_up.img_sec
 
@@ -50,24 +59,18 @@ class Verdict:
         """"called", or why the projection cannot name a winner."""
         if self.called:
             return "called"
-        why = "too close to call (bands overlap)" if self.fastest.low <= self.runner_up.high \
-            else f"too close to call (within {100 * RESOLUTION:.0f}%)"
-        if self.both_ahead:
-            why += (f"; both {self.runner_up.img_sec / self.third.img_sec:.2f}x "
-                    f"{self.third.strategy} or more")
-        return why
+        ahead = f"; both {self.lead:.2f}x {self.third.strategy} or more" \
+            if self.both_ahead else ""
+        return f"too close to call ({self._closeness()}){ahead}"
 
     def sentence(self) -> str:
         if self.runner_up is None:
             return f"{self.fastest.strategy} (the only strategy projected)"
         if not self.called:
-            why = "bands overlap" if self.fastest.low <= self.runner_up.high else \
-                f"within {100 * RESOLUTION:.0f}%"
-            ahead = (f"; both ahead of {self.third.strategy}, "
-                     f"{self.runner_up.img_sec / self.third.img_sec:.2f}x or more"
-                     if self.both_ahead else "")
+            ahead = f"; both ahead of {self.third.strategy}, {self.lead:.2f}x or more" \
+                if self.both_ahead else ""
             return (f"too close to call: {self.fastest.strategy} {self.ratio:.2f}x "
-                    f"{self.runner_up.strategy} ({why}){ahead}")
+                    f"{self.runner_up.strategy} ({self._closeness()}){ahead}")
         return f"{self.fastest.strategy}, {self.ratio:.2f}x {self.runner_up.strategy}"
 
 
@@ -114,7 +117,6 @@ def runs_of(verdicts: List[Verdict]) -> str:
         elif key[1] is None:
             parts.append(f"{ns} {key[0]} {span([v.ratio for v in same])}")
         else:
-            ratios = [v.runner_up.img_sec / v.third.img_sec for v in same]
-            parts.append(f"{ns} {key[0]} (too close to call), both {span(ratios)} {key[1]} "
-                         f"or more")
+            parts.append(f"{ns} {key[0]} (too close to call), both "
+                         f"{span([v.lead for v in same])} {key[1]} or more")
     return "; ".join(parts)
