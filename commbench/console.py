@@ -94,6 +94,14 @@ def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
             f"{kind}; in-job scaling efficiency {efficiency}; communication overhead {overhead}")
     for flag in metrics.trust_flags(summary):
         say(f"NOT TO BE TRUSTED ({flag}): {metrics.FLAGS[flag]}")
+    if summary.get("diverged"):
+        say(f"{diverged_line(summary['diverged'])}; the img/sec above were measured all the "
+            "same")
+
+
+def diverged_line(diverged: Dict[str, int]) -> str:
+    return (f"Diverged at step {diverged['step']}: the training loss was not finite there "
+            f"(first seen on rank {diverged['rank']})")
 
 
 def split_line(split: Optional[Dict[str, Any]], device: str = "cpu") -> str:
@@ -156,12 +164,17 @@ def trained_line(outcome: Dict[str, Any]) -> str:
                 f"{outcome['steps_to_target']} steps, {outcome['epochs_to_target']:.2f} "
                 f"epochs, {outcome['samples_to_target']} samples")
     missed = "" if outcome["target_accuracy"] is None else \
-        f"Target {outcome['target_accuracy']:g} not reached; "
+        f"Target {outcome['target_accuracy']:g} not reached" + \
+        (": diverged; " if outcome["stopped_by"] == "diverged" else "; ")
+    why = "at the first evaluation since it diverged," \
+        if outcome["stopped_by"] == "diverged" else f"by the {outcome['stopped_by']}"
     return (f"{missed}best accuracy {outcome['best_accuracy']:.3f} at step "
-            f"{outcome['best_at_step']}; stopped by the {outcome['stopped_by']} after "
+            f"{outcome['best_at_step']}; stopped {why} after "
             f"{outcome['steps']} steps ({outcome['training_seconds']:.1f} s of training)")
 
 
 def print_outcome(say: Printer, outcome: Dict[str, Any]) -> None:
     say(trained_line(outcome))
+    if outcome.get("diverged"):
+        say(diverged_line(outcome["diverged"]))
     say(f"Img/sec during training: {outcome['img_sec']:.1f} (all workers)")

@@ -17,6 +17,7 @@ Two clocks are kept: training time (steps only; evaluation paused) and wall time
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional
@@ -24,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional
 from commbench import spans
 from commbench.config import EVAL_EVERY, MAX_EPOCHS, RunConfig
 from commbench.errors import UsageError
-from commbench.loop import timed_step
+from commbench.loop import LossWatch, timed_step
 from commbench.record import consensus_distance
 
 EVAL_BATCH = 500  # validation images per forward pass: outside the clock, any size works
@@ -158,12 +159,13 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
 
     curve: List[Point] = []
     training, losses, steps = 0.0, [], 0
+    watch = LossWatch()
     spans.RECORDER.reset()
     started = time.perf_counter()
     while True:
         loss, seconds = timed_step(lambda: step(steps, training), sync, spans.RECORDER)
         training += seconds
-        losses.append(float(loss.detach()))
+        losses.append(watch.see(loss))
         steps += 1
         if steps % rule.eval_every and steps != rule.max_steps:
             continue
@@ -184,9 +186,26 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
         curve.append(point)
         report(point)
         losses = []
-        stopped_by = rule.why_stop(point)
+        diverged = first_divergence(watch.first_non_finite, ctx)
+        stopped_by = "diverged" if diverged else rule.why_stop(point)
         if stopped_by:
-            return outcome(curve, rule, stopped_by, samples_per_step)
+            return {**outcome(curve, rule, stopped_by, samples_per_step), "diverged": diverged}
+
+
+def first_divergence(mine: Optional[int], ctx) -> Optional[Dict[str, int]]:
+    """The first step whose loss was not finite on any rank, and the lowest rank that saw
+    it then (the same on all ranks); None while every rank's loss is finite."""
+    import torch
+    import torch.distributed as dist
+
+    # step * world_size + rank: one MIN reduce finds both, exactly in float64
+    key = math.inf if mine is None else float(mine * ctx.world_size + ctx.rank)
+    found = torch.tensor([key], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(found, op=dist.ReduceOp.MIN)
+    if math.isinf(float(found)):
+        return None
+    step, rank = divmod(int(found), ctx.world_size)
+    return {"step": step, "rank": rank}
 
 
 def outcome(curve: List[Point], rule: StopRule, stopped_by: str,

@@ -3,6 +3,7 @@ training step, syncs the device, and reads the clock."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
@@ -17,6 +18,25 @@ class Timings:
     iteration_seconds: List[float] = field(default_factory=list)
     batch_seconds: List[List[float]] = field(default_factory=list)  # [iteration][batch]
     loss: List[float] = field(default_factory=list)  # last batch of each iteration
+    # the first step (from 1, warm-up included) whose loss was not finite, if any
+    first_non_finite_step: Optional[int] = None
+
+
+class LossWatch:
+    """Counts a rank's training steps and remembers the first whose loss was not
+    finite: a diverged run is still measured and recorded, and says where it diverged."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.first_non_finite: Optional[int] = None
+
+    def see(self, loss) -> float:
+        """The loss as a float, counted; called after the step's device sync."""
+        value = float(loss.detach())
+        self.steps += 1
+        if self.first_non_finite is None and not math.isfinite(value):
+            self.first_non_finite = self.steps
+        return value
 
 
 def device_sync(device) -> Callable[[], None]:
@@ -40,32 +60,40 @@ def barrier() -> None:
         dist.barrier()
 
 
-def warm_up(step: Callable[[], "object"], sync: Callable[[], None], batches: int) -> None:
+def warm_up(step: Callable[[], "object"], sync: Callable[[], None], batches: int,
+            watch: Optional[LossWatch] = None) -> None:
     for _ in range(batches):
-        step()
+        loss = step()
+        if watch is not None:
+            watch.see(loss)  # waits for this step's loss, as a timed step's sync does
     sync()
 
 
 def measure(step: Callable[[], "object"], sync: Callable[[], None], iterations: int,
             batches_per_iter: int,
             after_iteration: Optional[Callable[[int, Timings], None]] = None,
-            recorder: Optional[Recorder] = None) -> Timings:
+            recorder: Optional[Recorder] = None,
+            watch: Optional[LossWatch] = None) -> Timings:
     """Time `iterations` iterations of `batches_per_iter` steps each.
 
     Each batch ends with a device sync so its own latency is known (as in
     PyTorch's DDP benchmark); after_iteration runs outside the timed region. With a
-    recorder, each batch is a step span and the step's own spans are recorded.
+    recorder, each batch is a step span and the step's own spans are recorded. The
+    watch (which may have counted the warm-up) sees every step's loss.
     """
     timings = Timings()
+    watch = watch or LossWatch()
     for i in range(iterations):
         batches = []
         start = time.perf_counter()
         for _ in range(batches_per_iter):
             loss, seconds = timed_step(step, sync, recorder)
+            value = watch.see(loss)
             batches.append(seconds)
         timings.iteration_seconds.append(time.perf_counter() - start)
         timings.batch_seconds.append(batches)
-        timings.loss.append(float(loss.detach()))
+        timings.loss.append(value)
+        timings.first_non_finite_step = watch.first_non_finite
         if after_iteration is not None:
             after_iteration(i, timings)
     return timings

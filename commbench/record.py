@@ -5,10 +5,12 @@ result of a run trained to accuracy; and the consensus distance."""
 from __future__ import annotations
 
 import hashlib
+import math
 import socket
-from typing import Any, Dict, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Dict, List, NamedTuple, Optional
 
-from commbench import device_time, environment, metrics, results, spans
+from commbench import device_time, metrics, results, spans
 from commbench.config import RunConfig
 from commbench.loop import Timings, barrier
 
@@ -25,10 +27,11 @@ def wait_for_rank_0(ctx) -> None:
 
 
 def finish(config: RunConfig, ctx, strategy, timings: Timings, reference, model,
-           consensus: List[float], data_facts: Dict[str, Any]
-           ) -> Optional[Tuple[Dict[str, Any], Any]]:
-    """Every rank's samples and spans gathered to rank 0, which splits the steps, writes
-    the timeline and the result file: (document, its path) on rank 0, None elsewhere."""
+           consensus: List[float], data_facts: Dict[str, Any], machine: Optional[Dict[str, Any]]
+           ) -> Optional["Recorded"]:
+    """Every rank's samples and spans gathered to rank 0, which splits the steps and
+    writes the result file, then the timeline: what it wrote on rank 0, None
+    elsewhere. machine: environment.collect(), taken before the measurement."""
     offsets, offset_errors = spans.clock_offsets(ctx)
     samples = gather_samples(ctx, timings, reference, model, consensus)
     if ctx.rank != 0:
@@ -36,17 +39,17 @@ def finish(config: RunConfig, ctx, strategy, timings: Timings, reference, model,
     events, hosts = samples.pop("spans"), samples.pop("hostname")
     samples["step_split"] = step_split(strategy, ctx, events, offsets)
     samples["clock_offsets"] = {"seconds": offsets, "uncertainty": offset_errors}
-    doc = result_document(config, ctx, strategy, samples)
+    doc = result_document(config, ctx, strategy, samples, machine)
     doc["data"] = data_facts
-    write_timeline(config, doc, events, hosts, samples["clock_offsets"])
-    return doc, results.write_result(config.results_dir, doc, result_stem(config, ctx, strategy))
+    return write(config, doc, result_stem(config, ctx, strategy), events, hosts,
+                 samples["clock_offsets"])
 
 
 def finish_training(config: RunConfig, ctx, strategy, outcome: Dict[str, Any],
-                    data_facts: Dict[str, Any], recipe: Dict[str, Any]
-                    ) -> Optional[Tuple[Dict[str, Any], Any]]:
+                    data_facts: Dict[str, Any], recipe: Dict[str, Any],
+                    machine: Optional[Dict[str, Any]]) -> Optional["Recorded"]:
     """The result of a run trained to accuracy, written by rank 0 with the split of the
-    steps whose spans were kept and the timeline: (document, its path) on rank 0, None
+    steps whose spans were kept, then the timeline: what it wrote on rank 0, None
     elsewhere."""
     import torch.distributed as dist
 
@@ -62,14 +65,33 @@ def finish_training(config: RunConfig, ctx, strategy, outcome: Dict[str, Any],
     doc.update(config=config.to_dict(),
                strategy={"name": type(strategy).name,
                          "decentralized": type(strategy).decentralized, **strategy.facts()},
-               environment=environment.collect(ctx), data=data_facts, recipe=recipe,
+               environment=machine, data=data_facts, recipe=recipe,
                curve=curve, clock_offsets=clocks,
                summary={**outcome, "oversubscribed": oversubscribed(ctx),
                         "step_split": spans.summarize(step_split(strategy, ctx, events,
                                                                  offsets))})
-    write_timeline(config, doc, events, hosts, clocks)
     stem = result_stem(config, ctx, strategy) + "-accuracy"
-    return doc, results.write_result(config.results_dir, doc, stem)
+    return write(config, doc, stem, events, hosts, clocks)
+
+
+class Recorded(NamedTuple):
+    """What rank 0 wrote: the result and its path, and why the timeline was not
+    written (None when it was, or was not asked for)."""
+
+    doc: Dict[str, Any]
+    path: Path
+    timeline_error: Optional[str]
+
+
+def write(config: RunConfig, doc: Dict[str, Any], stem: str, events, hosts: List[str],
+          clocks: Dict[str, List[float]]) -> Recorded:
+    """The result first: a timeline that cannot be written never costs a measurement."""
+    path = results.write_result(config.results_dir, doc, stem)
+    try:
+        write_timeline(config, doc, events, hosts, clocks)
+    except OSError as e:
+        return Recorded(doc, path, f"{config.timeline}: {e.strerror or e}")
+    return Recorded(doc, path, None)
 
 
 def step_split(strategy, ctx, events, offsets) -> Optional[List[List[List[float]]]]:
@@ -110,6 +132,8 @@ def consensus_distance(model, world_size: int) -> float:
     x, mean = x.double(), mean.double()
     gap = torch.stack([(x - mean).pow(2).sum(), mean.pow(2).sum()])
     dist.all_reduce(gap)  # the second entry is world_size * ||mean||^2
+    if not bool(torch.isfinite(gap).all()):
+        return math.nan  # a diverged model: no distance to speak of
     return float(gap[0] / gap[1]) if gap[1] > 0 else 0.0
 
 
@@ -132,6 +156,7 @@ def gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[s
         "reference_windows": reference.windows if reference else None,
         "reference_phase_seconds": reference.phase_seconds if reference else None,
         "parameter_digest": hashlib.sha256(flat.tobytes()).hexdigest()[:16],
+        "first_non_finite_step": timings.first_non_finite_step,
         "spans": spans.RECORDER.events,
         "hostname": socket.gethostname(),
     }
@@ -147,7 +172,8 @@ def gather_samples(ctx, timings: Timings, reference, model, consensus) -> Dict[s
     return samples
 
 
-def result_document(config: RunConfig, ctx, strategy, samples) -> Dict[str, Any]:
+def result_document(config: RunConfig, ctx, strategy, samples,
+                    machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     summary = metrics.summarize(config.batch_size, config.num_batches_per_iter,
                                 samples["iteration_seconds"], samples["batch_seconds"],
                                 samples["reference_seconds"], samples["reference_windows"])
@@ -155,13 +181,24 @@ def result_document(config: RunConfig, ctx, strategy, samples) -> Dict[str, Any]
     summary["parameters_identical"] = len(set(samples["parameter_digests"])) == 1
     summary["final_loss"] = sum(r[-1] for r in samples["loss"]) / ctx.world_size
     summary["final_consensus_distance"] = (samples["consensus_distance"] or [None])[-1]
+    summary["diverged"] = diverged(samples["first_non_finite_step"])
     summary["step_split"] = spans.summarize(samples["step_split"])
     doc = results.new_document("run")
     doc.update(config=config.to_dict(),
                strategy={"name": type(strategy).name,
                          "decentralized": type(strategy).decentralized, **strategy.facts()},
-               environment=environment.collect(ctx), samples=samples, summary=summary)
+               environment=machine, samples=samples, summary=summary)
     return doc
+
+
+def diverged(first_non_finite: List[Optional[int]]) -> Optional[Dict[str, int]]:
+    """Where the run diverged: the first step whose loss was not finite on any rank,
+    and the lowest rank that saw it then; None when every loss was finite."""
+    seen = [(step, rank) for rank, step in enumerate(first_non_finite) if step is not None]
+    if not seen:
+        return None
+    step, rank = min(seen)
+    return {"step": step, "rank": rank}
 
 
 def oversubscribed(ctx) -> Optional[Dict[str, Any]]:

@@ -36,12 +36,20 @@ header, config, strategy and environment, and instead of samples:
                       img_sec, eval_every, max_steps, time_budget, oversubscribed,
                       step_split (as a run's, over the last --timeline-steps steps)
     clock_offsets     each rank's clock offset to rank 0's and its uncertainty
+
+Numbers that are not finite (a loss that became NaN or inf in a run that diverged)
+are written as the strings "NaN", "Infinity" and "-Infinity" (NON_FINITE), so that
+files stay strict JSON; readers turn them back into floats. A run whose loss went
+non-finite says where in `summary.diverged`: {"step": S, "rank": R}, the first
+training step (from 1, warm-up included) whose loss was not finite and the rank it
+was first seen on; null when every loss was finite.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import re
 import shutil
@@ -60,6 +68,10 @@ RECEIPT = "COMMBENCH_RESULT_RECEIPT"
 SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 256 * 2**20  # anything larger is not a result of ours
 MIN_FREE_BYTES = 16 * 2**20  # raw samples of a large job take a few MiB
+# How a number that is not finite is written: JSON has no NaN or infinity.
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+# Sections that hold only what the user typed or the machine reported: never decoded.
+VERBATIM = ("config", "environment")
 
 
 @dataclass(frozen=True)
@@ -114,7 +126,7 @@ def result_name(doc: Dict[str, Any], stem: str) -> str:
 def write_result(directory: Union[str, Path], doc: Dict[str, Any], stem: str) -> Path:
     """Write doc under a new, unique name; atomically (temp file, then link)."""
     directory = Path(directory)
-    data = json.dumps(doc, indent=1, allow_nan=False).encode()
+    data = to_json(doc, indent=1).encode()
     while True:
         final = directory / result_name(doc, stem)
         try:
@@ -123,6 +135,32 @@ def write_result(directory: Union[str, Path], doc: Dict[str, Any], stem: str) ->
             return final
         except FileExistsError:
             continue
+
+
+def to_json(doc: Any, **options: Any) -> str:
+    """doc as strict JSON, a number that is not finite written as NON_FINITE says."""
+    return json.dumps(encode_non_finite(doc), allow_nan=False, **options)
+
+
+def encode_non_finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: encode_non_finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_non_finite(v) for v in value]
+    return value
+
+
+def decode_non_finite(value: Any) -> Any:
+    """The inverse of encode_non_finite: the NON_FINITE strings back into floats."""
+    if isinstance(value, str):
+        return NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: decode_non_finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode_non_finite(v) for v in value]
+    return value
 
 
 def write_new_file(path: Union[str, Path], data: bytes) -> None:
@@ -187,7 +225,10 @@ def read_result(path: Path) -> Dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError("not a commbench result")
     version = doc.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"malformed: its schema_version is {version!r}, not a whole "
+                         "number from 1")
+    if version > SCHEMA_VERSION:
         raise ValueError(f"schema version {version!r} is newer than this commbench "
                          f"understands ({SCHEMA_VERSION}); upgrade commbench")
     if doc.get("status") != "ok":
@@ -195,4 +236,5 @@ def read_result(path: Path) -> Dict[str, Any]:
     for key in ("config", "summary"):
         if not isinstance(doc.get(key), dict):
             raise ValueError(f"missing its {key!r} section")
-    return doc
+    return {key: value if key in VERBATIM else decode_non_finite(value)
+            for key, value in doc.items()}

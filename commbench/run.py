@@ -11,17 +11,17 @@ import hashlib
 import json
 import os
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from commbench import (console, convergence, device_time, metrics, precision, record,
-                       registry, results, spans)
+from commbench import (console, convergence, device_time, environment, metrics, precision,
+                       record, registry, results, spans)
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
 from commbench.data.local import LocalDataset
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
-from commbench.loop import device_sync, measure, warm_up
+from commbench.loop import LossWatch, device_sync, measure, warm_up
 from commbench.reference import ComputeOnly
 from commbench.models import build_model, model_names
 from commbench.recipe import Recipe
@@ -59,6 +59,9 @@ def run(config: RunConfig) -> Dict[str, Any]:
         # these fixed shapes during warm-up (recorded in the result's environment).
         torch.backends.cudnn.benchmark = True
     strategy = strategy_cls(ctx, config)
+    # Taken now, not after the measurement: nothing between the measurement and the
+    # result's write that could fail (a package's metadata, a git subprocess).
+    machine = environment.collect(ctx) if ctx.rank == 0 else None
 
     data = _batches(config, ctx)
     torch.manual_seed(config.seed + (ctx.rank if config.independent_init else 0))
@@ -78,7 +81,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
             f"partition {config.partition}: {partition.describe(data.facts['class_mix'])}")
 
     if config.trains_to_accuracy:
-        return _train_to_accuracy(config, ctx, strategy, model, data, sync, say)
+        return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine)
 
     speed = Recipe.for_speed(config)
     reference = None
@@ -91,42 +94,48 @@ def run(config: RunConfig) -> Dict[str, Any]:
     step = strategy.wrap(*_trainable(model, config, ctx.device, speed))
     progress = console.IterationReport(ctx, config, model, strategy_cls.decentralized, say)
     say("Running warmup...")
-    warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches)
+    watch = LossWatch()
+    warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches, watch)
     say("Running benchmark...")
     spans.RECORDER.reset()
     with device_time.kernels_of_steps(ctx.device, config.timeline is not None, spans.RECORDER):
         timings = measure(lambda: step(*data.next()), sync, config.num_iters,
                           config.num_batches_per_iter, after_iteration=progress,
-                          recorder=spans.RECORDER)
+                          recorder=spans.RECORDER, watch=watch)
     if reference is not None:
         say("Measuring the compute-only reference again...")
         reference.half()
 
     recorded = record.finish(config, ctx, strategy, timings, reference, model,
-                             progress.consensus, data.facts)
+                             progress.consensus, data.facts, machine)
     record.wait_for_rank_0(ctx)
     if recorded is None:
         return {}
-    doc, path = recorded
-    console.print_summary(say, doc["summary"], ctx)
-    timeline_lines(say, config, len(timings.batch_seconds) * config.num_batches_per_iter, doc)
-    say(f"Result: {path}")
-    return doc
+    console.print_summary(say, recorded.doc["summary"], ctx)
+    timeline_lines(say, config, len(timings.batch_seconds) * config.num_batches_per_iter,
+                   recorded)
+    say(f"Result: {recorded.path}")
+    return recorded.doc
 
 
-def timeline_lines(say, config: RunConfig, steps: int, doc: Dict[str, Any]) -> None:
-    """Where the --timeline file went, and how much of the run it holds."""
+def timeline_lines(say, config: RunConfig, steps: int, recorded: record.Recorded) -> None:
+    """Where the --timeline file went, and how much of the run it holds; or, when it
+    could not be written, a warning that says so (the result was written first)."""
     if config.timeline is None:
         return
-    window = "" if steps <= config.timeline_steps else \
-        f" (the last {config.timeline_steps} of {steps} steps: --timeline-steps)"
-    say(f"Timeline: {config.timeline}{window}")
-    if doc["strategy"].get("engine_timeline"):
-        say(f"The engine's own timeline: {doc['strategy']['engine_timeline']}")
+    if recorded.timeline_error:
+        say(f"Warning: the timeline was not written ({recorded.timeline_error}); the "
+            "result was")
+    else:
+        window = "" if steps <= config.timeline_steps else \
+            f" (the last {config.timeline_steps} of {steps} steps: --timeline-steps)"
+        say(f"Timeline: {config.timeline}{window}")
+    if recorded.doc["strategy"].get("engine_timeline"):
+        say(f"The engine's own timeline: {recorded.doc['strategy']['engine_timeline']}")
 
 
 def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Batches, sync,
-                       say) -> Dict[str, Any]:
+                       say, machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     per_epoch = data.facts["steps_per_epoch"]
     rule = convergence.StopRule.of(config, per_epoch)
     total_batch = config.batch_size * ctx.world_size
@@ -146,16 +155,15 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
                                 per_epoch, lambda point: say(console.point_line(point)),
                                 config.timeline_steps)
     recorded = record.finish_training(config, ctx, strategy, dict(outcome), data.facts,
-                                      recipe.facts())
+                                      recipe.facts(), machine)
     record.wait_for_rank_0(ctx)
     console.print_outcome(say, outcome)
     if recorded is None:
         return {}
-    doc, path = recorded
-    say(console.split_line(doc["summary"]["step_split"], ctx.device.type))
-    timeline_lines(say, config, outcome["steps"], doc)
-    say(f"Result: {path}")
-    return doc
+    say(console.split_line(recorded.doc["summary"]["step_split"], ctx.device.type))
+    timeline_lines(say, config, outcome["steps"], recorded)
+    say(f"Result: {recorded.path}")
+    return recorded.doc
 
 
 def _batches(config: RunConfig, ctx) -> batches.Batches:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -311,8 +312,13 @@ def check_writable(path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"{folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise PermissionError(f"{folder} is not writable")
+    # A file really made and removed: permission bits say nothing to root, nor of a
+    # read-only or full file system.
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
+            pass
+    except OSError as e:
+        raise OSError(f"cannot write to {folder} ({e.strerror or e})") from None
 
 
 def write_trace(path: str, trace: List[Dict[str, Any]], metadata: Dict[str, Any]) -> None:
