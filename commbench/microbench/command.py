@@ -81,7 +81,7 @@ def sizes(begin: int, end: int, factor: int) -> List[int]:
 
 
 def main(args) -> int:
-    from commbench import metrics, registry, results
+    from commbench import environment, metrics, registry, results
     from commbench.allocator import steady_malloc
     from commbench.launch.detect import detect_launch
 
@@ -110,6 +110,8 @@ def main(args) -> int:
         f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
         f"check {'on' if args.check else 'off'}")
     say(HEADER)
+    # Taken before the measurement: nothing that could fail between it and the write.
+    machine = environment.collect(ctx) if ctx.rank == 0 else None
     found: List[Dict[str, Any]] = []
     for op in args.op:
         for nbytes in the_sizes:
@@ -126,7 +128,7 @@ def main(args) -> int:
     wrong = sum(r["wrong"] or 0 for r in found)
     say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     if ctx.rank == 0:
-        doc = result_document(args, ctx, the_sizes, found, wrong)
+        doc = result_document(args, ctx, the_sizes, found, wrong, machine)
         path = results.write_result(args.results_dir, doc, f"microbench-n{ctx.world_size}")
         say(f"# Result: {path}")
     from commbench.record import wait_for_rank_0
@@ -169,8 +171,9 @@ def format_row(row: Dict[str, Any], ratio: Optional[float] = None) -> str:
             f"{link.flag(s.get('link_fraction')):>11}")
 
 
-def result_document(args, ctx, the_sizes, rows, wrong) -> Dict[str, Any]:
-    from commbench import environment, results
+def result_document(args, ctx, the_sizes, rows, wrong,
+                    machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    from commbench import results
 
     doc = results.new_document(KIND)
     doc.update(
@@ -181,7 +184,7 @@ def result_document(args, ctx, the_sizes, rows, wrong) -> Dict[str, Any]:
                 "disable_dynamic_topology": args.disable_dynamic_topology,
                 "machine_size": args.machine_size, "no_cuda": args.no_cuda,
                 "cpu_transport": args.cpu_transport, "timeout": args.timeout, "tag": args.tag},
-        environment=environment.collect(ctx),
+        environment=machine,
         rows=rows,
         summary={"world_size": ctx.world_size, "sizes": the_sizes, "ops": list(args.op),
                  "wrong": wrong})
