@@ -114,6 +114,9 @@ class RunConfig:
         positive_int, "N")
     # Plugins' own flags (their Options fields) by name; not a flag itself.
     options: Mapping[str, Any] = field(default_factory=dict)
+    # True when several plugins read this one config (microbench's ops): a topology flag
+    # meant for some of them is then no mistake for the others. Not a flag, not recorded.
+    shared_by_plugins: bool = field(default=False, compare=False)
 
     def to_dict(self) -> Dict[str, Any]:
         """What a result records: every flag, plugins' options beside the others."""
@@ -170,8 +173,32 @@ OPTION = "option:"  # where a plugin option's value lands in the parsed namespac
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """The RunConfig of parsed flags; flags the command does not take keep their defaults."""
+    """The RunConfig of parsed flags; flags the command does not take keep their defaults.
+    A command without --dist-optimizer checks several plugins against the one config."""
     values = vars(args)
     core = {f.name for f in flag_fields(RunConfig)}
     options = {k[len(OPTION):]: v for k, v in values.items() if k.startswith(OPTION)}
-    return RunConfig(**{k: v for k, v in values.items() if k in core}, options=options)
+    config = RunConfig(**{k: v for k, v in values.items() if k in core}, options=options,
+                       shared_by_plugins="dist_optimizer" not in values)
+    refuse_data_flags_that_mean_nothing(config)
+    return config
+
+
+def _given(config: RunConfig, name: str) -> bool:
+    """Whether a flag holds a value other than its default: all argparse leaves to tell
+    a flag the user gave from one left alone."""
+    default = next(f.default for f in dataclasses.fields(RunConfig) if f.name == name)
+    return getattr(config, name) != default
+
+
+def refuse_data_flags_that_mean_nothing(config: RunConfig) -> None:
+    """A flag that the chosen data or kind of run would ignore is refused in one line,
+    rather than recorded as if it had acted."""
+    if _given(config, "partition") and config.data == "synthetic":
+        raise UsageError("argument --partition: the synthetic batch is one fixed batch, "
+                         "not a dataset to split among workers; give --data learnable, "
+                         "cifar10:PATH or imagefolder:PATH, or leave --partition out")
+    if _given(config, "warmup_epochs") and not config.trains_to_accuracy:
+        raise UsageError("argument --warmup-epochs: a speed run keeps its learning rate "
+                         "constant; only training to accuracy (--target-accuracy, "
+                         "--time-budget, --max-epochs) warms it up")

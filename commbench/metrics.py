@@ -195,6 +195,10 @@ FLAGS = {
     "reference": "the workers' compute-only reference windows did not overlap, or the "
                  "reference drifted between before and after the run: E* and comm are "
                  "not comparable",
+    # not one of trust_flags': the readers set it from summary.diverged, which the run
+    # prints in a line of its own
+    "diverged": "the training loss became NaN or infinite (where: below the table): the "
+                "img/sec stand, the loss and the consensus distance do not",
 }
 
 

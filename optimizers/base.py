@@ -6,6 +6,10 @@ that communicates the way the strategy prescribes. The timed loop calls that ste
 and knows nothing else about the strategy. Heavy imports (horovod, bluefog) belong
 inside `wrap`, so that `commbench list` works everywhere.
 
+A run flag that means something to some strategies only (the topology settings) is
+refused, in one line, when given to a strategy that would ignore it: recorded, it would
+look as if it had acted. A plugin that reads them sets `uses_topology`.
+
 The training steps every plugin can take (`local_step`, `waiting_step`) record their
 phases and waits for the step split. Strategies that average parameters along a
 mixing matrix W derive from commbench.optimizers.mixing's `MixingStrategy`.
@@ -13,11 +17,14 @@ mixing matrix W derive from commbench.optimizers.mixing's `MixingStrategy`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Optional, Tuple, Type
 
 from commbench import spans
+from commbench.errors import UsageError
+from commbench.flags import option_name
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -28,6 +35,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # (images, labels) -> loss of this batch; one forward, backward, exchange and update.
 TrainStep = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+
+# The RunConfig fields that only strategies averaging along a graph read.
+TOPOLOGY_FLAGS = ("topology", "disable_dynamic_topology", "atc_style")
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,8 @@ class Strategy:
     # False when the strategy communicates where commbench's spans cannot see it (inside
     # an engine's own step): its steps then get no split rather than a wrong one.
     records_split: ClassVar[bool] = True
+    # True when the strategy averages along a graph and so reads TOPOLOGY_FLAGS.
+    uses_topology: ClassVar[bool] = False
 
     @classmethod
     def unusable_reason(cls) -> Optional[str]:
@@ -67,6 +79,24 @@ class Strategy:
         ranks with the same one-line error instead of a hang. Overrides call
         super().check() first.
         """
+        if not config.shared_by_plugins:
+            cls.refuse_flags_it_ignores(config)
+
+    @classmethod
+    def ignored_flags(cls) -> Tuple[str, ...]:
+        """The RunConfig fields whose flags mean nothing to this strategy."""
+        return () if cls.uses_topology else TOPOLOGY_FLAGS
+
+    @classmethod
+    def refuse_flags_it_ignores(cls, config: "RunConfig") -> None:
+        """Raise UsageError for a flag this strategy ignores that was given a value other
+        than its default (argparse leaves no other trace of what the user typed)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(config)}
+        for name in cls.ignored_flags():
+            if getattr(config, name) != defaults[name]:
+                raise UsageError(f"argument {option_name(name)}: means nothing to {cls.name}, "
+                                 "which averages along no topology; leave it out (`commbench "
+                                 "list` names the strategies that have one)")
 
     @classmethod
     def options_of(cls, config: "RunConfig") -> Any:

@@ -48,6 +48,7 @@ class MixingStrategy(Strategy):
     """
 
     decentralized = True
+    uses_topology = True
     mixer: Optional[Mixer] = None
 
     @classmethod

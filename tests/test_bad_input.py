@@ -31,6 +31,21 @@ def test_every_numeric_flag_rejects_bad_values_in_one_line(field, value, capsys)
     assert err.count("\n") == 1 and f"argument {flag}: must be {accepted}" in err
 
 
+@pytest.mark.parametrize("field", [f for f in flags.flag_fields(RunConfig)
+                                   if f.metadata["type"] in (flags.positive_float,
+                                                             flags.non_negative_float,
+                                                             flags.fraction)],
+                         ids=lambda f: f.name)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e999"])
+def test_every_float_flag_refuses_what_is_not_finite(field, value, capsys):
+    flag = "--" + field.name.replace("_", "-")
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", f"{flag}={value}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert f"argument {flag}: must be {field.metadata['type'].accepts}, got {value!r}" in err
+
+
 @pytest.mark.parametrize("field", [f for f in NUMERIC_FLAGS
                                    if f.metadata["type"].__name__.startswith("positive")],
                          ids=lambda f: f.name)

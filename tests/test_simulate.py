@@ -5,6 +5,7 @@ command's golden output, files and one-line errors."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -447,3 +448,18 @@ def test_the_published_summary_is_what_the_benchmark_computes_now(tmp_path):
     assert done.returncode == 0, done.stderr
     assert published.load(fresh) == published.load(), \
         f"rerun: {json.loads(fresh.read_text())['command']}"
+
+
+def test_a_bad_run_among_the_calibration_files_is_skipped_in_one_line(tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(DATA / "runs-new", runs)
+    bad = json.loads(next(runs.glob("*.json")).read_text())
+    bad["summary"]["workers"] = 0
+    (runs / "zero-workers.json").write_text(json.dumps(bad))
+    flags = ["--link", "1gbit", "--np", "1,2,4,8"]
+    clean = _simulate(str(DATA / "runs-new"), *flags, "-o", str(tmp_path / "a"))
+    done = _simulate(str(runs), *flags, "-o", str(tmp_path / "b"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("zero-workers.json") == 1 and "summary.workers" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout.split("\nProjection: ")[0] == clean.stdout.split("\nProjection: ")[0]

@@ -46,7 +46,7 @@ def test_sweep_runs_every_combination_reports_failures_and_goes_on(tmp_path):
 def test_dry_run_prints_the_exact_commands_and_skips_impossible_ones(tmp_path):
     done = sweep(tmp_path, "--dry-run", "--np", "1,2,4",
                  "--dist-optimizer", "allreduce,no_such_strategy", "--batch-size", "8")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # it would not run all it was asked for
     lines = done.stdout.strip().splitlines()
     results = str(tmp_path / "results")
     assert lines[0].split() == [
@@ -54,10 +54,31 @@ def test_dry_run_prints_the_exact_commands_and_skips_impossible_ones(tmp_path):
         "commbench", "--dist-optimizer=allreduce", "--batch-size", "8", "--results-dir", results]
     over = "--oversubscribe" if (os.cpu_count() or 1) < 4 else None
     assert ("--oversubscribe" in lines[2].split()) == bool(over)
-    assert lines[3] == ("# skipped: no_such_strategy on 1: argument --dist-optimizer: unknown "
-                        "strategy 'no_such_strategy'; available: " + lines[3].split(
+    assert lines[3] == "# never ran: strategy no_such_strategy"
+    assert lines[4] == ("# skipped: no_such_strategy on 1: argument --dist-optimizer: unknown "
+                        "strategy 'no_such_strategy'; available: " + lines[4].split(
                             "available: ")[1])
-    assert len(lines) == 6 and not (tmp_path / "results").exists()
+    assert len(lines) == 7 and not (tmp_path / "results").exists()
+
+
+@pytest.mark.timeout(240)
+def test_a_sweep_that_skips_runs_the_rest_then_exits_1_naming_the_skipped_last(tmp_path):
+    done = sweep(tmp_path, "--np", "1", "--dist-optimizer", "none,bogus", *TINY_RUN,
+                 timeout=200)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "done in" in done.stdout and len(list((tmp_path / "results").glob("*.json"))) == 1
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("skipped: bogus on 1: argument --dist-optimizer: unknown "
+                           "strategy 'bogus'"), done.stdout[-2000:]
+
+
+def test_topology_flags_go_only_to_the_strategies_that_have_one(tmp_path):
+    done = sweep(tmp_path, "--dry-run", "--np", "2", "--dist-optimizer",
+                 "allreduce,neighbor_allreduce", "--topology", "ring", "--atc-style")
+    assert done.returncode == 0, done.stdout + done.stderr
+    allreduce, neighbor = done.stdout.splitlines()
+    assert "--topology" not in allreduce and "--atc-style" not in allreduce
+    assert "--topology ring --atc-style" in neighbor
 
 
 def test_a_timeline_passed_through_is_each_jobs_own(tmp_path):

@@ -17,12 +17,48 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 from commbench.analysis import time_to_target as ttt
+from commbench.analysis import validate
 from commbench.analysis.reading import network_of, precision_of, series_of
 from commbench.analysis.runs import Series, emulated
+from commbench.analysis.validate import items, number, section, text, whole
 from commbench.config import MAX_EPOCHS
 from commbench.results import load_results
 
 KIND = "accuracy"
+
+_MAYBE = {"optional": True, "nullable": True}
+# What read computes with. A diverged run's curve holds NaN or infinite losses and
+# consensus distances (shown as such); its accuracies, times and counts are numbers.
+FIELDS = (
+    text("config.model"), whole("config.batch_size", 1), whole("config.image_size", 1),
+    number("config.target_accuracy", 0, 1, above=True, **_MAYBE),
+    whole("config.eval_every", 1, optional=True), whole("summary.eval_every", 1, **_MAYBE),
+    number("config.lr", **_MAYBE), number("config.momentum"),
+    number("config.weight_decay", **_MAYBE), number("config.warmup_epochs", 0, **_MAYBE),
+    number("config.max_epochs", 0, above=True, **_MAYBE),
+    number("config.time_budget", 0, above=True, **_MAYBE), whole("config.seed", **_MAYBE),
+    section("data", **_MAYBE), section("recipe", **_MAYBE),
+    number("recipe.weight_decay", **_MAYBE),
+    section("environment"), whole("environment.world_size", 1),
+    validate.flag("summary.reached", **_MAYBE), number("summary.best_accuracy", 0, 1),
+    text("summary.stopped_by"), number("summary.img_sec", 0, above=True, **_MAYBE),
+    validate.flag("summary.oversubscribed", **_MAYBE),
+    section("summary.diverged", **_MAYBE), whole("summary.diverged.step", 1),
+    whole("summary.diverged.rank", 0),
+    items("curve"), section("curve.*"), whole("curve.*.step", 0),
+    number("curve.*.epoch", 0), number("curve.*.training_seconds", 0),
+    number("curve.*.wall_seconds", 0), number("curve.*.accuracy", 0, 1),
+    number("curve.*.worker_mean", 0, 1), number("curve.*.worker_worst", 0, 1),
+    number("curve.*.loss", finite=False, **_MAYBE),
+    number("curve.*.consensus_distance", finite=False, **_MAYBE),
+)
+# Besides, of a run that reached its target (time_to_target is checked in read, in words
+# of its own).
+REACHED_FIELDS = (
+    number("summary.wall_time_to_target", 0, above=True, **_MAYBE),
+    whole("summary.steps_to_target", 0, **_MAYBE),
+    number("summary.epochs_to_target", 0, **_MAYBE),
+)
 
 
 class AccuracyKey(NamedTuple):
@@ -103,6 +139,8 @@ class AccuracyRun:
     img_sec: Optional[float]  # all workers, during training
     curve: Tuple[Dict[str, float], ...]
     oversubscribed: bool
+    # where its loss first went non-finite ({"step", "rank"}), None when it never did
+    diverged: Optional[Dict[str, int]] = None
 
     @property
     def match_key(self) -> Tuple:
@@ -180,13 +218,14 @@ def load(paths: Iterable[Union[str, Path]]) -> Tuple[List[AccuracyRun], List[str
             continue
         try:
             runs.append(read(result.path, result.doc))
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-            notes.append(f"skipping {result.path}: incomplete or malformed accuracy result "
-                         f"({type(e).__name__}: {e})")
+        except validate.READ_ERRORS as e:
+            notes.append(validate.skipped(result.path, "accuracy", e))
     return runs, notes
 
 
 def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
+    """The run of an accuracy result; validate.Invalid names the field it cannot use."""
+    validate.check(doc, FIELDS)
     config, summary = doc["config"], doc["summary"]
     env = doc.get("environment") or {}
     device = str(env.get("device") or ("cpu" if config.get("no_cuda") else "unknown"))
@@ -201,8 +240,12 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
                       str(env.get("backend") or "unknown"), network_of(env),
                       str(hardware or "unknown"), str(config.get("tag") or ""))
     reached = None if target is None else summary["reached"] is True
-    if reached and not _positive(summary["time_to_target"]):
-        raise ValueError("it reached the target but records no time to it")
+    if reached and not _positive(summary.get("time_to_target")):
+        raise validate.Invalid("summary.time_to_target", f"is "
+                               f"{validate.shown(summary.get('time_to_target'))}: it reached "
+                               "the target but records no time to it")
+    if reached:
+        validate.check(doc, REACHED_FIELDS)
 
     def to_target(name: str, kind=float):
         # never a number for a run that did not reach the target, whatever the file says
@@ -213,8 +256,6 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
     if not curve:
         raise ValueError("its curve is empty")
     workers = int(env["world_size"])
-    if workers < 1:
-        raise ValueError(f"world_size {workers}")
     seed = config.get("seed")
     return AccuracyRun(
         path=Path(path), doc=doc, key=key, series=series_of(doc), workers=workers,
@@ -223,7 +264,14 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
         steps=to_target("steps_to_target", int), epochs=to_target("epochs_to_target"),
         best_accuracy=float(summary["best_accuracy"]), stopped_by=str(summary["stopped_by"]),
         img_sec=_float(summary.get("img_sec")), curve=curve,
-        oversubscribed=bool(summary.get("oversubscribed")))
+        oversubscribed=bool(summary.get("oversubscribed")), diverged=diverged_of(summary))
+
+
+def diverged_of(summary: Dict[str, Any]) -> Optional[Dict[str, int]]:
+    """Where the run diverged; {} for one that stopped as diverged without saying where."""
+    if summary.get("diverged"):
+        return dict(summary["diverged"])
+    return {} if summary.get("stopped_by") == "diverged" else None
 
 
 CURVE_FIELDS = ("step", "epoch", "training_seconds", "wall_seconds", "accuracy",

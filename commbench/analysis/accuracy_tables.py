@@ -4,12 +4,12 @@ there are too few runs, flagged), as text, Markdown, CSV or JSON."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List, Optional
 
 from commbench.analysis import tables
 from commbench.analysis import time_to_target as ttt
-from commbench.analysis.accuracy import AccuracyGroup, AccuracyKey, AccuracyRow
+from commbench.analysis.accuracy import AccuracyGroup, AccuracyKey, AccuracyRow, AccuracyRun
+from commbench.results import to_json
 
 HEADERS = ["strategy", "topology", "N", "runs", "reached", "time s", "by", "median s",
            "min-max s", "steps", "epochs", "best if missed", "img/sec", "not to be trusted"]
@@ -51,8 +51,8 @@ CSV_ROW_FIELDS = [c for c in ROW_FIELDS if c not in KEY_COLUMNS]
 
 def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
     if fmt == "json":
-        return json.dumps({"accuracy_groups": [group_record(g) for g in groups]},
-                          indent=1) + "\n"
+        return to_json({"accuracy_groups": [group_record(g) for g in groups]},
+                       indent=1) + "\n"
     if fmt == "csv":
         rows = [[g.key._asdict()[c] for c in KEY_COLUMNS] + [r[c] for c in CSV_ROW_FIELDS]
                 for g in groups for r in map(row_record, g.rows)]
@@ -63,7 +63,19 @@ def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
         heading = tables.heading("Time to accuracy: " + g.key.heading(), fmt)
         parts.append(f"{heading}\n\n{g.key.details()[0].upper()}{g.key.details()[1:]}."
                      f"\n\n{table}")
+        diverged = [(row, run) for row in g.rows for run in row.runs if run.diverged is not None]
+        if diverged:
+            parts.append(tables.lines([diverged_line(row, run) for row, run in diverged], fmt))
     return "\n".join(parts) + "\n" + tables.notes(NOTES, fmt)
+
+
+def diverged_line(row: AccuracyRow, run: AccuracyRun) -> str:
+    """A run whose loss went non-finite: it stopped there, short of any target."""
+    where = (f" at step {run.diverged['step']} (first seen on rank {run.diverged['rank']})"
+             if run.diverged else "")
+    outcome = "not reached: diverged" if run.reached is not None else "diverged"
+    return (f"{row.series.label()}, N={row.workers}, seed {run.seed}: {outcome}{where}; "
+            f"best accuracy {run.best_accuracy:.3f}, {run.path}")
 
 
 def row_record(row: AccuracyRow) -> Dict[str, Any]:
@@ -103,7 +115,7 @@ def run_record(run) -> Dict[str, Any]:
             "time_to_target_s": run.time, "wall_time_to_target_s": run.wall_time,
             "steps_to_target": run.steps, "epochs_to_target": run.epochs,
             "best_accuracy": run.best_accuracy, "stopped_by": run.stopped_by,
-            "img_sec": run.img_sec}
+            "img_sec": run.img_sec, "diverged": run.diverged}
 
 
 def formatted_row(row: AccuracyRow) -> List[str]:

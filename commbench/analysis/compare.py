@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import IO, Any, Dict, List, Optional, Tuple
 
@@ -21,6 +22,7 @@ from commbench.analysis import accuracy, grouping, reading
 from commbench.analysis import tables
 from commbench.analysis.compare_accuracy import AccuracyComparison
 from commbench.analysis.runs import Point, Run, emulated
+from commbench.results import to_json
 
 TEST = "Welch's t-test on per-iteration total img/sec (S_i), two-sided"
 HEADERS = ["strategy", "topology", "N", "base img/sec", "new img/sec", "ratio", "delta",
@@ -121,9 +123,12 @@ class Comparison:
             (self.accuracy.regressions if self.accuracy else [])
 
     def _pair(self, key: Tuple, base: Point, new: Point) -> Dict[str, Any]:
-        ratio = new.total / base.total
-        p = metrics.welch_p_value(base.totals, new.totals)
-        if p is None:
+        ratio = new.total / base.total if base.total else math.nan
+        unknown = not_finite(base, new)
+        p = None if unknown else metrics.welch_p_value(base.totals, new.totals)
+        if unknown:  # NaN fails every test: it would read as "not significant"
+            result = f"n/a: cannot compare ({unknown})"
+        elif p is None:
             result = "n/a: < 2 iterations"
         elif p < self.alpha and abs(ratio - 1) >= self.threshold:
             result = "faster" if ratio > 1 else "SLOWER"
@@ -215,7 +220,17 @@ class Comparison:
                "setting_differences": {k: [a, b] for k, a, b in self.setting_differences()}}
         if self.accuracy:
             doc["accuracy"] = self.accuracy.record()
-        return json.dumps(doc, indent=1) + "\n"
+        return to_json(doc, indent=1) + "\n"
+
+
+def not_finite(base: Point, new: Point) -> str:
+    """What makes a pair's numbers unusable for a test, or "" when nothing does."""
+    for arm, point in (("BASE", base), ("NEW", new)):
+        if not (math.isfinite(point.total) and point.total > 0):
+            return f"{arm}'s img/sec is {point.total:g}"
+        if not all(math.isfinite(v) for v in point.totals):
+            return f"{arm}'s per-iteration img/sec are not all finite"
+    return ""
 
 
 def _runs(count: int) -> str:

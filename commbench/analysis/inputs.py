@@ -28,9 +28,9 @@ def load_for(command: str, paths: Iterable[Union[str, Path]], err) -> Optional[I
     groups, notes = reading.analyse(
         paths, handled=(microbench_results.KIND, simulate.KIND, accuracy.KIND))
     trained, more = accuracy.load(paths)
-    benches = microbench_results.load(paths)  # size sweeps: their own tables and charts
-    projections = simulate.load(paths)
-    for note in notes + more:
+    benches, bench_notes = microbench_results.load(paths)  # their own tables and charts
+    projections, projection_notes = simulate.load(paths)
+    for note in notes + more + bench_notes + projection_notes:
         print(f"commbench {command}: warning: {note}", file=err)
     found = Inputs(groups, accuracy.group(trained), benches, projections)
     if not any(found):

@@ -9,10 +9,48 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
-from commbench import metrics
+from commbench import metrics, spans
+from commbench.analysis import validate
 from commbench.analysis.grouping import group_runs
 from commbench.analysis.runs import Group, GroupKey, Run, Series
-from commbench.results import load_results
+from commbench.analysis.validate import items, number, section, text, whole
+from commbench.results import Result, load_results
+
+_MAYBE = {"optional": True, "nullable": True}
+# What read_run computes with. A diverged run's loss and consensus distance may be NaN
+# or infinite (shown as such); its img/sec, times and counts may not.
+RUN_FIELDS = (
+    text("config.model"), whole("config.batch_size", 1), whole("config.image_size", 1),
+    whole("config.num_classes", 1, optional=True),
+    whole("config.num_batches_per_iter", 1, optional=True),
+    whole("summary.workers", 1),
+    section("summary.total_img_sec"), number("summary.total_img_sec.mean", 0, above=True),
+    number("summary.total_img_sec.ci95", 0, **_MAYBE),
+    section("summary.latency_seconds_per_batch"),
+    number("summary.latency_seconds_per_batch.*", 0),
+    number("summary.compute_only_img_sec_per_worker", 0, above=True, **_MAYBE),
+    number("summary.efficiency_in_job", 0, **_MAYBE),
+    number("summary.efficiency_in_job_ci95", 0, **_MAYBE),
+    number("summary.communication_overhead", high=1, **_MAYBE),
+    number("summary.communication_overhead_ci95", 0, **_MAYBE),
+    number("summary.reference_overlap", **_MAYBE), number("summary.reference_drift", **_MAYBE),
+    number("summary.final_consensus_distance", finite=False, **_MAYBE),
+    validate.flag("summary.oversubscribed", **_MAYBE),
+    section("summary.step_split", **_MAYBE),
+    *(section(f"summary.step_split.{part}") for part in spans.PARTS),
+    number("summary.step_split.*.mean"),
+    section("summary.diverged", **_MAYBE), whole("summary.diverged.step", 1),
+    whole("summary.diverged.rank", 0),
+    section("samples", **_MAYBE),
+    items("samples.iteration_seconds", **_MAYBE), items("samples.iteration_seconds.*"),
+    number("samples.iteration_seconds.*.*", 0, above=True),
+    items("samples.batch_seconds", **_MAYBE), items("samples.batch_seconds.*"),
+    items("samples.batch_seconds.*.*"), number("samples.batch_seconds.*.*.*", 0),
+    items("samples.consensus_distance", **_MAYBE),
+    number("samples.consensus_distance.*", finite=False),
+    section("strategy", **_MAYBE), section("environment", **_MAYBE),
+    items("environment.hostnames", **_MAYBE), whole("environment.cpu_count", 1, **_MAYBE),
+)
 
 
 def load_runs(paths: Iterable[Union[str, Path]],
@@ -20,7 +58,15 @@ def load_runs(paths: Iterable[Union[str, Path]],
     """Every usable `run` result under paths, and one line per file skipped (results
     of the kinds in `handled` are skipped silently: the caller reads them itself)."""
     results, notes = load_results(paths)
-    runs = []
+    runs, more = runs_of(results, handled)
+    return runs, notes + more
+
+
+def runs_of(results: Iterable[Result], handled: Tuple[str, ...] = ()
+            ) -> Tuple[List[Run], List[str]]:
+    """The runs of the `run` results that pass RUN_FIELDS, and one line per other
+    result that is not of a kind in `handled`."""
+    runs, notes = [], []
     for result in results:
         if result.kind in handled:
             continue
@@ -29,14 +75,15 @@ def load_runs(paths: Iterable[Union[str, Path]],
                          "results are analysed here")
             continue
         try:
+            validate.check(result.doc, RUN_FIELDS)
             runs.append(read_run(result.path, result.doc))
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            notes.append(f"skipping {result.path}: incomplete or malformed run result "
-                         f"({type(e).__name__}: {e})")
+        except validate.READ_ERRORS as e:
+            notes.append(validate.skipped(result.path, "run", e))
     return runs, notes
 
 
 def read_run(path: Path, doc: Dict[str, Any]) -> Run:
+    """The run of a document that passed RUN_FIELDS."""
     config, summary = doc["config"], doc["summary"]
     env = doc.get("environment") or {}
     samples = doc.get("samples") or {}
@@ -68,7 +115,8 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
         consensus=tuple(float(c) for c in consensus),
         final_consensus=_float(summary.get("final_consensus_distance")),
         oversubscribed=crowded,
-        flags=tuple(metrics.trust_flags({**summary, "oversubscribed": crowded})))
+        flags=tuple(metrics.trust_flags({**summary, "oversubscribed": crowded})),
+        diverged=summary.get("diverged"))
 
 
 def oversubscribed(doc: Dict[str, Any]) -> bool:

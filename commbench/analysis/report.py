@@ -15,6 +15,7 @@ from commbench import metrics
 from commbench.analysis import accuracy_tables, inputs, runs, tables
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
+from commbench.results import to_json
 
 FORMATS = ("text", "markdown", "csv", "json")
 
@@ -72,7 +73,7 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
         for text in texts:
             doc.update(json.loads(text))
         doc.update({"projections": [p.doc for p in projections]} if projections else {})
-        out.write(json.dumps(doc, indent=1) + "\n")
+        out.write(to_json(doc, indent=1) + "\n")
     else:
         if projections:
             from commbench.simulate import table as simulate
@@ -85,7 +86,7 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
 
 def render(groups: List[Group], fmt: str = "text") -> str:
     if fmt == "json":
-        return json.dumps({"groups": [group_record(g) for g in groups]}, indent=1) + "\n"
+        return to_json({"groups": [group_record(g) for g in groups]}, indent=1) + "\n"
     if fmt == "csv":
         columns = GROUP_COLUMNS + list(ROW_FIELDS)
         rows = [[g.key._asdict()[c] for c in GROUP_COLUMNS] + [r[c] for c in ROW_FIELDS]
@@ -95,12 +96,21 @@ def render(groups: List[Group], fmt: str = "text") -> str:
     for g in groups:
         table = tables.render(HEADERS, [formatted_row(p) for p in g.points], ALIGN, fmt)
         parts.append(f"{tables.heading(g.key.title(), fmt)}\n\n{baseline_line(g)}\n\n{table}")
+        if any(p.diverged for p in g.points):
+            parts.append(tables.lines(diverged_lines(g), fmt))
         if g.has_split:
             parts.append(split_table(g, fmt))
     flags = dict.fromkeys(f for g in groups for p in g.points for f in p.flags)
     flagged = [f"{MARK}: a number its row's flags put in doubt. Flags: "
                + "; ".join(f"{flag}: {metrics.FLAGS[flag]}" for flag in flags)] if flags else []
     return "\n".join(parts) + "\n" + tables.notes(NOTES + flagged, fmt)
+
+
+def diverged_lines(group: Group) -> List[str]:
+    """One line per run of the group whose loss went non-finite, saying where."""
+    return [f"Diverged at step {run.diverged['step']} (first seen on rank "
+            f"{run.diverged['rank']}): {p.series.label()}, N={p.workers}, {run.path}; its "
+            "img/sec stand" for p in group.points for run in p.diverged]
 
 
 SPLIT_HEADERS = ["strategy", "topology", "N", "step ms", "compute", "exposed", "waiting",
@@ -165,7 +175,8 @@ def group_record(g: Group) -> Dict[str, Any]:
                                       "from": b.source.label()}
                           for s, b in sorted(g.baselines.items(), key=lambda sb: sb[0].order())},
             "rows": [dict(point_record(p), files=[str(r.path) for r in p.runs],
-                          step_split=p.split)
+                          step_split=p.split,
+                          diverged=[dict(r.diverged, file=str(r.path)) for r in p.diverged])
                      for p in g.points]}
 
 

@@ -107,6 +107,9 @@ class Run:
     final_consensus: Optional[float]
     oversubscribed: bool  # more workers on a machine than physical cores
     flags: Tuple[str, ...]  # metrics.trust_flags of its summary
+    # where its loss first went non-finite ({"step", "rank"}), None when it never did:
+    # its img/sec stand, its loss and consensus distance are NaN or infinite
+    diverged: Optional[Dict[str, int]] = None
 
     @property
     def match_key(self) -> Tuple:
@@ -160,7 +163,12 @@ class Point:
                    "oversubscribed": self.oversubscribed}
         found = metrics.trust_flags(summary, self.efficiency)
         late = any("reference" in r.flags for r in self.runs)
-        return found + ["reference"] * late
+        return found + ["reference"] * late + ["diverged"] * bool(self.diverged)
+
+    @property
+    def diverged(self) -> List[Run]:
+        """The point's runs whose loss went non-finite."""
+        return [r for r in self.runs if r.diverged]
 
 
 @dataclass(frozen=True)

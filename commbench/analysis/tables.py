@@ -52,6 +52,12 @@ def heading(title: str, fmt: str) -> str:
     return f"## {title}" if fmt == "markdown" else f"{title}\n{'=' * len(title)}"
 
 
+def lines(found: Sequence[str], fmt: str) -> str:
+    """Lines that name files, never wrapped (a path is not cut): a Markdown list, or
+    one line each."""
+    return "".join(f"- {line}\n" if fmt == "markdown" else f"{line}\n" for line in found)
+
+
 def notes(lines: Sequence[str], fmt: str) -> str:
     """The notes under the tables: a Markdown list, or text wrapped at 88 columns."""
     if fmt == "markdown":

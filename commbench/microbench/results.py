@@ -19,22 +19,54 @@ Result document (kind "microbench"), besides the common header of commbench.resu
 
 from __future__ import annotations
 
-import json
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
-from commbench.analysis import tables
+from commbench.analysis import tables, validate
+from commbench.analysis.validate import items, number, section, text, whole
 from commbench.microbench.link import ABOVE_RATE, SLOW_FRACTION, flag
+from commbench.results import to_json
 
 KIND = "microbench"
 
+_MAYBE = {"optional": True, "nullable": True}
+# What the tables, the charts and `simulate`'s link fits compute with.
+FIELDS = (
+    section("summary"), whole("summary.world_size", 1), section("environment", **_MAYBE),
+    items("environment.hostnames", **_MAYBE),
+    items("rows"), section("rows.*"), text("rows.*.op"), text("rows.*.impl"),
+    whole("rows.*.bytes", 0), section("rows.*.summary"), section("rows.*.summary.time"),
+    number("rows.*.summary.time.mean", 0), number("rows.*.summary.time.p50", 0),
+    number("rows.*.summary.time.p99", 0),
+    number("rows.*.summary.algbw", 0, **_MAYBE), number("rows.*.summary.busbw", 0, **_MAYBE),
+    number("rows.*.summary.link_bw", 0, **_MAYBE),
+    number("rows.*.summary.link_fraction", 0, **_MAYBE),
+    section("rows.*.summary.ratio_to_raw", **_MAYBE),
+    number("rows.*.summary.ratio_to_raw.*", 0),
+    number("rows.*.bytes_sent", 0), number("rows.*.bytes_received", 0),
+    whole("rows.*.wrong", 0, **_MAYBE),
+)
 
-def load(paths) -> List[Any]:
-    """Every usable microbench result under paths (commbench.results.Result objects);
-    the warnings about other files are the run readers' to give."""
+
+def load(paths) -> Tuple[List[Any], List[str]]:
+    """Every usable microbench result under paths (commbench.results.Result objects),
+    and one line per microbench result skipped (the warnings about files of other
+    kinds are their readers' to give)."""
     from commbench.results import load_results
 
     found, _ = load_results(paths)
-    return [r for r in found if r.kind == KIND and isinstance(r.doc.get("rows"), list)]
+    return usable([r for r in found if r.kind == KIND])
+
+
+def usable(found: List[Any]) -> Tuple[List[Any], List[str]]:
+    """The microbench results of found that pass FIELDS, and one line per other."""
+    kept, notes = [], []
+    for result in found:
+        try:
+            validate.check(result.doc, FIELDS)
+            kept.append(result)
+        except validate.Invalid as e:
+            notes.append(validate.skipped(result.path, KIND, e))
+    return kept, notes
 
 
 def title(doc: Dict[str, Any]) -> str:
@@ -104,11 +136,11 @@ def _cells(r: Dict[str, Any]) -> List[str]:
 def render(found: List[Any], fmt: str = "text") -> str:
     """Tables of microbench results (commbench report), one per result file."""
     if fmt == "json":
-        return json.dumps({"microbench": [
+        return to_json({"microbench": [
             {"title": title(r.doc), "file": str(r.path),
              "rows": [record(row) for row in r.doc["rows"]]} for r in found]}, indent=1) + "\n"
     if fmt == "csv":
-        rows = [[title(r.doc)] + [json.dumps(v) if isinstance(v, dict) else v
+        rows = [[title(r.doc)] + [to_json(v) if isinstance(v, dict) else v
                                   for v in record(row).values()]
                 for r in found for row in r.doc["rows"]]
         return tables.csv_text(["title", *TABLE_FIELDS], rows)

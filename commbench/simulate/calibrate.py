@@ -169,7 +169,7 @@ def strategy_of(doc) -> Optional[Strategy]:
 def workers_per_machine(runs) -> int:
     if not runs:
         return 8
-    largest = max(runs, key=lambda r: r.doc["summary"]["workers"]).doc["environment"]
+    largest = max(runs, key=lambda r: r.doc["summary"]["workers"]).doc.get("environment") or {}
     return int(largest.get("local_size") or largest.get("world_size") or 8)
 
 
@@ -181,7 +181,7 @@ def measured_img_sec(runs, per_machine) -> Dict[Tuple[str, int], Tuple[float, Op
 
     by: Dict[Tuple[str, int], List] = defaultdict(list)
     for r in runs:
-        strategy, env = strategy_of(r.doc), r.doc["environment"]
+        strategy, env = strategy_of(r.doc), r.doc.get("environment") or {}
         n = int(r.doc["summary"]["workers"])
         if strategy is None or min(n, per_machine) != int(env.get("local_size") or n):
             continue
@@ -200,7 +200,7 @@ def measured_split(runs, per_machine) -> Dict[Tuple[str, int], Dict[str, float]]
     without a split (older files, engines that time their own steps) add nothing."""
     by: Dict[Tuple[str, int], List[Dict[str, float]]] = defaultdict(list)
     for r in runs:
-        strategy, env = strategy_of(r.doc), r.doc["environment"]
+        strategy, env = strategy_of(r.doc), r.doc.get("environment") or {}
         split = r.doc["summary"].get("step_split")
         n = int(r.doc["summary"]["workers"])
         if strategy is None or not split or min(n, per_machine) != int(env.get("local_size") or n):

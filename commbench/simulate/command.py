@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import List, Optional
 
 from commbench.errors import UsageError
+from commbench.flags import positive_float, positive_int
 from commbench.microbench import results as microbench_results
-from commbench.simulate import (calibrate, engines, links, projection_file, published, table,
-                                transports)
+from commbench.simulate import (calibrate, engines, links, nccl_tests, projection_file,
+                                published, table, transports)
 from commbench.simulate import compute as compute_model
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import STRATEGIES
@@ -35,7 +36,7 @@ def add_arguments(parser) -> None:
         "directories to calibrate on (runs: compute; microbench: links)")
     add("--np", default=DEFAULT_WORKERS, metavar="LIST",
         help=f"worker counts to project (default: {DEFAULT_WORKERS})")
-    add("--gpus-per-machine", "--per-machine", dest="per_machine", type=int, metavar="N",
+    add("--gpus-per-machine", "--per-machine", dest="per_machine", type=positive_int, metavar="N",
         help="workers per machine (default: as in the largest run, else 8)")
     add("--dist-optimizer", metavar="LIST", help="strategies, comma-separated (default: "
         "those of the runs, else allreduce,neighbor_allreduce,"
@@ -74,10 +75,11 @@ def add_arguments(parser) -> None:
         f"{', '.join(n for n, p in transports.PROFILES.items() if 'intra' in p.classes)} "
         f"(default: {transports.LINE_RATE})")
     add("--model", help="torchvision model (default: the runs', else resnet50)")
-    add("--batch-size", type=int, help="per worker (default: the runs', else 32)")
-    add("--image-size", type=int, help="(default: the runs', else 224)")
-    add("--img-sec", type=float, metavar="X", help="one device's img/sec at this model and "
-        "batch size, for hardware you do not have (e.g. 367: ResNet-50 FP32 on a V100)")
+    add("--batch-size", type=positive_int, help="per worker (default: the runs', else 32)")
+    add("--image-size", type=positive_int, help="(default: the runs', else 224)")
+    add("--img-sec", type=positive_float, metavar="X", help="one device's img/sec at this "
+        "model and batch size, for hardware you do not have (e.g. 367: ResNet-50 FP32 on a "
+        "V100)")
     add("--compute-from", choices=("one", "each"), default="one",
         help="one: the reference of the fewest workers measured, at every N (a device's "
         "own speed); each: each N's own in-job reference where measured (workers that "
@@ -96,14 +98,17 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    from commbench.analysis import reading
     from commbench.results import load_results
 
+    refuse_what_nccl_tests_replaces(args)
     found, warnings = load_results(args.paths)
-    for line in warnings:
+    runs, skipped_runs = reading.runs_of(
+        found, handled=(microbench_results.KIND, projection_file.KIND, "accuracy"))
+    benches, skipped_benches = microbench_results.usable(
+        [r for r in found if r.kind == microbench_results.KIND])
+    for line in warnings + skipped_runs + skipped_benches:
         print(f"commbench simulate: {line}", file=sys.stderr)
-    runs = [r for r in found if r.kind == "run"]
-    benches = [r for r in found
-               if r.kind == microbench_results.KIND and isinstance(r.doc.get("rows"), list)]
     out_dir = _output_dir(args.output_dir, runs)
     model, batch, image = calibrate.workload(args, [r.doc for r in runs])
     runs = [r for r in runs if (r.doc["config"]["model"], r.doc["config"]["batch_size"],
@@ -116,12 +121,10 @@ def main(args) -> int:
     computes = calibrate.compute_by_workers(args, runs, grads, batch)
     strategies = calibrate.strategies_to_project(args, runs)
     workers = _workers(args.np)
-    if args.per_machine is not None and args.per_machine < 1:
-        raise UsageError("argument --gpus-per-machine: must be a positive integer")
     per_machine = args.per_machine or calibrate.workers_per_machine(runs)
     fp16 = args.fp16_allreduce or bool(runs) and all(r.doc["config"].get("fp16_allreduce")
                                                      for r in runs)
-    on_gpu = args.img_sec is not None or any(r.doc["environment"].get("device") == "cuda"
+    on_gpu = args.img_sec is not None or any((r.doc.get("environment") or {}).get("device") == "cuda"
                                              for r in runs)
     algorithms = (found_links.algorithms() or (("ring", "tree") if on_gpu else ("ring",))) \
         if args.collective == "auto" else (args.collective,)
@@ -147,6 +150,29 @@ def main(args) -> int:
     projection.save(projection.figure(title, rows), chart)
     print(f"Projection: {path}\nChart: {chart}")
     return 0
+
+
+# The stated flags of each link class that a --nccl-tests fit of that class takes the
+# place of: given with it, they would be silently ignored while the notes name the file.
+REPLACED_BY_NCCL_TESTS = {"inter": ("link", "latency"), "intra": ("intra_link", "intra_latency")}
+
+
+def refuse_what_nccl_tests_replaces(args) -> None:
+    """Refuse --link/--latency when the nccl-tests files measured between machines, and
+    --intra-link/--intra-latency when they measured inside one; a class they did not
+    measure still takes its stated link."""
+    if not args.nccl_tests:
+        return
+    for path in (p.strip() for p in args.nccl_tests.split(",") if p.strip()):
+        measured = nccl_tests.parse(path)
+        for name in REPLACED_BY_NCCL_TESTS[measured.link_class]:
+            if getattr(args, name) is not None:
+                flag = "--" + name.replace("_", "-")
+                where = ("between machines" if measured.link_class == "inter"
+                         else "inside a machine")
+                raise UsageError(f"argument {flag}: --nccl-tests {path} measured the link "
+                                 f"{where} and the projection takes it from there; drop "
+                                 f"{flag} or that file")
 
 
 def _pipeline_bytes(on_gpu: bool, runs) -> Optional[int]:

@@ -6,11 +6,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
+from commbench.analysis.validate import items, number, section, text, whole
 from commbench.simulate.project import Inputs, Row
 
 KIND = "projection"
+
+_MAYBE = {"optional": True, "nullable": True}
+# What rows_of, the tables and the charts of `report` and `plot` compute with.
+FIELDS = (
+    text("title"), items("notes", optional=True), items("rows"), section("rows.*"),
+    text("rows.*.strategy"), whole("rows.*.workers", 1), whole("rows.*.machines", 1),
+    number("rows.*.img_sec", 0, above=True), items("rows.*.band"),
+    number("rows.*.band.*", 0), number("rows.*.efficiency", 0),
+    section("rows.*.step"), number("rows.*.step.compute", 0), number("rows.*.step.exposed", 0),
+    number("rows.*.step.overlapped", 0), number("rows.*.step.straggler_wait", 0, **_MAYBE),
+    number("rows.*.step.coordination", 0, optional=True), text("rows.*.step.allreduce"),
+    number("rows.*.img_sec_with_stragglers", 0, **_MAYBE), text("rows.*.basis"),
+    number("rows.*.measured", 0, **_MAYBE), number("rows.*.measured_ci", 0, **_MAYBE),
+)
 
 
 def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
@@ -60,9 +75,19 @@ def rows_of(doc) -> List[Row]:
                 r["measured"], r["measured_ci"]) for r in doc["rows"]]
 
 
-def load(paths) -> List:
-    """Every projection file under paths (commbench.results.Result objects)."""
+def load(paths) -> Tuple[List, List[str]]:
+    """Every usable projection file under paths (commbench.results.Result objects), and
+    one line per projection file skipped."""
+    from commbench.analysis import validate
     from commbench.results import load_results
 
     found, _ = load_results(paths)
-    return [r for r in found if r.kind == KIND and isinstance(r.doc.get("rows"), list)]
+    kept, notes = [], []
+    for result in (r for r in found if r.kind == KIND):
+        try:
+            validate.check(result.doc, FIELDS)
+            rows_of(result.doc)  # what the fields cannot say: a band of two, say
+            kept.append(result)
+        except validate.READ_ERRORS as e:
+            notes.append(validate.skipped(result.path, KIND, e))
+    return kept, notes

@@ -20,7 +20,7 @@ from commbench.flags import (accepting, add_flags, flag_fields, positive_float, 
                              positive_ints)
 from commbench.sweep.emulate import run_emulated
 from commbench.sweep.execute import job_environment, run_jobs
-from commbench.sweep.plan import cluster_shape, plan, plan_emulated, shell_line
+from commbench.sweep.plan import Job, cluster_shape, plan, plan_emulated, shell_line
 
 # A few minutes for 1,2,4 workers x 3 strategies on 2 cores, each job measured long
 # enough that its own interval is narrow; whether two sweeps then agree is up to how
@@ -58,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: 1gbit)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the launcher commands, run nothing")
-    parser.epilog = "Any other `commbench run` flag is passed to every job."
+    parser.epilog = ("Any other `commbench run` flag is passed to every job whose strategy "
+                     "reads it (--topology only to those with a topology). Skipped jobs are listed "
+                     "last; a strategy or worker count that never ran makes the exit code 1.")
 
 
 # Flags this parser does not know are `commbench run` flags, for every job.
@@ -94,19 +96,12 @@ def main(args) -> int:
                              args.results_dir, args.repeat)
     else:
         jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir, args.repeat)
+    skipped, never = [j for j in jobs if j.skip_reason], never_run(jobs)
     if args.dry_run:
-        for link in dict.fromkeys(j.link for j in jobs):
-            if link:
-                machines, slots = cluster_shape(args.emulate)
-                print(f"# commbench cluster up --name {cluster} --machines {machines} "
-                      f"--slots {slots} --link {link}")
-            for job in (j for j in jobs if j.link == link):
-                print(f"# skipped: {job.strategy} on {job.workers}: {job.skip_reason}"
-                      if job.skip_reason else shell_line(job.command)
-                      + (f"  # repeat {job.repeat}/{args.repeat}" if args.repeat > 1 else ""))
-            if link:
-                print(f"# commbench cluster down --name {cluster}")
-        return 0
+        print_commands(jobs, args, cluster)
+        for line in skip_summary(skipped, never):  # comments: the lines above still run
+            print(f"# {line}")
+        return 1 if never else 0
     Path(args.results_dir).mkdir(parents=True, exist_ok=True)
     env = job_environment(args.quick)
     # SIGTERM (a batch system's limit, `timeout`, kill) unwinds like Ctrl-C, so the
@@ -124,7 +119,45 @@ def main(args) -> int:
     if failed:
         print(f"{len(failed)} job(s) failed: " + ", ".join(
             f"{j.strategy} on {j.workers}" for j in failed), flush=True)
-    return 1 if failed or not made else 0
+    for line in skip_summary(skipped, never):  # last, where a long sweep's reader looks
+        print(line, flush=True)
+    return 1 if failed or never or not made else 0
+
+
+def print_commands(jobs: List[Job], args, cluster: str) -> None:
+    """The launcher line of every job that can run, in order, each emulated link's
+    between the commands that make and remove its cluster."""
+    for link in dict.fromkeys(j.link for j in jobs):
+        if link:
+            machines, slots = cluster_shape(args.emulate)
+            print(f"# commbench cluster up --name {cluster} --machines {machines} "
+                  f"--slots {slots} --link {link}")
+        for job in (j for j in jobs if j.link == link and not j.skip_reason):
+            print(shell_line(job.command)
+                  + (f"  # repeat {job.repeat}/{args.repeat}" if args.repeat > 1 else ""))
+        if link:
+            print(f"# commbench cluster down --name {cluster}")
+
+
+def never_run(jobs: List[Job]) -> List[str]:
+    """The strategies and worker counts asked for that no job runs: a mistake (an unknown
+    strategy, a flag it refuses, a count nothing fits), which fails the sweep. A single
+    combination that cannot run while its strategy and its count run elsewhere
+    (hierarchical on one machine's worth of ranks) is a hole of the grid, listed only."""
+    running = [j for j in jobs if not j.skip_reason]
+    strategies = [f"strategy {s}" for s in dict.fromkeys(j.strategy for j in jobs)
+                  if not any(r.strategy == s for r in running)]
+    counts = [f"{n} worker(s)" + (f" at {link}" if link else "")
+              for n, link in dict.fromkeys((j.workers, j.link) for j in jobs)
+              if not any((r.workers, r.link) == (n, link) for r in running)]
+    return strategies + counts
+
+
+def skip_summary(skipped: List[Job], never: List[str]) -> List[str]:
+    """What was asked for and not run, one line each, and why."""
+    lines = [f"never ran: {', '.join(never)}"] if never else []
+    return lines + [f"skipped: {j.strategy} on {j.workers}" + (f" at {j.link}" if j.link else "")
+                    + f": {j.skip_reason}" for j in skipped]
 
 
 def _commbench(*args: str) -> None:

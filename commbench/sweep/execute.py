@@ -101,7 +101,9 @@ def headline(path: Path) -> str:
         line += (", in-job efficiency "
                  f"{percent(summary['efficiency_in_job'], summary.get('efficiency_in_job_ci95'))}")
     flags = trust_flags(summary)
-    return line + (f" [NOT TO BE TRUSTED: {', '.join(flags)}]" if flags else "")
+    line += f" [NOT TO BE TRUSTED: {', '.join(flags)}]" if flags else ""
+    diverged = summary.get("diverged")
+    return line + (f" [diverged at step {diverged['step']}]" if diverged else "")
 
 
 def _end_job(proc: subprocess.Popen) -> None:

@@ -8,6 +8,10 @@ partition, so repeats must draw again. Within a repeat every strategy and worker
 has the same seed: the same task, partition and first weights, only the exchange differs.
 Speed runs keep one seed: what they time does not depend on it, and repeating the same
 job measures the machine's drift alone.
+
+A run flag that means nothing to a strategy (--topology to allreduce) goes only to the
+jobs of the strategies that read it: `commbench run` would refuse it, and one sweep
+compares strategies with and without a topology.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 from commbench.errors import UsageError
 from commbench.spans import beside
@@ -59,8 +63,38 @@ def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: s
 
 
 def _job_flags(strategy: str, flags: List[str], results_dir: str, name: str) -> List[str]:
-    return [f"--dist-optimizer={strategy}", *own_timeline(flags, name), "--results-dir",
-            results_dir]
+    return [f"--dist-optimizer={strategy}", *own_timeline(flags_for(strategy, flags), name),
+            "--results-dir", results_dir]
+
+
+def flags_for(strategy: str, flags: List[str]) -> List[str]:
+    """The run flags without those the strategy ignores; all of them for a strategy that
+    cannot be loaded (its job is skipped, saying why)."""
+    from commbench import registry
+    from commbench.config import RunConfig
+    from commbench.flags import flag_fields, option_name
+
+    try:
+        ignored = registry.resolve(strategy).ignored_flags()
+    except UsageError:
+        return list(flags)
+    switches = {option_name(f.name) for f in flag_fields(RunConfig, ignored)
+                if f.type in ("bool", bool)}
+    return without_options(flags, {option_name(n) for n in ignored}, switches)
+
+
+def without_options(flags: List[str], options: Set[str], switches: Set[str]) -> List[str]:
+    """flags without each of options (`--x V`, `--x=V`, or `--x` alone for a switch)."""
+    out: List[str] = []
+    skip = False
+    for part in flags:
+        if skip:
+            skip = False
+        elif part in options:
+            skip = part not in switches
+        elif part.split("=", 1)[0] not in options:
+            out.append(part)
+    return out
 
 
 def own_timeline(flags: List[str], name: str) -> List[str]:

@@ -1,0 +1,258 @@
+"""Exit codes that tell the truth: a sweep that skipped a job it was asked for exits 1
+and ends with what it skipped; a value or a combination of flags that would be
+ignored, or fail later, is refused at once in one line with exit 2. In-process: no job
+is started (the one real sweep is in tests/test_sweep.py)."""
+
+from pathlib import Path
+
+import pytest
+
+from commbench.cli import build_parser, main
+from commbench.config import RunConfig, config_from_args
+from commbench.errors import UsageError
+from commbench.launch.detect import LaunchInfo
+from commbench.sweep import command as sweep_command
+from commbench.sweep.plan import plan, without_options
+
+NCCL = Path(__file__).parent / "data" / "nccl-tests"
+BETWEEN_MACHINES = str(NCCL / "all_reduce_perf-h100-2x8.txt")
+INSIDE_A_MACHINE = str(NCCL / "sendrecv_perf-a100-1x8.txt")
+TWO_RANKS = LaunchInfo("openmpi", 0, 2, 0, 2, 0)
+FOUR_RANKS = LaunchInfo("openmpi", 0, 4, 0, 4, 0)
+
+
+def exit_of(argv, capsys):
+    """(exit code, stdout, stderr) of the command run in this process."""
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    out, err = capsys.readouterr()
+    return ended.value.code, out, err
+
+
+def one_line_error(argv, capsys) -> str:
+    code, out, err = exit_of(argv, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
+    return err
+
+
+# --- sweep: a skip is a failure, said last ---------------------------------------------
+
+def test_a_dry_run_that_would_skip_exits_1_and_ends_with_the_skipped(tmp_path, capsys):
+    code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1,2", "--dist-optimizer",
+                            "none,bogus", "--results-dir", str(tmp_path)], capsys)
+    lines = out.splitlines()
+    assert code == 1
+    assert [line.split()[-3] for line in lines[:2]] == ["--dist-optimizer=none"] * 2
+    assert lines[2] == "# never ran: strategy bogus"
+    assert lines[3:] == [
+        f"# skipped: bogus on {n}: argument --dist-optimizer: unknown strategy 'bogus'; "
+        "available: " + lines[3].split("available: ")[1] for n in (1, 2)]
+
+
+def test_a_dry_run_with_nothing_skipped_still_exits_0(tmp_path, capsys):
+    code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1", "--dist-optimizer", "none",
+                            "--results-dir", str(tmp_path)], capsys)
+    assert code == 0 and "skipped" not in out
+
+
+def test_a_hole_in_the_grid_is_listed_last_but_fails_nothing(tmp_path, capsys):
+    """hierarchical cannot run on one worker; it runs on 4, and 1 worker runs allreduce:
+    every strategy and every count asked for was measured."""
+    code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1,4", "--machine-size", "2",
+                            "--dist-optimizer", "allreduce,hierarchical_neighbor_allreduce",
+                            "--results-dir", str(tmp_path)], capsys)
+    assert code == 0
+    assert out.splitlines()[-1].startswith(
+        "# skipped: hierarchical_neighbor_allreduce on 1: argument --machine-size: ")
+
+
+def test_a_worker_count_nothing_runs_at_exits_1(tmp_path, capsys):
+    code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1,4", "--machine-size", "2",
+                            "--dist-optimizer", "hierarchical_neighbor_allreduce",
+                            "--results-dir", str(tmp_path)], capsys)
+    assert code == 1 and "# never ran: 1 worker(s)\n# skipped: " in out
+
+
+def _ran(tmp_path):
+    """A run_jobs stand-in: every runnable job ends well with a result file."""
+    def run_jobs(jobs, timeout, env):
+        for job in jobs:
+            if not job.skip_reason:
+                job.ok, job.result = True, tmp_path / f"{job.strategy}-{job.workers}.json"
+    return run_jobs
+
+
+def test_a_sweep_that_skipped_exits_1_after_running_the_rest(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sweep_command, "run_jobs", _ran(tmp_path))
+    reported = []
+    monkeypatch.setattr(sweep_command, "_commbench", lambda *a: reported.append(a[0]))
+    code, out, _ = exit_of(["sweep", "--np", "1,2", "--dist-optimizer", "none,bogus",
+                            "--results-dir", str(tmp_path)], capsys)
+    assert code == 1
+    assert reported == ["report", "plot"]  # what could run ran, and was reported
+    assert out.splitlines()[-3] == "never ran: strategy bogus"
+    last = out.splitlines()[-2:]
+    assert [line.split(": argument")[0] for line in last] == ["skipped: bogus on 1",
+                                                               "skipped: bogus on 2"]
+    assert all("unknown strategy 'bogus'" in line for line in last)
+
+
+def test_a_sweep_with_nothing_skipped_exits_0(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sweep_command, "run_jobs", _ran(tmp_path))
+    monkeypatch.setattr(sweep_command, "_commbench", lambda *a: None)
+    code, out, _ = exit_of(["sweep", "--np", "1", "--dist-optimizer", "none",
+                            "--results-dir", str(tmp_path)], capsys)
+    assert code == 0 and "skipped" not in out
+
+
+def test_a_sweep_gives_topology_flags_only_to_strategies_with_a_topology(tmp_path):
+    flags = ["--topology", "ring", "--atc-style", "--disable-dynamic-topology",
+             "--batch-size", "8"]
+    jobs = plan([2], ["allreduce", "neighbor_allreduce", "none"], flags, "mpiexec",
+                str(tmp_path))
+    assert [j.skip_reason for j in jobs] == [None, None, None]
+    given = {j.strategy: j.command[j.command.index("-m") + 2:-2] for j in jobs}
+    assert given["allreduce"] == ["--dist-optimizer=allreduce", "--batch-size", "8"]
+    assert given["none"] == ["--dist-optimizer=none", "--batch-size", "8"]
+    assert given["neighbor_allreduce"] == ["--dist-optimizer=neighbor_allreduce", *flags]
+
+
+def test_options_are_taken_out_in_every_spelling():
+    flags = ["--topology=ring", "--tag", "x", "--topology", "star", "--atc-style", "--lr", "1"]
+    assert without_options(flags, {"--topology", "--atc-style"}, {"--atc-style"}) == [
+        "--tag", "x", "--lr", "1"]
+
+
+# --- run: flags the strategy or the data would ignore ----------------------------------
+
+def _config(*argv) -> RunConfig:
+    return config_from_args(build_parser().parse_args(["run", *argv]))
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "none", "gradient_allreduce", "horovod"])
+@pytest.mark.parametrize("given, flag", [(["--topology", "ring"], "--topology"),
+                                         (["--atc-style"], "--atc-style"),
+                                         (["--disable-dynamic-topology"],
+                                          "--disable-dynamic-topology")])
+def test_a_topology_flag_is_refused_by_a_strategy_without_one(strategy, given, flag):
+    from commbench import registry
+
+    with pytest.raises(UsageError, match=f"^argument {flag}: means nothing to {strategy}, "):
+        registry.resolve(strategy).check(_config("--dist-optimizer", strategy, *given),
+                                         TWO_RANKS)
+
+
+def test_the_run_refuses_it_before_any_communication():
+    from commbench.run import validate
+
+    with pytest.raises(UsageError, match="^argument --topology: means nothing to allreduce"):
+        validate(_config("--dist-optimizer", "allreduce", "--topology", "ring"), TWO_RANKS)
+
+
+@pytest.mark.parametrize("strategy", ["neighbor_allreduce", "hierarchical_neighbor_allreduce"])
+def test_strategies_with_a_topology_take_the_flags_and_the_default(strategy):
+    from commbench import registry
+
+    cls, two_machines = registry.resolve(strategy), ["--machine-size", "2"]
+    cls.check(_config("--dist-optimizer", strategy, *two_machines), FOUR_RANKS)
+    cls.check(_config("--dist-optimizer", strategy, *two_machines, "--topology", "ring",
+                      "--atc-style", "--disable-dynamic-topology"), FOUR_RANKS)
+
+
+def test_the_default_topology_is_no_mistake_for_a_strategy_without_one():
+    from commbench import registry
+
+    registry.resolve("allreduce").check(_config("--dist-optimizer", "allreduce"), TWO_RANKS)
+
+
+def test_a_config_several_plugins_share_keeps_its_topology_flags(monkeypatch):
+    """microbench checks every op's plugin against one config without --dist-optimizer:
+    its --topology is meant for the neighbor ops, not a mistake for allreduce."""
+    from argparse import Namespace
+
+    from commbench import registry
+
+    config = config_from_args(Namespace(topology="ring", disable_dynamic_topology=True))
+    assert config.shared_by_plugins
+    registry.resolve("allreduce").check(config, TWO_RANKS)
+
+
+def test_a_topology_flag_for_a_strategy_without_one_is_one_line_exit_2(tmp_path):
+    from launchers import PYTHON, run
+
+    done = run([PYTHON, "-m", "commbench", "--dist-optimizer", "allreduce", "--topology",
+                "ring", "--results-dir", str(tmp_path)], 60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("commbench: error: argument --topology: means nothing to "
+                                  "allreduce") and done.stderr.count("\n") == 1, done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--partition", "dirichlet:0.1"], "argument --partition: the synthetic batch"),
+    (["--data", "synthetic", "--partition", "dirichlet:0.5"], "argument --partition: "),
+    (["--warmup-epochs", "2"], "argument --warmup-epochs: a speed run keeps"),
+])
+def test_a_data_flag_that_means_nothing_is_refused(argv, message):
+    with pytest.raises(UsageError, match=f"^{message}"):
+        _config(*argv)
+
+
+def test_the_same_data_flags_where_they_mean_something_are_taken():
+    config = _config("--data", "learnable", "--partition", "dirichlet:0.1",
+                     "--target-accuracy", "0.8", "--warmup-epochs", "2")
+    assert (config.partition, config.warmup_epochs) == ("dirichlet:0.1", 2.0)
+    assert _config().partition == "iid"
+
+
+def test_a_sweep_with_a_data_flag_that_means_nothing_runs_no_job(tmp_path, capsys):
+    err = one_line_error(["sweep", "--dry-run", "--np", "1", "--partition", "dirichlet:0.1",
+                          "--results-dir", str(tmp_path)], capsys)
+    assert "argument --partition: the synthetic batch" in err
+
+
+# --- simulate: values refused at once, files that replace flags ------------------------
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "0", "-1", "fast"])
+def test_simulate_refuses_an_img_sec_that_is_not_a_positive_finite_number(value, capsys,
+                                                                         tmp_path):
+    err = one_line_error(["simulate", f"--img-sec={value}", "--link", "1gbit", "-o",
+                          str(tmp_path)], capsys)
+    assert err.startswith("commbench simulate: error: argument --img-sec: must be a "
+                          f"positive, finite number, got {value!r}")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flag", ["--batch-size", "--image-size", "--gpus-per-machine"])
+def test_simulate_refuses_a_size_that_is_not_positive(flag, capsys, tmp_path):
+    err = one_line_error(["simulate", f"{flag}=0", "--link", "1gbit", "-o", str(tmp_path)],
+                         capsys)
+    assert f"argument {flag}" in err and "must be a positive integer, got '0'" in err
+
+
+@pytest.mark.parametrize("given, file", [
+    (["--link", "1gbit"], BETWEEN_MACHINES),
+    (["--latency", "5us"], BETWEEN_MACHINES),
+    (["--intra-link", "100GB/s"], INSIDE_A_MACHINE),
+    (["--intra-latency", "2us"], INSIDE_A_MACHINE),
+])
+def test_simulate_refuses_a_stated_link_its_nccl_tests_file_replaces(given, file, capsys,
+                                                                    tmp_path):
+    err = one_line_error(["simulate", "--nccl-tests", file, *given, "--img-sec", "300",
+                          "-o", str(tmp_path)], capsys)
+    assert err.startswith(f"commbench: error: argument {given[0]}: --nccl-tests {file} "
+                          "measured the link ")
+    assert not list(tmp_path.iterdir())
+
+
+def test_simulate_takes_a_stated_link_of_a_class_its_files_did_not_measure():
+    from argparse import Namespace
+
+    from commbench.simulate.command import refuse_what_nccl_tests_replaces
+
+    between = Namespace(nccl_tests=BETWEEN_MACHINES, link=None, latency=None,
+                        intra_link="100GB/s", intra_latency="2us")
+    refuse_what_nccl_tests_replaces(between)
+    inside = Namespace(nccl_tests=INSIDE_A_MACHINE, link="25gbit", latency="5us",
+                       intra_link=None, intra_latency=None)
+    refuse_what_nccl_tests_replaces(inside)
