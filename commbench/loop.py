@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 from commbench.spans import Recorder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from commbench.training_step import TrainingStep
 
 
 @dataclass
@@ -84,15 +87,16 @@ def measure(step: Callable[[], "object"], sync: Callable[[], None], iterations: 
     timings = Timings()
     watch = watch or LossWatch()
     for i in range(iterations):
-        batches = []
+        batches, losses = [], []
         start = time.perf_counter()
         for _ in range(batches_per_iter):
             loss, seconds = timed_step(step, sync, recorder)
-            value = watch.see(loss)
+            losses.append(loss.detach())
             batches.append(seconds)
         timings.iteration_seconds.append(time.perf_counter() - start)
         timings.batch_seconds.append(batches)
-        timings.loss.append(value)
+        # read after the clock stopped: on a GPU each read is a copy to the host
+        timings.loss.append([watch.see(loss) for loss in losses][-1])
         timings.first_non_finite_step = watch.first_non_finite
         if after_iteration is not None:
             after_iteration(i, timings)
@@ -119,25 +123,15 @@ def timed_step(step: Callable[[], "object"], sync: Callable[[], None],
 PHASES = ("forward", "backward", "optimizer")
 
 
-def measure_phases(model, optimizer, images, labels, sync: Callable[[], None],
-                   batches: int) -> List[List[float]]:
+def measure_phases(step: "TrainingStep", images, labels, batches: int) -> List[List[float]]:
     """Seconds of each phase of `batches` compute-only training steps, [batch][phase]
-    in the order of PHASES (the forward pass includes the loss). Each phase ends with
-    a device sync, so the split is the device's, not the launch queue's; the syncs
-    make these steps slower than unsplit ones, so only their shares are meaningful."""
-    import torch.nn.functional as F
-
+    in the order of PHASES (the forward pass includes the loss). The step is built with
+    a device sync at the end of every phase, so the split is the device's, not the
+    launch queue's; the syncs make these steps slower than unsplit ones, so only their
+    shares are meaningful."""
     split = []
     for _ in range(batches):
-        optimizer.zero_grad()
-        t0 = time.perf_counter()
-        loss = F.cross_entropy(model(images), labels)
-        sync()
-        t1 = time.perf_counter()
-        loss.backward()
-        sync()
-        t2 = time.perf_counter()
-        optimizer.step()
-        sync()
-        split.append([t1 - t0, t2 - t1, time.perf_counter() - t2])
+        step(images, labels)
+        seconds = {phase.kind: phase.end - phase.start for phase in step.phases}
+        split.append([seconds[kind] for kind in PHASES])
     return split

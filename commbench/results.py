@@ -16,9 +16,11 @@ Schema (version 1), a `run` result:
                       [batch], reference_windows [rank][half] ([start, end]),
                       reference_phase_seconds [rank][batch][forward, backward,
                       optimizer] (commbench.loop.PHASES), loss [rank][iter],
-                      consensus_distance [iter] or null, parameter_digests [rank]
+                      consensus_distance [iter] or null, parameter_digests [rank],
+                      first_non_finite_step [rank] (null where every loss was finite)
     summary           commbench.metrics.summarize() of the samples, plus
-                      parameters_identical, final_loss, final_consensus_distance
+                      parameters_identical, final_loss, final_consensus_distance,
+                      diverged (below)
 
 An `accuracy` result (a run trained to accuracy, commbench.convergence) has the same
 header, config, strategy and environment, and instead of samples:
@@ -32,9 +34,11 @@ header, config, strategy and environment, and instead of samples:
     summary           commbench.convergence.outcome(): target_accuracy, reached,
                       time_to_target, wall_time_to_target, steps/epochs/samples_to_target
                       (null when not reached: never a time), best_accuracy,
-                      best_at_step, stopped_by, steps, training_seconds, wall_seconds,
+                      best_at_step, stopped_by ("target", "max epochs", "time
+                      budget" or "diverged"), steps, training_seconds, wall_seconds,
                       img_sec, eval_every, max_steps, time_budget, oversubscribed,
-                      step_split (as a run's, over the last --timeline-steps steps)
+                      step_split (as a run's, over the last --timeline-steps steps),
+                      diverged (below)
     clock_offsets     each rank's clock offset to rank 0's and its uncertainty
 
 Numbers that are not finite (a loss that became NaN or inf in a run that diverged)
