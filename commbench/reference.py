@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, List
 
 from commbench.loop import Timings, barrier, measure, measure_phases, warm_up
+from commbench.training_step import TrainingStep
 
 
 class ComputeOnly:
@@ -28,17 +29,15 @@ class ComputeOnly:
 
     def __init__(self, trainable: Callable[[Any], tuple], model, config, images, labels,
                  sync: Callable[[], None]):
-        from commbench.optimizers.base import local_step
-
         self.twin = copy.deepcopy(model)
         twin, optimizer = trainable(self.twin)
-        step = local_step(twin, optimizer)
+        step = TrainingStep(twin, optimizer)
         self.step = lambda: step(images, labels)
         self.sync, self.batches = sync, config.num_batches_per_iter
         warm_up(self.step, sync, config.num_warmup_batches)
         self.iterations = self._iterations_per_half(config)
-        self.phase_seconds = measure_phases(twin, optimizer, images, labels, sync,
-                                            self.batches)
+        split = TrainingStep(twin, optimizer, sync=sync)
+        self.phase_seconds = measure_phases(split, images, labels, self.batches)
         self.timings = Timings()
         self.windows: List[List[float]] = []  # [start, end] of each half, wall-clock
 

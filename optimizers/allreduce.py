@@ -28,7 +28,8 @@ from commbench.comm.transport import (check_cpu_transport, choose_transport,
                                       transport_for, transport_reason)
 from commbench.errors import UsageError
 from commbench.flags import flag
-from commbench.optimizers.base import Strategy, TrainStep, local_step
+from commbench.optimizers.base import Strategy, TrainStep
+from commbench.training_step import TrainingStep
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Allreduce(Strategy):
             hook = default_hooks.allreduce_hook
         ddp.register_comm_hook(None, timed(hook))
         record_buffer_broadcast(ddp, model)
-        return local_step(ddp, optimizer, waits_after_last_piece=True)
+        return TrainingStep(ddp, optimizer, waits_after_last_piece=True)
 
     def transport_of(self, bucket) -> str:
         """What carries a bucket: the MPI averager, or torch.distributed's backend."""

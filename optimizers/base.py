@@ -10,8 +10,9 @@ A run flag that means something to some strategies only (the topology settings) 
 refused, in one line, when given to a strategy that would ignore it: recorded, it would
 look as if it had acted. A plugin that reads them sets `uses_topology`.
 
-The training steps every plugin can take (`local_step`, `waiting_step`) record their
-phases and waits for the step split. Strategies that average parameters along a
+`wrap` returns commbench.training_step's `TrainingStep`, given what the strategy does
+at the step's points (after forward, before and after the update); the step records
+its phases and waits for the step split. Strategies that average parameters along a
 mixing matrix W derive from commbench.optimizers.mixing's `MixingStrategy`.
 """
 
@@ -22,7 +23,6 @@ import importlib.util
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Optional, Tuple, Type
 
-from commbench import spans
 from commbench.errors import UsageError
 from commbench.flags import option_name
 
@@ -110,65 +110,11 @@ class Strategy:
         self.options = self.options_of(config)
 
     def wrap(self, model: "torch.nn.Module", optimizer: "torch.optim.Optimizer") -> TrainStep:
-        """Return the training step; called once, after the process group is up."""
+        """Return the training step (a commbench.training_step.TrainingStep with this
+        strategy's actions at its points); called once, after the process group is up."""
         raise NotImplementedError
 
     def facts(self) -> Dict[str, Any]:
         """What the result file should record about this strategy (e.g. its topology)."""
         return {}
 
-
-def local_step(model, optimizer, waits_after_last_piece: bool = False) -> TrainStep:
-    """A training step with no communication of its own, recording its phases (the
-    model may communicate inside them: DDP, Horovod). With waits_after_last_piece,
-    backward's tail after the step's last communication piece was posted is a wait
-    for communication, not compute: DDP hands its last bucket over when the gradients
-    are complete and then only waits for the averages."""
-    import torch.nn.functional as F
-
-    def step(images, labels):
-        optimizer.zero_grad()
-        t0 = spans.now()
-        loss = F.cross_entropy(model(images), labels)
-        t1 = spans.now()
-        loss.backward()
-        t2 = spans.now()
-        optimizer.step()
-        t3 = spans.now()
-        spans.record("forward", t0, t1)
-        spans.record("backward", t1, t2)
-        posted = spans.last_post() if waits_after_last_piece else None
-        if posted is not None and t1 < posted < t2:
-            spans.record("wait", posted, t2)
-        spans.record("optimizer", t2, t3)
-        return loss
-
-    return step
-
-
-def waiting_step(model, optimizer, wait: Callable[[], None],
-                 update: Optional[Callable[[], None]] = None) -> TrainStep:
-    """A training step whose communication is awaited between backward and the update:
-    `wait` blocks until the gradients are averaged (recorded as a wait), then `update`
-    (default: optimizer.step) applies them."""
-    import torch.nn.functional as F
-
-    update = update or optimizer.step
-
-    def step(images, labels):
-        optimizer.zero_grad()
-        t0 = spans.now()
-        loss = F.cross_entropy(model(images), labels)
-        t1 = spans.now()
-        loss.backward()
-        t2 = spans.now()
-        wait()
-        t3 = spans.now()
-        update()
-        t4 = spans.now()
-        for kind, start, end in (("forward", t0, t1), ("backward", t1, t2), ("wait", t2, t3),
-                                 ("optimizer", t3, t4)):
-            spans.record(kind, start, end)
-        return loss
-
-    return step

@@ -29,11 +29,12 @@ from typing import Any, Dict
 from commbench import spans
 from commbench.errors import UsageError
 from commbench.launch.detect import MPI_WORLDS
-from commbench.optimizers.base import Strategy, TrainStep, local_step
+from commbench.optimizers.base import Strategy, TrainStep
 from commbench.optimizers.mixing import MixingStrategy
 from commbench.optimizers.bluefog_fixes import (HIERARCHICAL_UNFIXED,
                                                 hierarchical_as_fixed_upstream,
                                                 wait_without_the_gil)
+from commbench.training_step import TrainingStep
 
 
 class _Bluefog(Strategy):
@@ -127,7 +128,7 @@ class _BluefogMixing(_Bluefog, MixingStrategy):
         else:
             opt = bf.DistributedAdaptWithCombineOptimizer(optimizer, model=model,
                                                           communication_type=kind)
-        train = local_step(model, opt)  # Bluefog's optimizer communicates in its step()
+        train = TrainingStep(model, opt)  # Bluefog's optimizer communicates in its step()
         if not self.schedule.dynamic:
             return train
         schedule, node, counter = self.schedule, self.node(), [0]
@@ -239,4 +240,4 @@ class BluefogGradientAllreduce(_Bluefog):
         bf = self._init()
         bf.broadcast_parameters(model.state_dict(), root_rank=0)
         opt = bf.DistributedGradientAllreduceOptimizer(optimizer, model=model)
-        return local_step(model, opt)
+        return TrainingStep(model, opt)

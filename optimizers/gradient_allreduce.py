@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from commbench import spans
-from commbench.optimizers.base import Strategy, TrainStep, waiting_step
+from commbench.optimizers.base import Strategy, TrainStep
+from commbench.training_step import TrainingStep
 
 
 class GradientAllreduce(Strategy):
@@ -28,7 +29,7 @@ class GradientAllreduce(Strategy):
         broadcast_state(model)
         self.averager = GradientAverager(model, self.ctx.world_size, self.config.fp16_allreduce)
         # its hooks launch one allreduce per gradient as backward produces it
-        return waiting_step(model, optimizer, self.averager.wait)
+        return TrainingStep(model, optimizer, before_update=lambda at: self.averager.wait())
 
     def facts(self) -> Dict[str, Any]:
         return {"fp16": self.config.fp16_allreduce, "messages": "one per parameter"}

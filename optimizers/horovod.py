@@ -20,7 +20,8 @@ from commbench import spans
 from commbench.errors import UsageError
 from commbench.flags import flag
 from commbench.launch.detect import MPI_WORLDS
-from commbench.optimizers.base import Strategy, TrainStep, local_step, waiting_step
+from commbench.optimizers.base import Strategy, TrainStep
+from commbench.training_step import TrainingStep
 
 # Launchers under which hvd.init() finds its peers (torchrun gives Horovod nothing to use).
 LAUNCHERS = ("horovodrun",) + MPI_WORLDS
@@ -111,7 +112,7 @@ class Horovod(Strategy):
             "engine_timeline": os.environ.get("HOROVOD_TIMELINE"),
         }
         if self.options.use_adasum:  # Horovod's Adasum refuses a step without its sync
-            return local_step(model, optimizer)
+            return TrainingStep(model, optimizer)
 
         # Horovod's step() waits for its allreduces first; waiting for them apart
         # (its documented synchronize/skip_synchronize) puts that wait on the record.
@@ -119,7 +120,8 @@ class Horovod(Strategy):
             with optimizer.skip_synchronize():
                 optimizer.step()
 
-        return waiting_step(model, optimizer, optimizer.synchronize, update)
+        return TrainingStep(model, optimizer, before_update=lambda at: optimizer.synchronize(),
+                            update=update)
 
     def facts(self) -> Dict[str, Any]:
         return dict(self._facts)

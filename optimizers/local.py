@@ -1,7 +1,8 @@
 """`none`: no communication. The compute-only reference against which scaling
 efficiency is measured inside one job."""
 
-from commbench.optimizers.base import Strategy, TrainStep, local_step
+from commbench.optimizers.base import Strategy, TrainStep
+from commbench.training_step import TrainingStep
 
 
 class Local(Strategy):
@@ -10,4 +11,4 @@ class Local(Strategy):
     decentralized = True  # workers' models drift apart; the consensus distance shows how far
 
     def wrap(self, model, optimizer) -> TrainStep:
-        return local_step(model, optimizer)
+        return TrainingStep(model, optimizer)

@@ -1,6 +1,7 @@
 """What the strategies that average parameters along a mixing matrix W share: the
 topology schedule (`MixingStrategy`), the mixer that runs one averaging step
-(`Mixer`), the AWC/ATC training step around it (`combine_step`), and their checks."""
+(`Mixer`), the AWC/ATC training step around it (`combine_step`, with the mixer's
+`Averaging` at the step's points), and their checks."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from commbench import spans
 from commbench.errors import UsageError
-from commbench.optimizers.base import Strategy, TrainStep, local_step
+from commbench.optimizers.base import Strategy, TrainStep
+from commbench.training_step import TrainingStep
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -116,51 +118,43 @@ def combine_step(model, optimizer, mixer: Mixer, atc: bool) -> TrainStep:
     ATC (adapt-then-combine): x' = W (x - lr g(x)): the local step first, then the
     exchange, which has nothing left to overlap with.
     """
-    import torch.nn.functional as F
+    averaging = Averaging(mixer)
+    if atc:
+        return TrainingStep(model, optimizer, after_update=averaging.run)
+    # backward only reads the parameters, so they can be sent meanwhile
+    return TrainingStep(model, optimizer, after_forward=averaging.start,
+                        before_update=averaging.finish)
 
-    def post(at: float):
+
+class Averaging:
+    """The mixer's averaging step at a training step's points, recorded as one
+    communication piece from its start to its completion."""
+
+    def __init__(self, mixer: Mixer):
+        self.mixer = mixer
+        self.piece: Optional[spans.Event] = None
+
+    def start(self, at: float) -> None:
+        self.piece = self.post(at)
+        self.mixer.start()
+
+    def finish(self, at: float) -> None:
+        self.mixer.finish()
+        spans.close(self.piece)
+
+    def run(self, at: float) -> None:
+        """The whole averaging step, with nothing to overlap."""
+        self.start(at)
+        self.finish(at)
+
+    def post(self, at: float):
         """The averaging step as a communication piece (asked of the mixer only while
         recording: its peers come from the schedule)."""
-        nbytes = mixer.piece_bytes() if spans.RECORDER.on else 0
+        nbytes = self.mixer.piece_bytes() if spans.RECORDER.on else 0
         if not nbytes:  # not recording, or a step that sends nothing (one node)
             return None
-        return spans.record("comm", at, None, "neighbor averaging", nbytes, mixer.peers())
-
-    def adapt_with_combine(images, labels):
-        optimizer.zero_grad()
-        t0 = spans.now()
-        loss = F.cross_entropy(model(images), labels)
-        t1 = spans.now()
-        piece = post(t1)
-        mixer.start()  # backward only reads the parameters, so they can be sent meanwhile
-        t2 = spans.now()
-        loss.backward()
-        t3 = spans.now()
-        mixer.finish()
-        t4 = spans.now()
-        spans.close(piece)
-        optimizer.step()
-        t5 = spans.now()
-        spans.record("forward", t0, t1)
-        spans.record("post", t1, t2)
-        spans.record("backward", t2, t3)
-        spans.record("wait", t3, t4)
-        spans.record("optimizer", t4, t5)
-        return loss
-
-    local = local_step(model, optimizer)
-
-    def adapt_then_combine(images, labels):
-        loss = local(images, labels)
-        started = spans.now()
-        piece = post(started)
-        mixer.start()
-        mixer.finish()
-        spans.close(piece)
-        spans.record("wait", started, spans.now())
-        return loss
-
-    return adapt_then_combine if atc else adapt_with_combine
+        return spans.record("comm", at, None, "neighbor averaging", nbytes,
+                            self.mixer.peers())
 
 
 def checked_schedule(topology: str, size: int, dynamic: bool,

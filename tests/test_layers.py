@@ -29,7 +29,7 @@ LAYERS = [
                                "commbench.microbench", "commbench.microbench.results"]),
     ("a job", ["commbench.config", "commbench.data", "commbench.loop", "commbench.console",
                "commbench.record", "commbench.reference", "commbench.registry", "commbench.convergence",
-               "commbench.recipe", "commbench.device_time",
+               "commbench.recipe", "commbench.device_time", "commbench.training_step",
                "commbench.optimizers", "commbench.comm", "commbench.microbench.harness",
                "commbench.microbench.link",
                "commbench.microbench.ops"]),

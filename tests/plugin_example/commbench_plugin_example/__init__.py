@@ -6,7 +6,8 @@ reason to show."""
 from dataclasses import dataclass
 
 from commbench.flags import flag, positive_int
-from commbench.optimizers.base import Strategy, local_step
+from commbench.optimizers.base import Strategy
+from commbench.training_step import TrainingStep
 
 
 @dataclass(frozen=True)
@@ -20,21 +21,17 @@ class ParameterAverage(Strategy):
     Options = AverageOptions
 
     def wrap(self, model, optimizer):
+        self.parameters, self.steps = list(model.parameters()), 0
+        return TrainingStep(model, optimizer, after_update=self.average)
+
+    def average(self, started):
         import torch.distributed as dist
 
-        train = local_step(model, optimizer)
-        size, every, steps = self.ctx.world_size, self.options.average_every, [0]
-
-        def step(images, labels):
-            loss = train(images, labels)
-            steps[0] += 1
-            if steps[0] % every == 0:
-                for p in model.parameters():
-                    dist.all_reduce(p.data)
-                    p.data.div_(size)
-            return loss
-
-        return step
+        self.steps += 1
+        if self.steps % self.options.average_every == 0:
+            for p in self.parameters:
+                dist.all_reduce(p.data)
+                p.data.div_(self.ctx.world_size)
 
     def facts(self):
         return {"plugin_package": "commbench-plugin-example"}
