@@ -3,18 +3,22 @@ the rank, then end the whole job at once instead of leaving peers waiting.
 
 One exception to "at once": a rank that got no answer from a peer under Open MPI 5's
 mpirun, with peers on other machines, first gives mpirun LOST_MACHINE_SECONDS to notice
-a lost machine (see launcher_first)."""
+a lost machine (see launcher_first).
+
+Start-up has its own line (startup_failed): which ranks did not arrive, where the rank
+that waited for them can know it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import socket
 import sys
 import threading
 import time
 import traceback
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
 # Open MPI 5's launcher (PRRTE) learns that a machine stopped answering (its network
 # went down or stalled, or everything on it died) from the TCP keepalive of its
@@ -25,6 +29,10 @@ PRRTE_KEEPALIVE = (("oob_tcp_keepalive_time", 5), ("oob_tcp_keepalive_intvl", 3)
                    ("oob_tcp_keepalive_probes", 5))
 LOST_MACHINE_SECONDS = 5 + 5 * 3
 NO_ANSWER = re.compile(r"\btime[ds]?[ _-]?out|ETIMEDOUT", re.IGNORECASE)
+# How much longer than --timeout a rank waits for rank 0's answer at a start-up roll
+# call: rank 0, which waits --timeout for everyone, must give up first, since only it
+# can name the ranks that did not arrive.
+ROLL_CALL_GRACE = 10.0
 
 
 def describe_and_abort(error: BaseException) -> None:
@@ -64,11 +72,12 @@ def launcher_first(error: BaseException, environ=os.environ) -> float:
     return LOST_MACHINE_SECONDS + 5.0 if spread else 0.0
 
 
-def _abort(code: int) -> None:
+def _abort(code: int, mpi_usable: bool = True) -> None:
     # Under MPI a normal exit would enter MPI_Finalize, which waits for every peer:
-    # Abort makes the launcher kill all ranks now.
+    # Abort makes the launcher kill all ranks now. Not while another thread is inside
+    # MPI's initialisation, which MPI forbids: then the exit itself ends the job.
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() \
+    if mpi_usable and mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() \
             and mpi.COMM_WORLD.Get_size() > 1:
         mpi.COMM_WORLD.Abort(code)
     sys.stderr.flush()
@@ -122,3 +131,75 @@ class MpiDeadline:
 
 
 mpi_deadline = MpiDeadline()
+
+
+def startup_failed(message: str, mpi_usable: bool = True) -> None:
+    """End the job from start-up with one line, `commbench: error: rank R (host): ...`.
+
+    Start-up has no result to lose and no traceback to show: what the user needs is which
+    rank did not arrive, and on which machine, so that is what `message` says."""
+    from commbench.launch.detect import detect_launch
+
+    try:
+        rank = detect_launch().rank
+    except Exception:
+        rank = "?"
+    print(f"commbench: error: rank {rank} ({socket.gethostname()}): start-up: {message}",
+          file=sys.stderr, flush=True)
+    time.sleep(launcher_first(TimeoutError()))
+    _abort(1, mpi_usable)
+
+
+def name_ranks(ranks: Iterable[int], hosts: Sequence[Optional[str]] = (),
+               most: int = 8) -> str:
+    """`rank 3`, `ranks 1, 3 (host-b)`: the ranks, with their machines where known; past
+    `most` of them, the first few and how many in all, so that it stays one line."""
+    ranks = sorted(ranks)
+    named = [f"{r} ({hosts[r]})" if r < len(hosts) and hosts[r] else str(r)
+             for r in ranks[:most]]
+    more = f", ... ({len(ranks)} in all)" if len(ranks) > most else ""
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(named) + more
+
+
+def patience_for_rank_0(timeout: float) -> float:
+    """How long a rank waits for rank 0's answer at a start-up roll call: --timeout, the
+    grace that leaves rank 0 to report first, and the pause rank 0 may leave mpirun."""
+    return timeout + ROLL_CALL_GRACE + launcher_first(TimeoutError())
+
+
+@contextlib.contextmanager
+def startup_wait(seconds: float, message: str, mpi_usable: bool = True) -> Iterator[None]:
+    """End the job with `message` (startup_failed) if the block has not finished within
+    `seconds`: for a start-up wait on the other ranks that has no timeout of its own.
+
+    The check runs on a timer thread, so the block must release the GIL while it waits
+    (as a ctypes call does)."""
+    overdue = _Overdue(message, mpi_usable)
+    timer = threading.Timer(seconds, overdue.end_job)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        overdue.cancel()
+        timer.cancel()
+
+
+class _Overdue:
+    """The end of one start-up wait: whichever comes first, the wait's end or its
+    deadline; a wait that ends while the job is being ended waits for that end."""
+
+    def __init__(self, message: str, mpi_usable: bool) -> None:
+        self.message = message
+        self.mpi_usable = mpi_usable
+        self._decided = threading.Lock()
+        self._finished = False
+
+    def end_job(self) -> None:
+        with self._decided:
+            if not self._finished:
+                startup_failed(self.message, self.mpi_usable)
+
+    def cancel(self) -> None:
+        with self._decided:
+            self._finished = True

@@ -1,23 +1,27 @@
 """Set up torch.distributed for whichever launcher started us, and leave it at the end.
 
-The ranks meet as commbench.launch.rendezvous finds; backend NCCL on one GPU per rank
-(commbench.launch.gpus), gloo on the CPU; every rank learns every rank's machine, fills
-in what the launcher did not say and takes its share of the machine's cores.
+The ranks meet as commbench.launch.rendezvous finds, in a store where rank 0 takes a
+roll call (so that a rank that never arrives is named after --timeout, not waited for);
+backend NCCL on one GPU per rank (commbench.launch.gpus), gloo on the CPU; every rank
+learns every rank's machine, fills in what the launcher did not say and takes its share
+of the machine's cores.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, List, Optional, Tuple
 
-from commbench.failure import mpi_deadline
+from commbench.failure import (NO_ANSWER, mpi_deadline, name_ranks, patience_for_rank_0,
+                               startup_failed)
 from commbench.launch import gpus
 from commbench.launch.detect import LaunchInfo
 from commbench.launch.groups import SUBGROUPS
-from commbench.launch.rendezvous import bracket, rendezvous_address
+from commbench.launch.rendezvous import Meeting, bracket, poll_until, rendezvous_address
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,8 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
     elif info.world_size == 1:
         dist.init_process_group(store=dist.HashStore(), **options)
     else:
-        addr, port = rendezvous_address(info)
-        dist.init_process_group(init_method=f"tcp://{bracket(addr)}:{port}", **options)
+        store = _roll_call(rendezvous_address(info, timeout), info, timeout)
+        dist.init_process_group(store=store, **options)
 
     # MPI calls (mpi4py transports) and subgroups get the same patience as the job's group.
     mpi_deadline.seconds = timeout
@@ -114,6 +118,60 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
         machine_size = _real_machine_size(info, hostnames)
     return DistContext(info, device, backend, tuple(hostnames), machine_size, simulated,
                        gpu_names, tuple(c for _, c, _ in hosts), physical_hosts)
+
+
+def _roll_call(meeting: Meeting, info: LaunchInfo, timeout: float) -> Any:
+    """The store torch.distributed's ranks meet in, once every rank has reported to it.
+
+    Outside torchrun, torch's own tcp:// rendezvous makes rank 0 wait for the others
+    inside the store's constructor, and its timeout names nobody. Here each rank reports
+    its machine under its own key instead, so rank 0 can name the ranks that did not
+    arrive."""
+    where = f"torch.distributed's rendezvous (tcp://{bracket(meeting.addr)}:{meeting.port})"
+    store = _store(meeting, info, timeout, where)
+    arrived = [f"commbench/arrived/{r}" for r in range(info.world_size)]
+    store.set(arrived[info.rank], socket.gethostname())
+    if info.rank == 0:
+        # Polled (rank 0 asks its own server): a store wait that times out has torch log
+        # lines of its own before ours.
+        if not poll_until(time.monotonic() + timeout, lambda: store.check(arrived)):
+            missing = [r for r, key in enumerate(arrived) if not store.check([key])]
+            startup_failed(f"{name_ranks(missing, meeting.hosts)} of {info.world_size} did "
+                           f"not arrive at {where} within {timeout:g} s (--timeout)")
+        store.set("commbench/all-arrived", "1")
+    else:
+        patience = patience_for_rank_0(timeout)
+        try:
+            store.wait(["commbench/all-arrived"], timedelta(seconds=patience))
+        except RuntimeError as e:
+            if not NO_ANSWER.search(str(e)):
+                raise
+            startup_failed(f"rank 0 did not answer at {where} within {patience:g} s "
+                           "(--timeout, and time for rank 0 to report)")
+    return store
+
+
+def _store(meeting: Meeting, info: LaunchInfo, timeout: float, where: str) -> Any:
+    """A TCPStore at the meeting point, as torch's tcp:// rendezvous makes it (under
+    torchrun, a client of the agent's store), except that rank 0's server does not wait
+    for the others: the roll call does."""
+    import torch.distributed as dist
+
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and \
+        os.environ.get("MASTER_ADDR") == meeting.addr and \
+        os.environ.get("MASTER_PORT") == str(meeting.port)
+    serves = info.rank == 0 and not agent
+    try:
+        store = dist.TCPStore(meeting.addr, meeting.port, info.world_size, serves,
+                              timedelta(seconds=timeout), wait_for_workers=False)
+    except RuntimeError as e:
+        if serves or not NO_ANSWER.search(str(e)):
+            raise
+        startup_failed(f"rank 0 did not answer at {where} within {timeout:g} s (--timeout)")
+    if agent:  # as torch keeps one restart's keys apart from the next's
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"/worker/attempt_{attempt}", store)
+    return store
 
 
 def _exchange_hosts(backend: str) -> Tuple[List[Tuple[str, int, str]], Any]:

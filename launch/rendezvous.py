@@ -2,45 +2,156 @@
 MASTER_ADDR/MASTER_PORT (torchrun, or a user who sets them); under an MPI launcher,
 rank 0's address and a free port shared over MPI (mpi4py); under Slurm, the job's first
 host and a port derived from the job id (as Lightning does); under horovodrun's gloo
-controller, Horovod's own broadcast."""
+controller, Horovod's own broadcast.
+
+Every wait here for the other ranks ends the job after --timeout (commbench.failure's
+start-up line), naming the ranks that did not arrive where this rank can know them."""
 
 from __future__ import annotations
 
 import os
 import socket
 import subprocess
-from typing import List, Tuple
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
 
 from commbench.errors import UsageError
+from commbench.failure import name_ranks, patience_for_rank_0, startup_failed, startup_wait
 from commbench.launch.detect import LaunchInfo
 
+# Message tags of the roll call over MPI; nothing else talks on COMM_WORLD this early.
+ARRIVED, ANSWER = 38_001, 38_002
+OVER_MPI = "the rendezvous over MPI"
 
-def rendezvous_address(info: LaunchInfo) -> Tuple[str, int]:
+
+@dataclass(frozen=True)
+class Meeting:
+    """Where torch.distributed's ranks meet, and every rank's machine where the way
+    there learnt them (rank 0 only: for naming a rank that does not arrive)."""
+
+    addr: str
+    port: int
+    hosts: Tuple[str, ...] = ()
+
+
+def rendezvous_address(info: LaunchInfo, timeout: float) -> Meeting:
     env = os.environ
     if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-        return env["MASTER_ADDR"], int(env["MASTER_PORT"])
+        return Meeting(env["MASTER_ADDR"], int(env["MASTER_PORT"]))
     if info.mpi or "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env:
-        return _rendezvous_over_mpi()
+        return _rendezvous_over_mpi(timeout)
     if info.launcher == "slurm":
-        return _slurm_first_host(), 10000 + int(env.get("SLURM_JOB_ID", "0")) % 20000
+        return Meeting(_slurm_first_host(), 10000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
     if info.launcher == "horovodrun":
-        return _rendezvous_over_horovod()
+        with startup_wait(timeout, f"no answer at Horovod's rendezvous for {timeout:g} s "
+                          "(--timeout)"):
+            return Meeting(*_rendezvous_over_horovod())
     raise UsageError(f"{info.launcher} started {info.world_size} ranks but gave no "
                      "rendezvous address: set MASTER_ADDR and MASTER_PORT")
 
 
-def _rendezvous_over_mpi() -> Tuple[str, int]:
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        raise UsageError("started by an MPI launcher but mpi4py is not installed: "
-                         "pip install 'commbench[mpi]', or set MASTER_ADDR and MASTER_PORT")
+def _rendezvous_over_mpi(timeout: float) -> Meeting:
+    """A roll call rather than allgather and bcast: every rank reports its machine to
+    rank 0, which answers each once all have reported. Rank 0 sees who is missing and
+    names them at the deadline; a blocking collective would only hang."""
+    MPI = _start_mpi(timeout)
     comm = MPI.COMM_WORLD
-    hosts = comm.allgather(socket.gethostname())
-    address = None
-    if comm.rank == 0:
-        address = (_address_towards(hosts), _free_port())
-    return comm.bcast(address, root=0)
+    if comm.rank != 0:
+        sent = comm.isend(socket.gethostname(), dest=0, tag=ARRIVED)
+        patience = patience_for_rank_0(timeout)
+        answered = poll_until(time.monotonic() + patience,
+                              lambda: comm.iprobe(source=0, tag=ANSWER))
+        if not answered:
+            startup_failed(f"rank 0 did not answer at {OVER_MPI} within {patience:g} s "
+                           "(--timeout, and time for rank 0 to report)")
+        addr, port = comm.recv(source=0, tag=ANSWER)
+        sent.wait()
+        return Meeting(addr, port)
+    hosts: List[Optional[str]] = [socket.gethostname()] + [None] * (comm.size - 1)
+
+    def all_arrived() -> bool:
+        while comm.iprobe(tag=ARRIVED):
+            status = MPI.Status()
+            hosts[status.source] = comm.recv(tag=ARRIVED, status=status)
+        return None not in hosts
+
+    if not poll_until(time.monotonic() + timeout, all_arrived):
+        missing = [r for r, host in enumerate(hosts) if host is None]
+        startup_failed(f"{name_ranks(missing)} of {comm.size} did not arrive at {OVER_MPI} "
+                       f"within {timeout:g} s (--timeout)")
+    meeting = Meeting(_address_towards(hosts), _free_port(), tuple(hosts))
+    answers = [comm.isend((meeting.addr, meeting.port), dest=r, tag=ANSWER)
+               for r in range(1, comm.size)]
+    _wait_for_sends(MPI, answers, hosts, timeout)
+    return meeting
+
+
+def _start_mpi(timeout: float):
+    """mpi4py's MPI, initialised under the start-up deadline.
+
+    mpi4py initialises MPI on import, holding the GIL, so no thread of this process could
+    act while MPI_Init waits for a rank that never comes. Called through ctypes, which
+    releases the GIL, MPI_Init_thread leaves the deadline's timer free to end the job.
+    What mpi4py does after its own initialisation is done here: errors raise exceptions,
+    and MPI is finalised at exit."""
+    if "mpi4py.MPI" not in sys.modules:
+        try:
+            import mpi4py
+        except ImportError:
+            raise UsageError("started by an MPI launcher but mpi4py is not installed: pip "
+                             "install 'commbench[mpi]', or set MASTER_ADDR and MASTER_PORT")
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = True
+    from mpi4py import MPI
+
+    if not MPI.Is_initialized():
+        with startup_wait(timeout, f"no answer from the other ranks during MPI "
+                          f"initialisation for {timeout:g} s (--timeout); MPI cannot say "
+                          "which rank is missing: each waiting rank prints this line, "
+                          "the missing ones do not", mpi_usable=False):
+            _init_thread_releasing_the_gil(MPI)
+        for comm in (MPI.COMM_SELF, MPI.COMM_WORLD):
+            comm.Set_errhandler(MPI.ERRORS_RETURN)
+    return MPI
+
+
+def _init_thread_releasing_the_gil(MPI) -> None:
+    import ctypes
+
+    try:
+        # The extension's handle finds MPI_Init_thread in the MPI library it links.
+        init_thread = ctypes.CDLL(MPI.__file__).MPI_Init_thread
+    except (OSError, AttributeError):
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)  # no deadline, as before, but MPI works
+        return
+    provided = ctypes.c_int()
+    code = init_thread(None, None, MPI.THREAD_MULTIPLE, ctypes.byref(provided))
+    if code != 0:
+        raise RuntimeError(f"MPI_Init_thread failed (error code {code})")
+
+
+def poll_until(deadline: float, done: Callable[[], bool]) -> bool:
+    """Whether done() came true before the deadline. Polled rather than blocked on: MPI
+    waits have no timeout. The first polls come quickly, so a start-up where every
+    rank is there is not slowed."""
+    pause = 0.0005
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause)
+        pause = min(2 * pause, 0.02)
+    return True
+
+
+def _wait_for_sends(MPI, requests, hosts: List[Optional[str]], timeout: float) -> None:
+    """Rank 0's answers, delivered: a rank that stopped after it reported cannot take a
+    large one."""
+    if not poll_until(time.monotonic() + timeout, lambda: MPI.Request.Testall(requests)):
+        late = [r + 1 for r, request in enumerate(requests) if not request.Test()]
+        startup_failed(f"{name_ranks(late, hosts)} did not take rank 0's answer at {OVER_MPI} "
+                       f"within {timeout:g} s (--timeout)")
 
 
 def _rendezvous_over_horovod() -> Tuple[str, int]:
