@@ -129,13 +129,19 @@ def _roll_call(meeting: Meeting, info: LaunchInfo, timeout: float) -> Any:
     arrive."""
     where = f"torch.distributed's rendezvous (tcp://{bracket(meeting.addr)}:{meeting.port})"
     store = _store(meeting, info, timeout, where)
-    arrived = [f"commbench/arrived/{r}" for r in range(info.world_size)]
-    store.set(arrived[info.rank], socket.gethostname())
+    # Counters, read by adding 0: the one store operation that neither blocks nor is
+    # missing from older torch (1.10 has no `check`).
+    store.add(f"commbench/arrived/{info.rank}", 1)
+    store.add("commbench/arrivals", 1)
     if info.rank == 0:
         # Polled (rank 0 asks its own server): a store wait that times out has torch log
         # lines of its own before ours.
-        if not poll_until(time.monotonic() + timeout, lambda: store.check(arrived)):
-            missing = [r for r, key in enumerate(arrived) if not store.check([key])]
+        def everyone() -> bool:
+            return store.add("commbench/arrivals", 0) >= info.world_size
+
+        if not poll_until(time.monotonic() + timeout, everyone):
+            missing = [r for r in range(info.world_size)
+                       if store.add(f"commbench/arrived/{r}", 0) == 0]
             startup_failed(f"{name_ranks(missing, meeting.hosts)} of {info.world_size} did "
                            f"not arrive at {where} within {timeout:g} s (--timeout)")
         store.set("commbench/all-arrived", "1")
