@@ -10,6 +10,7 @@ display needed, and a figure is freed as soon as it is no longer referenced.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -124,8 +125,9 @@ def _throughput(ax: "Axes", group: "Group", style, efficiency_name: str) -> None
         x = [p.workers for p in points]
         y = [p.total for p in points]
         yerr = [p.ci or 0.0 for p in points]
-        ax.errorbar(x, y, yerr=yerr, capsize=3, linewidth=1.6, markersize=5, label=s.label(),
-                    **style[s])
+        diverged = " (diverged)" if any(p.diverged for p in points) else ""
+        ax.errorbar(x, y, yerr=yerr, capsize=3, linewidth=1.6, markersize=5,
+                    label=s.label() + diverged, **style[s])
         _hollow(ax, [(p.workers, p.total) for p in points if p.oversubscribed], style[s])
         for p in points:
             e = _efficiency_of(p, efficiency_name)
@@ -207,7 +209,8 @@ def _consensus(ax: "Axes", points: List["Point"], style) -> None:
 
     counts = sorted({p.workers for p in points}, reverse=True)
     dashes = {n: ["-", "--", ":", "-."][i % 4] for i, n in enumerate(counts)}  # most: solid
-    positive = all(v > 0 for p in points for v in p.consensus)
+    # a diverged run's NaN or inf is no reason to draw everyone else's on a linear axis
+    positive = all(v > 0 for p in points for v in p.consensus if math.isfinite(v))
     for p in points:
         ax.plot(range(1, len(p.consensus) + 1), p.consensus, linestyle=dashes[p.workers],
                 color=style[p.series]["color"], linewidth=1.4)

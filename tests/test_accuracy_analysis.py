@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from commbench.analysis import accuracy, compare, plot, report
+from analysis_helpers import run_compare, run_report
+from commbench.analysis import accuracy, plot, report
 from commbench.analysis import time_to_target as ttt
 from commbench.plots import accuracy as accuracy_charts
 
@@ -44,18 +45,6 @@ def missed_fixture():
     found = [(p, d) for p, d in docs(TARGET) if not d["summary"]["reached"]]
     assert len(found) == 1, "the fixtures must hold exactly one run that missed the target"
     return found[0]
-
-
-def run_report(paths, fmt="text"):
-    out, err = io.StringIO(), io.StringIO()
-    code = report.report(paths, fmt, out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
-
-
-def run_compare(base, new, **kw):
-    out, err = io.StringIO(), io.StringIO()
-    code = compare.compare(str(base), str(new), out=out, err=err, **kw)
-    return code, out.getvalue(), err.getvalue()
 
 
 def table_rows(text: str, heading: str):

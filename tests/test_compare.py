@@ -1,7 +1,6 @@
 """`commbench compare` on the committed fixture arms (runs/ under mpiexec, runs-new/
 under torchrun with --tag new), and on arms made slower on purpose."""
 
-import io
 import json
 import shutil
 import subprocess
@@ -10,18 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from analysis_helpers import run_compare
 from commbench import metrics
 from commbench.analysis import compare
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"
 RUNS, NEW, JUNK, GOLDEN = DATA / "runs", DATA / "runs-new", DATA / "junk", DATA / "golden"
-
-
-def run_compare(base, new, **kw):
-    out, err = io.StringIO(), io.StringIO()
-    code = compare.compare(str(base), str(new), out=out, err=err, **kw)
-    return code, out.getvalue(), err.getvalue()
 
 
 def slowed_copy(source: Path, target: Path, factor: float) -> Path:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from commbench import results
-from commbench.analysis import compare, plot, reading, report, validate
+from analysis_helpers import run_compare, run_report
+from commbench.analysis import plot, reading, validate
 from commbench.analysis.compare import Comparison
 from commbench.microbench import results as microbench_results
 from commbench.simulate import projection_file
@@ -33,18 +34,6 @@ def good_dir(tmp_path: Path, name: str = "runs") -> Path:
     for path in GOOD:
         shutil.copy(path, target)
     return target
-
-
-def run_report(paths, fmt="text"):
-    out, err = io.StringIO(), io.StringIO()
-    code = report.report(paths, fmt, out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
-
-
-def run_compare(base, new, **kw):
-    out, err = io.StringIO(), io.StringIO()
-    code = compare.compare(str(base), str(new), out=out, err=err, **kw)
-    return code, out.getvalue(), err.getvalue()
 
 
 def strict_json(text: str):
@@ -83,6 +72,9 @@ BAD_RUNS = [
     ("infinite img/sec", setting("summary.total_img_sec.mean", math.inf),
      "summary.total_img_sec.mean"),
     ("NaN iteration time", setting("samples.iteration_seconds.0.1", math.nan),
+     "samples.iteration_seconds[0][1]"),
+    ("iteration time too short to be a clock's", setting("samples.iteration_seconds.0.1",
+                                                         1e-320),
      "samples.iteration_seconds[0][1]"),
     ("negative latency", setting("summary.latency_seconds_per_batch.p50", -1.0),
      "summary.latency_seconds_per_batch.p50"),
@@ -206,6 +198,36 @@ def test_report_json_stays_strict_with_a_diverged_run(tmp_path):
     assert row["diverged"] == [{"step": 7, "rank": 1, "file": str(path)}]
 
 
+def test_a_diverged_run_keeps_the_consensus_axis_logarithmic_and_is_labelled(tmp_path):
+    from commbench.plots import scaling
+
+    runs = tmp_path / "runs"
+    shutil.copytree(RUNS, runs)
+    diverged_run(runs)
+    groups, notes = reading.analyse([runs])
+    (group,) = [g for g in groups if any(len(p.consensus) and p.workers > 1 for p in g.points)]
+    fig = scaling.figure(group)
+    assert notes == [] and fig.axes[2].get_yscale() == "log"
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    marked = [label for label in labels if label.endswith(" (diverged)")]
+    assert len(marked) == 1 and marked[0].startswith("neighbor_allreduce (exponential-2,")
+    assert "allreduce" in labels  # the others as they were
+
+
+def test_compare_says_which_arm_diverged(tmp_path):
+    base, new = good_dir(tmp_path, "base"), good_dir(tmp_path, "new")
+    shutil.copy(next(RUNS.glob("*-neighbor_allreduce-exponential-2-n2-*.json")), base)
+    diverged_run(new)
+    code, out, err = run_compare(base, new, fmt="json")
+    results = {(p["strategy"], p["workers"]): p["result"] for p in strict_json(out)["pairs"]}
+    assert code == 0 and err == ""
+    assert results[("neighbor_allreduce", 2)].endswith(" (loss diverged in NEW)")
+    assert not any("diverged" in r for k, r in results.items() if k[0] == "allreduce")
+    code, out, _ = run_compare(new, new)
+    row = next(line for line in out.splitlines() if line.startswith("neighbor_allreduce"))
+    assert row.endswith("(loss diverged in BASE/NEW)"), row
+
+
 def test_compare_never_calls_a_nan_difference_not_significant(tmp_path):
     base, new = good_dir(tmp_path, "base"), good_dir(tmp_path, "new")
     (new / GOOD[1].name).unlink()  # the NaN run is NEW's only one at N=2
@@ -289,6 +311,19 @@ def test_a_diverged_accuracy_run_is_not_reached_diverged(tmp_path):
     assert details[0]["stopped_by"] == "diverged" and details[0]["reached"] is False
 
 
+def test_the_accuracy_table_flags_a_diverged_run_as_the_speed_table_does(tmp_path):
+    trained = accuracy_dir(tmp_path)
+    path = mutated_accuracy(trained, diverged_accuracy, "diverged.json")
+    code, text, _ = run_report([trained], "json")
+    flags = {str(path) in r["files"]: r["flags"].split()
+             for g in strict_json(text)["accuracy_groups"] for r in g["rows"]}
+    assert code == 0 and "diverged" in flags[True] and "diverged" not in flags[False]
+    _, out, _ = run_report([trained])
+    row = next(line for line in out.splitlines() if line.startswith("allreduce")
+               and line.split()[2] == "2")
+    assert row.endswith("diverged")
+
+
 def test_compare_of_accuracy_with_a_diverged_run_is_strict_json(tmp_path):
     trained = accuracy_dir(tmp_path)
     mutated_accuracy(trained, diverged_accuracy, "diverged.json")
@@ -322,6 +357,33 @@ def test_a_microbench_file_with_a_nan_time_is_skipped_beside_a_good_one(tmp_path
     assert "rows[0].summary.time.mean is NaN, not a finite number" in notes[0]
     code, out, err = run_report([tmp_path], "json")
     assert code == 0 and len(strict_json(out)["microbench"]) == 1 and len(err.splitlines()) == 1
+
+
+BAD_MICROBENCH = [
+    ("hostnames as lists", setting("environment.hostnames", [["a"], ["b"]]),
+     "environment.hostnames[0]"),
+    ("more machines than ranks", setting("environment.hostnames", ["a", "b", "c"]),
+     "environment.hostnames"),
+    ("topology a number", setting("config.topology", 5), "config.topology"),
+]
+
+
+@pytest.mark.parametrize("what, mutate, field", BAD_MICROBENCH,
+                         ids=[b[0] for b in BAD_MICROBENCH])
+def test_a_bad_microbench_file_is_skipped_naming_the_field(tmp_path, what, mutate, field):
+    (tmp_path / "good.json").write_text(results.to_json(microbench_doc(1e-4)))
+    path = tmp_path / "bad.json"
+    path.write_text(results.to_json(mutate(microbench_doc(1e-4))))
+    found, notes = microbench_results.load([tmp_path])
+    assert [r.path.name for r in found] == ["good.json"]
+    assert len(notes) == 1 and f"skipping {path}: " in notes[0] and field in notes[0]
+
+
+def test_a_microbench_reader_that_fails_on_a_file_skips_it_like_the_others(tmp_path):
+    (tmp_path / "good.json").write_text(results.to_json(microbench_doc(1e-4)))
+    found, _ = results.load_results([tmp_path])
+    kept, notes = microbench_results.usable(found, lambda doc: doc["config"]["missing"])
+    assert kept == [] and len(notes) == 1 and "KeyError: 'missing'" in notes[0]
 
 
 def projection_doc(img_sec) -> dict:

@@ -10,16 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from analysis_helpers import run_report
 from commbench.analysis import report
 
 DATA = Path(__file__).parent / "data"
 RUNS, JUNK, GOLDEN = DATA / "runs", DATA / "junk", DATA / "golden"
-
-
-def run_report(paths, fmt="text"):
-    out, err = io.StringIO(), io.StringIO()
-    code = report.report(paths, fmt, out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("fmt, golden", [("text", "report.txt"), ("markdown", "report.md")])

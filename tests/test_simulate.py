@@ -463,3 +463,127 @@ def test_a_bad_run_among_the_calibration_files_is_skipped_in_one_line(tmp_path):
     assert done.stderr.count("zero-workers.json") == 1 and "summary.workers" in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stdout.split("\nProjection: ")[0] == clean.stdout.split("\nProjection: ")[0]
+
+
+# ---------------------------------------------------------------------------------------
+# one bad file among the calibration files: skipped in one line naming it, never a
+# traceback, a NaN in the table or a usage error for a flag nobody typed
+
+DELETE, NAN = object(), float("nan")
+VALUES = (None, "x", -1, NAN, [], DELETE)
+# A field calibration reads: the values of VALUES a file may hold there. Config and
+# environment are kept verbatim: NaN there is the text "NaN".
+RUN_FUZZ = {
+    "config.dist_optimizer": ("x", NAN),  # a strategy without a cost model: not projected
+    "config.topology": (None, DELETE),
+    "environment.local_size": (None, DELETE),
+    "environment.world_size": (None, DELETE),
+    "samples.reference_batch_seconds": (None, [], DELETE),
+    "samples.reference_batch_seconds.0.0.1": (DELETE,),
+    "samples.reference_phase_seconds": (None, [], DELETE),
+    "samples.reference_phase_seconds.0.1": (DELETE,),
+    "samples.reference_phase_seconds.0.1.2": (),
+    "samples.batch_seconds.0.0.0": (DELETE,),
+    "summary.workers": (),
+    "summary.total_img_sec.mean": (),
+}
+MICROBENCH_FUZZ = {
+    "config.topology": (None, DELETE),
+    "environment.hostnames": (None, [], DELETE),
+    "environment.hostnames.0": (DELETE, "x", NAN),  # "x": a second machine, 4 ranks on 2
+    "summary.world_size": (),
+    "rows.0.bytes": (),
+    "rows.0.summary.time.p50": (),
+    "rows.0.op": ("x",),  # an op no link is fitted from
+}
+# and what was seen to crash before, besides what the lists above hold (a run without
+# config.dist_optimizer, environment.local_size "x")
+NAMED = [
+    ("run", "config.topology", 7), ("run", "config.topology", "bogus"),
+    ("run", "samples.reference_phase_seconds", [[1, 2], [3]]),
+    ("run", "samples.reference_phase_seconds", [[[0, 0, 0]]]),
+    ("run", "samples.reference_batch_seconds.0.0.0", NAN),
+    ("run", "samples.iteration_seconds.0.0", 1e-320),
+    ("microbench", "environment.hostnames", [["a"], ["b"]]),
+    ("microbench", "environment.hostnames", ["a", "b", "c", "d", "e"]),
+    ("microbench", "environment.hostnames", ["a", "b", "c"]),  # 4 ranks on 3 machines
+    ("microbench", "config.topology", 5), ("microbench", "config.topology", "bogus"),
+]
+FUZZ = [(kind, path, value, value in fine)
+        for kind, fields in (("run", RUN_FUZZ), ("microbench", MICROBENCH_FUZZ))
+        for path, fine in fields.items() for value in VALUES] + \
+    [(kind, path, value, False) for kind, path, value in NAMED]
+
+
+def _full_microbench(alpha, beta, hosts, sizes) -> dict:
+    """_microbench_doc as `commbench microbench` writes it, every field its readers use."""
+    from commbench import results
+
+    doc = results.new_document("microbench")
+    doc.update({k: v for k, v in _microbench_doc(alpha, beta, hosts, sizes).items()
+                if k != "kind"})
+    for row in doc["rows"]:
+        seconds = row["summary"]["time"]["p50"]
+        row["summary"]["time"].update(mean=seconds, p99=seconds)
+        row.update(bytes_sent=float(row["bytes"]), bytes_received=float(row["bytes"]))
+    return doc
+
+
+def _mutated(doc: dict, path: str, value) -> dict:
+    *parents, last = path.split(".")
+    node = doc
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    key = int(last) if isinstance(node, list) else last
+    if value is DELETE:
+        del node[key]
+    else:
+        node[key] = value
+    return doc
+
+
+@pytest.fixture(scope="module")
+def calibration_files(tmp_path_factory):
+    """Good runs (one with a compute-only reference) and a good microbench file, and a
+    good file of each kind to mutate."""
+    from commbench import results
+
+    good = tmp_path_factory.mktemp("calibration")
+    for path in (DATA / "runs-new").glob("*-n[12]-*.json"):
+        shutil.copy(path, good)
+    run = json.loads(next((DATA / "runs-new").glob("*-allreduce-n2-9a93*.json")).read_text())
+    run["samples"].update(reference_batch_seconds=[[[0.1, 0.11]] * 3] * 2,
+                          reference_phase_seconds=[[[0.03, 0.06, 0.01]] * 2] * 2)
+    bench = _full_microbench(20e-6, 1 / 5e9, ["a"] * 4, [1 << k for k in range(12, 22, 2)])
+    (good / "bench.json").write_text(results.to_json(bench))
+    return good, {"run": run, "microbench": bench}
+
+
+@pytest.mark.parametrize("kind, path, value, fine", FUZZ,
+                         ids=[f"{k}-{p}={'deleted' if v is DELETE else v!r}"
+                              for k, p, v, _ in FUZZ])
+def test_one_bad_calibration_file_is_skipped_in_one_line(tmp_path, capsys, monkeypatch,
+                                                         calibration_files, kind, path, value,
+                                                         fine):
+    import copy
+
+    from commbench import cli, results
+    from commbench.plots import projection
+    from commbench.simulate import command
+
+    good, docs = calibration_files
+    runs = tmp_path / "runs"
+    shutil.copytree(good, runs)
+    bad = runs / "bad.json"
+    bad.write_text(results.to_json(_mutated(copy.deepcopy(docs[kind]), path, value)))
+    args = cli.build_parser().parse_args(["simulate", str(runs), "--link", "1gbit", "--np",
+                                          "1,2,4", "-o", str(tmp_path / "p")])
+    args.run_flags = []
+    monkeypatch.setattr(projection, "figure", lambda title, rows: None)  # no chart here
+    monkeypatch.setattr(projection, "save", lambda figure, path: None)
+    code = command.main(args)  # a traceback or a usage error fails the test here
+    out, err = capsys.readouterr()
+    assert code == 0 and " nan " not in out
+    warning = f"commbench simulate: skipping {bad}: incomplete or malformed {kind} result: "
+    assert [line.startswith(warning) for line in err.splitlines()] == ([] if fine else [True]), \
+        err

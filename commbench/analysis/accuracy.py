@@ -20,13 +20,13 @@ from commbench.analysis import time_to_target as ttt
 from commbench.analysis import validate
 from commbench.analysis.reading import network_of, precision_of, series_of
 from commbench.analysis.runs import Series, emulated
+from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
 from commbench.config import MAX_EPOCHS
 from commbench.results import load_results
 
 KIND = "accuracy"
 
-_MAYBE = {"optional": True, "nullable": True}
 # What read computes with. A diverged run's curve holds NaN or infinite losses and
 # consensus distances (shown as such); its accuracies, times and counts are numbers.
 FIELDS = (
@@ -186,12 +186,15 @@ class AccuracyRow:
     @property
     def flags(self) -> List[str]:
         """What not to trust about the row: runs that share a seed (their spread is the
-        machine's, not the training's), and CPU workers sharing cores."""
+        machine's, not the training's), CPU workers sharing cores, and a run whose loss
+        went non-finite (as the speed table flags it)."""
         found = []
         if len({r.seed for r in self.runs}) < len(self.runs):
             found.append("same-seed")
         if any(r.oversubscribed for r in self.runs):
             found.append("oversubscribed")
+        if any(r.diverged is not None for r in self.runs):
+            found.append("diverged")
         return found
 
     def representative(self) -> AccuracyRun:
@@ -212,15 +215,8 @@ def load(paths: Iterable[Union[str, Path]]) -> Tuple[List[AccuracyRun], List[str
     """Every usable accuracy result under paths, and one line per such file skipped
     (files of other kinds, or not results at all, are the run readers' to report)."""
     found, _ = load_results(paths)
-    runs, notes = [], []
-    for result in found:
-        if result.kind != KIND:
-            continue
-        try:
-            runs.append(read(result.path, result.doc))
-        except validate.READ_ERRORS as e:
-            notes.append(validate.skipped(result.path, "accuracy", e))
-    return runs, notes
+    return validate.usable([r for r in found if r.kind == KIND], KIND, (),
+                           lambda result: read(result.path, result.doc))
 
 
 def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:

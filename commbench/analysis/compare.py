@@ -119,7 +119,7 @@ class Comparison:
         self.accuracy = AccuracyComparison(self.base_trained, self.new_trained, threshold,
                                            alpha) if self.base_trained or self.new_trained \
             else None
-        self.regressions = [p for p in self.pairs if p["result"] == "SLOWER"] + \
+        self.regressions = [p for p in self.pairs if p["result"].startswith("SLOWER")] + \
             (self.accuracy.regressions if self.accuracy else [])
 
     def _pair(self, key: Tuple, base: Point, new: Point) -> Dict[str, Any]:
@@ -136,6 +136,10 @@ class Comparison:
             result = f"~ (below {100 * self.threshold:g}%)"
         else:
             result = "~ (not significant)"
+        diverged = "/".join(arm for arm, point in (("BASE", base), ("NEW", new))
+                            if point.diverged)
+        if diverged:  # its img/sec stand, but the run it timed did not train
+            result += f" (loss diverged in {diverged})"
         return {"group": _title(key[0]), "strategy": base.series.strategy,
                 "topology": base.series.settings(), "workers": base.workers,
                 "base": base, "new": new, "ratio": ratio, "delta": ratio - 1, "p": p,
@@ -177,7 +181,8 @@ class Comparison:
             lines += [f"{bullet}{k}: {' | '.join(a)} -> {' | '.join(b)}"
                       for k, a, b in diffs] or [f"{bullet}none"]
             lines += [""]
-        counts = {r: sum(p["result"] == r for p in self.pairs) for r in ("faster", "SLOWER")}
+        counts = {r: sum(p["result"].startswith(r) for p in self.pairs)
+                  for r in ("faster", "SLOWER")}
         if self.speed:
             lines += [f"{len(self.pairs)} compared: {counts['faster']} faster, "
                       f"{counts['SLOWER']} slower, "

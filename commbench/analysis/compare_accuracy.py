@@ -11,7 +11,6 @@ enough runs" rather than "no difference".
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Optional, Tuple
 
 from commbench.analysis import tables
@@ -54,15 +53,13 @@ class AccuracyComparison:
     def _pair(self, key: Tuple, base: AccuracyRow, new: AccuracyRow) -> Dict[str, Any]:
         before, after = base.median_of("time"), new.median_of("time")
         ratio = None if before is None or after is None else after / before
-        unknown = not_finite(base, new)
-        p = ttt.mann_whitney_p(base.times(), new.times()) \
-            if base.has_target and not unknown else None
+        # accuracy.read refuses a time that is not finite: every time ranks
+        p = ttt.mann_whitney_p(base.times(), new.times()) if base.has_target else None
         return {"group": title(key[0]), "strategy": base.series.strategy,
                 "topology": base.series.settings(), "workers": base.workers,
                 "base": base, "new": new, "ratio": ratio,
                 "delta": None if ratio is None else ratio - 1, "p": p,
-                "result": f"n/a: cannot compare ({unknown})" if unknown
-                else self._verdict(base, new, ratio, p)}
+                "result": self._verdict(base, new, ratio, p)}
 
     def _verdict(self, base: AccuracyRow, new: AccuracyRow, ratio: Optional[float],
                  p: Optional[float]) -> str:
@@ -123,15 +120,6 @@ class AccuracyComparison:
                                         for p in self.pairs],
                 "only_in_base": [unmatched(c) for c in self.only_base],
                 "only_in_new": [unmatched(c) for c in self.only_new]}
-
-
-def not_finite(base: AccuracyRow, new: AccuracyRow) -> str:
-    """What makes a pair's times unusable for a rank test (NaN ranks nowhere: it would
-    read as "not significant"), or "" when nothing does."""
-    for arm, row in (("BASE", base), ("NEW", new)):
-        if any(t is not None and not math.isfinite(t) for t in row.times()):
-            return f"{arm} has a time to the target that is not a finite number"
-    return ""
 
 
 def _mean_rank_of_new(base, new) -> float:

@@ -5,18 +5,16 @@ series (what `report` and `plot` read besides is commbench.analysis.inputs')."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
-
-import numpy as np
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from commbench import metrics, spans
 from commbench.analysis import validate
 from commbench.analysis.grouping import group_runs
 from commbench.analysis.runs import Group, GroupKey, Run, Series
-from commbench.analysis.validate import items, number, section, text, whole
+from commbench.analysis.validate import MAYBE as _MAYBE
+from commbench.analysis.validate import SECONDS_FLOOR, items, number, section, text, whole
 from commbench.results import Result, load_results
 
-_MAYBE = {"optional": True, "nullable": True}
 # What read_run computes with. A diverged run's loss and consensus distance may be NaN
 # or infinite (shown as such); its img/sec, times and counts may not.
 RUN_FIELDS = (
@@ -43,7 +41,7 @@ RUN_FIELDS = (
     whole("summary.diverged.rank", 0),
     section("samples", **_MAYBE),
     items("samples.iteration_seconds", **_MAYBE), items("samples.iteration_seconds.*"),
-    number("samples.iteration_seconds.*.*", 0, above=True),
+    number("samples.iteration_seconds.*.*", SECONDS_FLOOR),
     items("samples.batch_seconds", **_MAYBE), items("samples.batch_seconds.*"),
     items("samples.batch_seconds.*.*"), number("samples.batch_seconds.*.*.*", 0),
     items("samples.consensus_distance", **_MAYBE),
@@ -62,24 +60,28 @@ def load_runs(paths: Iterable[Union[str, Path]],
     return runs, notes + more
 
 
-def runs_of(results: Iterable[Result], handled: Tuple[str, ...] = ()
+def runs_of(results: Iterable[Result], handled: Tuple[str, ...] = (),
+            fields: Sequence[validate.Field] = RUN_FIELDS,
+            check: Optional[Callable[[Dict[str, Any]], None]] = None
             ) -> Tuple[List[Run], List[str]]:
-    """The runs of the `run` results that pass RUN_FIELDS, and one line per other
-    result that is not of a kind in `handled`."""
-    runs, notes = [], []
+    """The runs of the `run` results that pass fields (RUN_FIELDS: what read_run uses;
+    a reader that uses more gives more) and `check` (what fields cannot say: it raises
+    validate.Invalid), and one line per other result not of a kind in `handled`."""
+    found, notes = [], []
     for result in results:
-        if result.kind in handled:
-            continue
-        if result.kind != "run":
+        if result.kind == "run":
+            found.append(result)
+        elif result.kind not in handled:
             notes.append(f"skipping {result.path}: a {result.kind!r} result; only 'run' "
                          "results are analysed here")
-            continue
-        try:
-            validate.check(result.doc, RUN_FIELDS)
-            runs.append(read_run(result.path, result.doc))
-        except validate.READ_ERRORS as e:
-            notes.append(validate.skipped(result.path, "run", e))
-    return runs, notes
+
+    def read(result: Result) -> Run:
+        if check:
+            check(result.doc)
+        return read_run(result.path, result.doc)
+
+    runs, more = validate.usable(found, "run", fields, read)
+    return runs, notes + more
 
 
 def read_run(path: Path, doc: Dict[str, Any]) -> Run:
@@ -105,7 +107,8 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
     return Run(
         path=Path(path), doc=doc, key=key, series=series_of(doc), workers=int(summary["workers"]),
         total=float(total["mean"]), total_ci=_float(total.get("ci95")), totals=totals,
-        batch_seconds=tuple(np.ravel(samples.get("batch_seconds") or []).tolist()),
+        batch_seconds=tuple(float(v) for rank in samples.get("batch_seconds") or ()
+                            for iteration in rank for v in iteration),
         latency={k: float(v) for k, v in summary["latency_seconds_per_batch"].items()},
         compute_only=_float(summary.get("compute_only_img_sec_per_worker")),
         efficiency_in_job=_float(summary.get("efficiency_in_job")),

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from commbench.results import encode_non_finite
 
 # What reading a document that passed its checks may still raise on a stranger: caught
 # per file, so that one file never stops the others.
@@ -27,6 +29,10 @@ KINDS = {  # a field's kind: the Python types that are it, and its name in a mes
     "list": ((list,), "a list"),
 }
 EACH = "*"  # in a path: every item of a list, every value of a section
+MAYBE = {"optional": True, "nullable": True}  # a field that may be absent or null
+# The shortest time a result can hold: a second count below it (1e-320, say) is a
+# broken clock, and a rate of it overflows to infinity.
+SECONDS_FLOOR = 1e-9
 _MISSING = object()
 
 
@@ -88,6 +94,21 @@ def check(doc: Any, fields: Sequence[Field]) -> None:
             _check_value(field, name, value)
 
 
+def usable(found: Iterable[Any], kind: str, fields: Sequence[Field],
+           read: Callable[[Any], Any] = lambda result: result) -> Tuple[List[Any], List[str]]:
+    """What `read` makes of each result of found (commbench.results.Result) whose
+    document passes fields, and one line per result that does not or that `read`
+    cannot use (it raises Invalid, naming the field, for what fields cannot say)."""
+    kept, notes = [], []
+    for result in found:
+        try:
+            check(result.doc, fields)
+            kept.append(read(result))
+        except READ_ERRORS as e:
+            notes.append(skipped(result.path, kind, e))
+    return kept, notes
+
+
 def skipped(path: Path, kind: str, error: Exception) -> str:
     """The one warning line for a file of `kind` that a reader cannot use."""
     why = str(error) if isinstance(error, Invalid) else f"{type(error).__name__}: {error}"
@@ -97,7 +118,7 @@ def skipped(path: Path, kind: str, error: Exception) -> str:
 def shown(value: Any) -> str:
     """A value as a message quotes it: non-finite numbers as result files write them."""
     if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return encode_non_finite(value)
     if value is None or isinstance(value, bool):
         return {None: "null", True: "true", False: "false"}[value]
     found = repr(value) if isinstance(value, str) else str(value)

@@ -19,20 +19,21 @@ Result document (kind "microbench"), besides the common header of commbench.resu
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.analysis import tables, validate
+from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
 from commbench.microbench.link import ABOVE_RATE, SLOW_FRACTION, flag
 from commbench.results import to_json
 
 KIND = "microbench"
 
-_MAYBE = {"optional": True, "nullable": True}
 # What the tables, the charts and `simulate`'s link fits compute with.
 FIELDS = (
+    section("config"), text("config.topology", **_MAYBE),
     section("summary"), whole("summary.world_size", 1), section("environment", **_MAYBE),
-    items("environment.hostnames", **_MAYBE),
+    items("environment.hostnames", **_MAYBE), text("environment.hostnames.*"),
     items("rows"), section("rows.*"), text("rows.*.op"), text("rows.*.impl"),
     whole("rows.*.bytes", 0), section("rows.*.summary"), section("rows.*.summary.time"),
     number("rows.*.summary.time.mean", 0), number("rows.*.summary.time.p50", 0),
@@ -57,16 +58,26 @@ def load(paths) -> Tuple[List[Any], List[str]]:
     return usable([r for r in found if r.kind == KIND])
 
 
-def usable(found: List[Any]) -> Tuple[List[Any], List[str]]:
-    """The microbench results of found that pass FIELDS, and one line per other."""
-    kept, notes = [], []
-    for result in found:
-        try:
-            validate.check(result.doc, FIELDS)
-            kept.append(result)
-        except validate.Invalid as e:
-            notes.append(validate.skipped(result.path, KIND, e))
-    return kept, notes
+def usable(found: List[Any], check: Optional[Callable[[Dict[str, Any]], None]] = None
+           ) -> Tuple[List[Any], List[str]]:
+    """The microbench results of found that pass FIELDS, check_machines and `check`
+    (a reader's own: it raises validate.Invalid), and one line per other."""
+    def read(result):
+        check_machines(result.doc)
+        if check:
+            check(result.doc)
+        return result
+
+    return validate.usable(found, KIND, FIELDS, read)
+
+
+def check_machines(doc: Dict[str, Any]) -> None:
+    """Refuse more machines than ranks: a file no reader can lay out."""
+    hosts = (doc.get("environment") or {}).get("hostnames") or []
+    found, ranks = len(set(hosts)), doc["summary"]["world_size"]
+    if found > ranks:
+        raise validate.Invalid("environment.hostnames", f"names {found} machines for "
+                               f"{ranks} ranks (summary.world_size)")
 
 
 def title(doc: Dict[str, Any]) -> str:

@@ -104,9 +104,10 @@ def main(args) -> int:
     refuse_what_nccl_tests_replaces(args)
     found, warnings = load_results(args.paths)
     runs, skipped_runs = reading.runs_of(
-        found, handled=(microbench_results.KIND, projection_file.KIND, "accuracy"))
+        found, handled=(microbench_results.KIND, projection_file.KIND, "accuracy"),
+        fields=calibrate.CALIBRATION_FIELDS, check=calibrate.check_run)
     benches, skipped_benches = microbench_results.usable(
-        [r for r in found if r.kind == microbench_results.KIND])
+        [r for r in found if r.kind == microbench_results.KIND], calibrate.check_microbench)
     for line in warnings + skipped_runs + skipped_benches:
         print(f"commbench simulate: {line}", file=sys.stderr)
     out_dir = _output_dir(args.output_dir, runs)

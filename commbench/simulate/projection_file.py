@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 from typing import List, Tuple
 
+from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
 from commbench.simulate.project import Inputs, Row
 
 KIND = "projection"
 
-_MAYBE = {"optional": True, "nullable": True}
 # What rows_of, the tables and the charts of `report` and `plot` compute with.
 FIELDS = (
     text("title"), items("notes", optional=True), items("rows"), section("rows.*"),
@@ -81,13 +81,9 @@ def load(paths) -> Tuple[List, List[str]]:
     from commbench.analysis import validate
     from commbench.results import load_results
 
+    def read(result):
+        rows_of(result.doc)  # what the fields cannot say: a band of two, say
+        return result
+
     found, _ = load_results(paths)
-    kept, notes = [], []
-    for result in (r for r in found if r.kind == KIND):
-        try:
-            validate.check(result.doc, FIELDS)
-            rows_of(result.doc)  # what the fields cannot say: a band of two, say
-            kept.append(result)
-        except validate.READ_ERRORS as e:
-            notes.append(validate.skipped(result.path, KIND, e))
-    return kept, notes
+    return validate.usable([r for r in found if r.kind == KIND], KIND, FIELDS, read)
