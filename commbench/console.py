@@ -1,15 +1,16 @@
 """What rank 0 prints during a run: the header, a line per timed iteration (with the
 consensus distance of decentralized strategies), and the summary; only rank 0 prints,
-flushed, so output from many ranks never interleaves."""
+flushed, so output from many ranks never interleaves. It prints only: what it prints
+was measured elsewhere (commbench.measurements, commbench.record)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
-from commbench import metrics, spans
+from commbench import metrics
 from commbench.config import RunConfig
-from commbench.loop import Timings
-from commbench.record import consensus_distance, oversubscribed
+from commbench.measurements import IterationMeans, oversubscribed
+from commbench.step_split import PARTS
 
 
 class Printer:
@@ -23,31 +24,13 @@ class Printer:
             print(text, flush=True)
 
 
-class IterationReport:
-    """After each timed iteration (outside the timed region): the mean throughput
-    and loss over all workers, and for decentralized strategies the consensus
-    distance; rank 0 prints them."""
-
-    def __init__(self, ctx, config: RunConfig, model, decentralized: bool, say: Printer):
-        self.ctx, self.model, self.say = ctx, model, say
-        self.images = config.batch_size * config.num_batches_per_iter
-        self.decentralized = decentralized
-        self.consensus: List[float] = []
-
-    def __call__(self, i: int, timings: Timings) -> None:
-        import torch
-        import torch.distributed as dist
-
-        sums = torch.tensor([self.images / timings.iteration_seconds[-1], timings.loss[-1]],
-                            dtype=torch.float64, device=self.ctx.device)
-        dist.all_reduce(sums)
-        rate, loss = (sums / self.ctx.world_size).tolist()
-        line = f"Iter #{i}: {rate:.1f} img/sec per {self.ctx.device_kind}, loss {loss:.4f}"
-        if self.decentralized:
-            with spans.between("consensus"):
-                self.consensus.append(consensus_distance(self.model, self.ctx.world_size))
-            line += f", consensus distance {self.consensus[-1]:.3g}"
-        self.say(line)
+def iteration_line(means: IterationMeans, kind: str) -> str:
+    """A timed iteration's means over all workers (measurements.AfterIteration), with
+    the consensus distance of decentralized strategies."""
+    line = f"Iter #{means.index}: {means.img_sec:.1f} img/sec per {kind}, loss {means.loss:.4f}"
+    if means.consensus_distance is not None:
+        line += f", consensus distance {means.consensus_distance:.3g}"
+    return line
 
 
 def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
@@ -113,7 +96,7 @@ def split_line(split: Optional[Dict[str, Any]], device: str = "cpu") -> str:
     if split is None:
         return ("Step split: not measured (this strategy's engine communicates inside its "
                 "own optimizer step, out of commbench's sight)")
-    ms = {part: 1000 * split[part]["mean"] for part in spans.PARTS}
+    ms = {part: 1000 * split[part]["mean"] for part in PARTS}
     return (f"Step split (mean per step): {ms['step']:.1f} ms = compute {ms['compute']:.1f} + "
             f"exposed communication {ms['exposed']:.1f} + waiting for peers "
             f"{ms['waiting']:.1f} + other {ms['other']:.1f}; communication hidden behind "

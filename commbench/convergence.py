@@ -26,7 +26,7 @@ from commbench import spans
 from commbench.config import EVAL_EVERY, MAX_EPOCHS, RunConfig
 from commbench.errors import UsageError
 from commbench.loop import LossWatch, timed_step
-from commbench.record import consensus_distance
+from commbench.measurements import consensus_distance
 
 EVAL_BATCH = 500  # validation images per forward pass: outside the clock, any size works
 

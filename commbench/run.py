@@ -13,8 +13,8 @@ import os
 import re
 from typing import Any, Dict, List, Optional
 
-from commbench import (console, convergence, device_time, environment, metrics, precision,
-                       record, registry, results, spans)
+from commbench import (console, convergence, device_time, environment, measurements, metrics,
+                       precision, record, registry, results, spans, trace_file)
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
@@ -92,7 +92,9 @@ def run(config: RunConfig) -> Dict[str, Any]:
         reference.half()
 
     step = strategy.wrap(*_trainable(model, config, ctx.device, speed))
-    progress = console.IterationReport(ctx, config, model, strategy_cls.decentralized, say)
+    progress = measurements.AfterIteration(
+        ctx, config, model, strategy_cls.decentralized,
+        lambda means: say(console.iteration_line(means, ctx.device_kind)))
     say("Running warmup...")
     watch = LossWatch()
     warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches, watch)
@@ -106,8 +108,8 @@ def run(config: RunConfig) -> Dict[str, Any]:
         say("Measuring the compute-only reference again...")
         reference.half()
 
-    recorded = record.finish(config, ctx, strategy, timings, reference, model,
-                             progress.consensus, data.facts, machine)
+    recorded = record.finish(config, ctx, strategy, record.Speed(
+        timings, reference, model, progress.consensus, data.facts), machine)
     record.wait_for_rank_0(ctx)
     if recorded is None:
         return {}
@@ -154,8 +156,8 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     outcome = convergence.train(train_step, sync, rule, evaluate, model, ctx, total_batch,
                                 per_epoch, lambda point: say(console.point_line(point)),
                                 config.timeline_steps)
-    recorded = record.finish_training(config, ctx, strategy, dict(outcome), data.facts,
-                                      recipe.facts(), machine)
+    recorded = record.finish(config, ctx, strategy, record.Trained(
+        dict(outcome), data.facts, recipe.facts()), machine)
     record.wait_for_rank_0(ctx)
     console.print_outcome(say, outcome)
     if recorded is None:
@@ -190,7 +192,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
     convergence.check(config)
     if config.timeline is not None:
         try:
-            spans.check_writable(config.timeline)
+            trace_file.check_writable(config.timeline)
         except OSError as e:
             raise UsageError(f"argument --timeline: {e}") from None
         if os.path.exists(config.timeline):

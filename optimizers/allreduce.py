@@ -129,16 +129,18 @@ def record_buffer_broadcast(ddp, model) -> None:
     nbytes = sum(b.numel() * b.element_size() for b in model.buffers())
     if not (ddp.broadcast_buffers and nbytes):
         return
-    piece = [None]
+    piece = None
 
     def before(*_):
-        piece[0] = spans.record("comm", spans.now(), None, "broadcast buffers", nbytes)
+        nonlocal piece
+        piece = spans.record("comm", spans.now(), None, "broadcast buffers", nbytes)
 
     def after(*_):
-        if piece[0] is not None:
-            spans.close(piece[0])
-            spans.record("wait", piece[0][2], piece[0][3])
-            piece[0] = None
+        nonlocal piece
+        if piece is not None:
+            spans.close(piece)
+            spans.record("wait", piece.start, piece.end)
+            piece = None
 
     ddp.register_forward_pre_hook(before)
     model.register_forward_pre_hook(after)

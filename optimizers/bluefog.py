@@ -26,7 +26,7 @@ import glob
 import os
 from typing import Any, Dict
 
-from commbench import spans
+from commbench import trace_file
 from commbench.errors import UsageError
 from commbench.launch.detect import MPI_WORLDS
 from commbench.optimizers.base import Strategy, TrainStep
@@ -97,7 +97,7 @@ class _Bluefog(Strategy):
 def engine_timeline_prefix(timeline: str) -> str:
     """Where Bluefog writes its timeline beside commbench's: trace.json ->
     trace.bluefog.<rank>.json (Bluefog appends the rank and ".json" to the prefix)."""
-    beside = spans.beside(timeline, "bluefog")
+    beside = trace_file.beside(timeline, "bluefog")
     return (beside[:-len(".json")] if beside.endswith(".json") else beside) + "."
 
 

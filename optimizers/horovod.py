@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from commbench import spans
+from commbench import trace_file
 from commbench.errors import UsageError
 from commbench.flags import flag
 from commbench.launch.detect import MPI_WORLDS
@@ -65,7 +65,7 @@ class Horovod(Strategy):
         if config.timeline is not None and "HOROVOD_TIMELINE" not in os.environ:
             # Horovod's own timeline (per tensor: negotiation, queue, fused allreduce)
             # beside commbench's; one given to horovodrun (--timeline-filename) stays.
-            path = spans.beside(config.timeline, "horovod")
+            path = trace_file.beside(config.timeline, "horovod")
             if os.path.exists(path):
                 raise UsageError(f"argument --timeline: {path} (Horovod's own timeline) "
                                  "exists; commbench never overwrites a measurement")

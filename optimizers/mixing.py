@@ -132,7 +132,7 @@ class Averaging:
 
     def __init__(self, mixer: Mixer):
         self.mixer = mixer
-        self.piece: Optional[spans.Event] = None
+        self.piece: Optional[spans.Span] = None
 
     def start(self, at: float) -> None:
         self.piece = self.post(at)

@@ -9,7 +9,9 @@ import time
 import pytest
 
 from commbench import device_time, spans
-from commbench.spans import PARTS, split_steps, trace_events
+from commbench.spans import Span
+from commbench.step_split import PARTS, split_steps
+from commbench.trace_file import trace_events
 from test_spans import check_trace
 
 
@@ -30,27 +32,27 @@ def test_kineto_stamps_land_on_the_spans_clock():
     wall, perf = time.time_ns(), time.perf_counter()
     (name, start, end), = [k for k in device_time.device_kernels(prof, wall, perf,
                                                                   DeviceType.CPU)
-                           if k[0] == "anchor"]
+                           if k.name == "anchor"]
     slack = 2e-3  # the clocks are read one after the other
     assert before - slack <= start <= end <= after + slack
 
 
 def gpu_step(step, start, kernels, nccl):
     """A step's host span from start, and its kernels: (start, end) offsets from it."""
-    events = [[step, "step", start, start + 0.1, "", 0, None]]
-    events += [[step, "kernel", start + s, start + e, "conv", 0, None] for s, e in kernels]
-    events += [[step, "nccl", start + s, start + e, "ncclKernel_AllReduce", 0, None]
+    events = [Span(step, "step", start, start + 0.1)]
+    events += [Span(step, "kernel", start + s, start + e, "conv") for s, e in kernels]
+    events += [Span(step, "nccl", start + s, start + e, "ncclKernel_AllReduce")
                for s, e in nccl]
     return events
 
 
 def test_kernels_go_to_the_step_that_holds_them_and_nccl_is_communication():
-    events = [[0, "step", 1.0, 1.1, "", 0, None], [1, "step", 1.2, 1.3, "", 0, None]]
+    events = [Span(0, "step", 1.0, 1.1), Span(1, "step", 1.2, 1.3)]
     kernels = [("volta_sgemm", 1.01, 1.02), ("ncclDevKernel_AllReduce_Sum_f32", 1.05, 1.08),
                ("vectorized_elementwise", 1.15, 1.16),  # between steps: no step's
                ("volta_sgemm", 1.21, 1.25)]
     got = device_time.in_steps(kernels, events)
-    assert [(e[0], e[1], e[4]) for e in got] == [
+    assert [(e.step, e.kind, e.name) for e in got] == [
         (0, "kernel", "volta_sgemm"), (0, "nccl", "ncclDevKernel_AllReduce_Sum_f32"),
         (1, "kernel", "volta_sgemm")]
 
@@ -79,16 +81,16 @@ def test_kernels_outside_their_steps_mean_the_clocks_disagree():
     assert device_time.aligned(good)
     late = gpu_step(0, 0.0, [(0.5, 0.6)], [])  # ends after its step's host span
     assert not device_time.aligned(late)
-    assert not device_time.aligned([[0, "step", 0.0, 0.1, "", 0, None]])  # no kernels
+    assert not device_time.aligned([Span(0, "step", 0.0, 0.1)])  # no kernels
 
 
 def test_clocks_off_by_more_than_a_step_are_caught():
     """Kernels of steps 0-3 stamped a step and a half late: those that still start
     inside a step land in the wrong one and fit there, but the first step is empty."""
-    host = [[s, "step", 0.1 * s, 0.1 * s + 0.1, "", 0, None] for s in range(4)]
+    host = [Span(s, "step", 0.1 * s, 0.1 * s + 0.1) for s in range(4)]
     kernels = [("conv", 0.1 * s + 0.15 + 0.01, 0.1 * s + 0.15 + 0.03) for s in range(4)]
     kept = device_time.in_steps(kernels, host)
-    assert kept and all(e[3] <= 0.1 * e[0] + 0.1 for e in kept)  # the old test passes
+    assert kept and all(e.end <= 0.1 * e.step + 0.1 for e in kept)  # the old test passes
     assert not device_time.aligned(host + kept)
     right = device_time.in_steps([(n, a - 0.15, b - 0.15) for n, a, b in kernels], host)
     assert device_time.aligned(host + right)

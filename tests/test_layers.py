@@ -28,7 +28,8 @@ LAYERS = [
     ("reading and modelling", ["commbench.analysis", "commbench.simulate", "commbench.cluster",
                                "commbench.microbench", "commbench.microbench.results"]),
     ("a job", ["commbench.config", "commbench.data", "commbench.loop", "commbench.console",
-               "commbench.record", "commbench.reference", "commbench.registry", "commbench.convergence",
+               "commbench.record", "commbench.measurements", "commbench.reference",
+               "commbench.registry", "commbench.convergence",
                "commbench.recipe", "commbench.device_time", "commbench.training_step",
                "commbench.optimizers", "commbench.comm", "commbench.microbench.harness",
                "commbench.microbench.link",
@@ -36,7 +37,9 @@ LAYERS = [
     ("foundations", ["commbench.flags", "commbench.launch", "commbench.environment",
                      "commbench.allocator", "commbench.failure", "commbench.results",
                      "commbench.metrics", "commbench.topology", "commbench.models",
-                     "commbench.precision", "commbench.spans"]),
+                     "commbench.precision", "commbench.spans", "commbench.intervals",
+                     "commbench.step_split", "commbench.clock_alignment",
+                     "commbench.trace_file"]),
     ("base", ["commbench.errors", "commbench.units", "commbench.__init__"]),
 ]
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from commbench import record, results, spans
+from commbench import measurements, record, results, trace_file
 from commbench.config import RunConfig
 from commbench.errors import UsageError
 from commbench.loop import LossWatch
@@ -56,8 +56,8 @@ def test_the_loss_watch_counts_warm_up_and_finds_the_first_non_finite_step():
 
 
 def test_divergence_is_the_earliest_step_over_ranks():
-    assert record.diverged([None, None]) is None
-    assert record.diverged([7, None, 4, 4]) == {"step": 4, "rank": 2}
+    assert measurements.diverged([None, None]) is None
+    assert measurements.diverged([7, None, 4, 4]) == {"step": 4, "rank": 2}
 
 
 def test_a_timeline_that_cannot_be_written_leaves_the_result_written(tmp_path):
@@ -79,7 +79,7 @@ def test_a_timeline_folder_that_cannot_be_written_is_refused_at_start_up():
     if not os.path.isdir("/sys") or os.access("/sys", os.W_OK) is False:
         pytest.skip("needs /sys, writable by its permission bits alone (root)")
     with pytest.raises(OSError, match="cannot write to /sys"):
-        spans.check_writable("/sys/commbench-trace.json")
+        trace_file.check_writable("/sys/commbench-trace.json")
 
 
 def test_an_unwritable_timeline_is_one_line_before_the_run(tmp_path):

@@ -1,11 +1,13 @@
-"""The step split and the timeline from recorded spans (commbench.spans), on spans
-made by hand: parts that add up to the step, a late peer seen as waiting, overlap,
-the trace-event format."""
+"""The step split and the timeline from recorded spans (commbench.spans,
+commbench.step_split, commbench.trace_file), on spans made by hand: parts that add up
+to the step, a late peer seen as waiting, overlap, the trace-event format."""
 
 import pytest
 
-from commbench import spans
-from commbench.spans import PARTS, split_steps, summarize, trace_events
+from commbench import spans, trace_file
+from commbench.spans import Span
+from commbench.step_split import PARTS, split_steps, summarize
+from commbench.trace_file import trace_events
 
 
 def step_events(step, start, forward, backward, wait, optimizer, post=None, peers=None,
@@ -16,14 +18,15 @@ def step_events(step, start, forward, backward, wait, optimizer, post=None, peer
     events = []
     for kind, seconds in (("forward", forward), ("backward", backward), ("wait", wait),
                           ("optimizer", optimizer)):
-        events.append([step, kind, t, t + seconds, "", 0, None])
+        events.append(Span(step, kind, t, t + seconds))
         if kind == "forward":
             piece_at = t + seconds if post is None else post
         if kind == "wait":
             piece_done = t + seconds if done is None else done
         t += seconds
-    events.append([step, "comm", piece_at, piece_done, "piece", 1024, peers])
-    events.append([step, "step", start, t + 0.001, "", 0, None])
+    events.append(Span(step, "comm", piece_at, piece_done, name="piece", nbytes=1024,
+                       peers=peers))
+    events.append(Span(step, "step", start, t + 0.001))
     return events
 
 
@@ -60,7 +63,7 @@ def test_only_the_peers_a_piece_involves_make_a_rank_wait():
 
 
 def test_a_step_without_phases_has_no_split_and_none_is_summarized():
-    events = [[0, "step", 0.0, 0.1, "", 0, None]]
+    events = [Span(0, "step", 0.0, 0.1)]
     assert split_steps([events], [0.0]) == [[[]]]
     assert summarize([[[]]]) is None
 
@@ -97,7 +100,8 @@ def check_trace(trace, ranks):
 
 def test_trace_events_nest_and_overlapping_pieces_get_their_own_track():
     events = step_events(0, 0.0, 0.01, 0.02, 0.07, 0.005)
-    events.append([0, "comm", 0.011, 0.05, "second piece", 10, [1]])  # overlaps the first
+    events.append(Span(0, "comm", 0.011, 0.05, name="second piece", nbytes=10, peers=[1]))
+    # (it overlaps the first)
     trace = trace_events([events], [0.0], ["rank 0 (host)"])
     spans_ = check_trace(trace, 1)
     tracks = {e["args"]["name"] for e in trace if e["name"] == "thread_name"}
@@ -120,7 +124,7 @@ def test_the_recorder_records_only_while_on():
     recorder.begin_step()
     event = recorder.add("comm", 0.0)
     spans.close(event)
-    assert recorder.events == [event] and event[0] == 0 and event[3] > 0
+    assert recorder.events == [event] and event.step == 0 and event.end > 0
 
 
 def test_work_between_steps_is_recorded_from_the_first_step_and_a_window_is_kept():
@@ -134,9 +138,9 @@ def test_work_between_steps_is_recorded_from_the_first_step_and_a_window_is_kept
         recorder.on = False
         recorder.add_between("evaluate", step + 0.5, step + 0.9)
     recorder.keep_last(2)
-    assert [(e[0], e[1]) for e in recorder.events] == [
+    assert [(e.step, e.kind) for e in recorder.events] == [
         (3, "step"), (3, "evaluate"), (4, "step"), (4, "evaluate")]
-    split = spans.split_steps([recorder.events], [0.0])
+    split = split_steps([recorder.events], [0.0])
     assert split == [[[], []]]  # steps without compute phases; evaluate is in none
 
 
@@ -146,4 +150,4 @@ def test_work_between_steps_is_recorded_from_the_first_step_and_a_window_is_kept
 ])
 def test_a_timeline_path_that_cannot_be_written_is_refused(tmp_path, make, message):
     with pytest.raises(OSError, match=message):
-        spans.check_writable(str(make(tmp_path)))
+        trace_file.check_writable(str(make(tmp_path)))

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from commbench import spans
+from commbench import trace_file
 from commbench.analysis import plot, report
 from test_spans import step_events
 
@@ -53,8 +53,8 @@ def test_no_split_table_for_runs_without_one():
 def test_plot_draws_the_split_beside_the_scaling_chart_and_a_timeline(tmp_path):
     trace = tmp_path / "trace.json"
     events = [e for s in range(5) for e in step_events(s, s, 0.01, 0.02, 0.07, 0.005)]
-    spans.write_trace(str(trace), spans.trace_events([events, events], [0.0, 0.0],
-                                                     ["rank 0", "rank 1"]), {"commbench": 1})
+    trace_file.write_trace(str(trace), trace_file.trace_events(
+        [events, events], [0.0, 0.0], ["rank 0", "rank 1"]), {"commbench": 1})
     out = io.StringIO()
     code = plot.plot([runs_with_split(tmp_path), trace], tmp_path / "charts", out=out,
                      err=io.StringIO())

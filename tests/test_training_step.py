@@ -40,11 +40,11 @@ def recorder():
 
 
 def kinds(recorder):
-    return [event[1] for event in recorder.events]
+    return [event.kind for event in recorder.events]
 
 
 def spans_of(recorder, kind):
-    return [(event[2], event[3]) for event in recorder.events if event[1] == kind]
+    return [(event.start, event.end) for event in recorder.events if event.kind == kind]
 
 
 def called_at(calls, name):
@@ -73,7 +73,7 @@ def test_each_point_adds_its_span_where_it_acts(recorder, points, expected):
     starts = {phase.start for phase in step.phases}
     assert all(at in starts for _, at in calls)
     # The phases follow each other without a gap (after_update's starts after them).
-    recorded = [(e[2], e[3]) for e in recorder.events]
+    recorded = [(e.start, e.end) for e in recorder.events]
     for (_, end), (start, _) in zip(recorded, recorded[1:]):
         assert start >= end
     body = recorded[:-1] if "after_update" in points else recorded
@@ -113,7 +113,7 @@ def test_a_piece_posted_during_backward_makes_its_tail_a_wait(recorder):
     step(*batch())
     assert kinds(recorder) == ["comm", "forward", "backward", "wait", "optimizer"]
     (_, backward_end), = spans_of(recorder, "backward")
-    assert spans_of(recorder, "wait") == [(posted[0][2], backward_end)]
+    assert spans_of(recorder, "wait") == [(posted[0].start, backward_end)]
 
 
 def test_without_a_piece_there_is_no_wait_to_count(recorder):
@@ -210,8 +210,8 @@ def test_the_documented_strategy_is_short_and_runs(recorder, one_worker):
     assert kinds(recorder) == ["forward", "backward", "optimizer", "wait"]
     recorder.begin_step()
     step(*batch())  # the second step averages, recorded as a piece inside its wait
-    second = [e for e in recorder.events if e[0] == 1]
-    assert [e[1] for e in second] == ["forward", "backward", "optimizer", "comm", "wait"]
+    second = [e for e in recorder.events if e.step == 1]
+    assert [e.kind for e in second] == ["forward", "backward", "optimizer", "comm", "wait"]
     piece, wait = second[3], second[4]
-    assert piece[2] == wait[2] and wait[2] <= piece[3] <= wait[3]
-    assert piece[5] == sum(p.numel() * p.element_size() for p in model.parameters())
+    assert piece.start == wait.start and wait.start <= piece.end <= wait.end
+    assert piece.nbytes == sum(p.numel() * p.element_size() for p in model.parameters())

@@ -74,7 +74,7 @@ def test_what_is_not_to_be_trusted_is_flagged(change, flag):
 def test_oversubscription_counts_workers_against_physical_cores():
     from commbench.launch.distributed import DistContext
     from commbench.launch.detect import LaunchInfo
-    from commbench.record import oversubscribed
+    from commbench.measurements import oversubscribed
 
     def ctx(hosts, cores, device="cpu"):
         return DistContext(LaunchInfo("openmpi", 0, len(hosts)), SimpleNamespace(type=device),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from commbench import metrics, spans
+from commbench import metrics, step_split
 from commbench.analysis import validate
 from commbench.analysis.grouping import group_runs
 from commbench.analysis.runs import Group, GroupKey, Run, Series
@@ -35,7 +35,7 @@ RUN_FIELDS = (
     number("summary.final_consensus_distance", finite=False, **_MAYBE),
     validate.flag("summary.oversubscribed", **_MAYBE),
     section("summary.step_split", **_MAYBE),
-    *(section(f"summary.step_split.{part}") for part in spans.PARTS),
+    *(section(f"summary.step_split.{part}") for part in step_split.PARTS),
     number("summary.step_split.*.mean"),
     section("summary.diverged", **_MAYBE), whole("summary.diverged.step", 1),
     whole("summary.diverged.rank", 0),

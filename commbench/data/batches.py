@@ -9,7 +9,7 @@ sizes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Tuple, Union
 
 from commbench.data import local
 from commbench.data import partition as partitions

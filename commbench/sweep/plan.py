@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import List, Optional, Set, Tuple
 
 from commbench.errors import UsageError
-from commbench.spans import beside
+from commbench.trace_file import beside
 
 
 @dataclass
