@@ -38,7 +38,7 @@ timeout 300 python -m commbench sweep --np "$nps" --launcher torchrun --job-time
     --results-dir "$out/results" --plots-dir "$out/charts"
 
 step "What the learnable task's batches cost (paired rounds, one GPU)"
-timeout 240 python -m torch.distributed.run --nproc_per_node 1 benchmarks/data_cost.py \
+timeout 240 python -m torch.distributed.run --nproc_per_node 1 benchmarks/ab/ab.py data \
     --rounds 3 "${model[@]}"
 
 step "One timeline and the split of each step (one GPU)"

@@ -442,9 +442,9 @@ def test_an_unreadable_published_record_is_said_in_one_line(tmp_path):
 
 def test_the_published_summary_is_what_the_benchmark_computes_now(tmp_path):
     fresh = tmp_path / "published.json"
-    done = subprocess.run([PYTHON, str(ROOT / "benchmarks" / "simulate_published.py"),
-                           "--summary", str(fresh)], capture_output=True, text=True,
-                          timeout=120)
+    script = ROOT / "benchmarks" / "models" / "simulate_published.py"
+    done = subprocess.run([PYTHON, str(script), "--summary", str(fresh)],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert published.load(fresh) == published.load(), \
         f"rerun: {json.loads(fresh.read_text())['command']}"

@@ -1,5 +1,5 @@
 """How far the model missed published scaling figures, per strategy: the summary that
-benchmarks/simulate_published.py writes (published.json beside this module), shown
+benchmarks/models/simulate_published.py writes (published.json beside this module), shown
 beside GPU projections so that a user sees how much to trust each strategy's rows
 before reading them."""
 

@@ -24,7 +24,8 @@ from commbench.sweep.plan import Job, cluster_shape, plan, plan_emulated, shell_
 
 # A few minutes for 1,2,4 workers x 3 strategies on 2 cores, each job measured long
 # enough that its own interval is narrow; whether two sweeps then agree is up to how
-# steady the machine is (benchmarks/machine_drift.py, quick_sweep_stability.py).
+# steady the machine is (benchmarks/diagnostics/machine_drift.py and
+# benchmarks/studies/quick_sweep_stability.json).
 QUICK = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16",
          "--num-warmup-batches", "20", "--num-batches-per-iter", "5", "--num-iters", "60",
          "--reference-iters", "4", "--reference-seconds", "3"]

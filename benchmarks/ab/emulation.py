@@ -12,7 +12,7 @@ machine's drift hits both alike within every round; each job's speed is then its
 median batch (the few batches one job runs alone, while the other starts or ends,
 do not move a median), and the jobs measure --num-iters 60 by default.
 
-    python benchmarks/emulation_overhead.py [--rounds 3] [--together] [run flags]
+    python benchmarks/ab/ab.py emulation [--rounds 3] [--together] [run flags]
 
 Target (issue: commbench cluster): >= 0.95.
 """
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from commbench.cluster import namespaces
-from harness import interval
+from paired import interval
 
 RUN = ["--dist-optimizer=allreduce", "--model", "squeezenet1_1", "--image-size", "32",
        "--batch-size", "16", "--num-warmup-batches", "20", "--num-batches-per-iter", "5",
@@ -56,12 +56,13 @@ def speed(job: subprocess.Popen, directory: Path, by_median: bool) -> float:
     return batch / doc["summary"]["latency_seconds_per_batch"]["p50"]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="ab.py emulation", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--together", action="store_true",
                         help="run the two jobs at the same time in every round")
-    args, extra = parser.parse_known_args()
+    args, extra = parser.parse_known_args(argv)
     flags = RUN + (["--num-iters", "60"] if args.together else []) + extra
     name = f"o{os.getpid() % 10**6}"
     cluster = namespaces.up(name, 1, 2, "10gbit")
@@ -97,6 +98,3 @@ def main():
         print("NOT DECIDED: the interval spans the target; the machine's noise is larger than "
               "the effect (more --rounds, a quieter machine)")
 
-
-if __name__ == "__main__":
-    main()

@@ -6,10 +6,10 @@ both alike. Prints, per op and size, the median call time of commbench's
 row under each revision and the paired ratio old/new (> 1: the new one is faster)
 with the 95% interval of its geometric mean over the rounds.
 
-    python benchmarks/paired_revisions.py --old c14ec1a [--new HEAD] [--rounds 3]
+    python benchmarks/ab/ab.py revisions --old c14ec1a [--new HEAD] [--rounds 3]
         [--launch "mpiexec -n 4"] -- --op hierarchical_neighbor_allreduce \\
         --machine-size 2 -b 1K -e 64M
-    python benchmarks/paired_revisions.py --old HEAD --old-flags "--cpu-transport mpi" \\
+    python benchmarks/ab/ab.py revisions --old HEAD --old-flags "--cpu-transport mpi" \\
         --launch "mpirun -H cb-m0,cb-m1 -np 2 --bind-to none" -- --op allreduce -b 4K -e 64K
 
 Everything after `--` goes to `commbench microbench`. A size is a regression when the
@@ -26,9 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import interval
+from paired import interval
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def checkout(revision: str, where: Path) -> Path:
@@ -53,8 +53,9 @@ def times(launch, tree: Path, flags, directory: Path):
     return {(r["op"], r["bytes"]): r["summary"]["time"]["p50"] for r in rows if r["commbench"]}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="ab.py revisions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--old", required=True)
     parser.add_argument("--new", default="HEAD")
     parser.add_argument("--rounds", type=int, default=3)
@@ -62,7 +63,7 @@ def main():
     parser.add_argument("--new-flags", default="", help="more microbench flags of the new arm")
     parser.add_argument("--launch", default="mpiexec -n 4 --oversubscribe")
     parser.add_argument("flags", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     flags = args.flags[1:] if args.flags[:1] == ["--"] else args.flags
     launch = shlex.split(args.launch)
     got = {"old": [], "new": []}
@@ -87,6 +88,3 @@ def main():
               f"{statistics.median(n[key] for n in got['new']):10.5f} "
               f"{statistics.median(ratios):8.3f} {low:6.3f}..{high:<6.3f}{verdict}")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,15 @@
-"""What the benchmark scripts share: their flags, a plain synthetic training loop to
-hold commbench against, and a quiet in-process `commbench run`. Each script holds
-two contenders in one job and alternates rounds, so drift hits both alike."""
+"""The loop of the contenders whose arms run in one job: every rank runs every arm in
+every round (a quiet in-process `commbench run`, or a plain hand-written loop to hold
+commbench against), so that the machine's drift hits the arms alike; then rank 0
+prints the ratios. What each contender's arms are: arms.py; the table: contenders.py."""
 
 import argparse
 import contextlib
 import os
 import statistics
+import tempfile
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -18,13 +21,47 @@ from commbench.recipe import Recipe
 from commbench.run import run
 
 
-def parser(doc: str, **defaults) -> argparse.ArgumentParser:
-    """`--rounds` plus every `commbench run` flag, with the script's defaults."""
-    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+@dataclass
+class Job:
+    """What a contender's setup hands the loop: its ranks' context and its arms, each
+    a function of the round giving total img/sec (on rank 0; None elsewhere)."""
+    ctx: object
+    arms: Dict[str, Callable[[int], Optional[float]]]
+    report: Callable[[Dict[str, List[float]]], List[str]]  # rank 0's closing lines
+    rotate: bool = False  # each arm first, second, ... equally often (else fixed order)
+    after: List[Callable[[], None]] = field(default_factory=list)  # before the scratch goes
+
+
+def parser(name: str, question: str, **defaults) -> argparse.ArgumentParser:
+    """`--rounds` plus every `commbench run` flag, with the contender's defaults."""
+    p = argparse.ArgumentParser(prog=f"ab.py {name}", description=question)
     p.add_argument("--rounds", type=int, default=3)
     add_run_arguments(p)
     p.set_defaults(**defaults)
     return p
+
+
+def compare(contender, argv: List[str]) -> None:
+    """Run `contender`'s arms in alternating rounds of this job and print the ratios."""
+    import arms
+
+    args = parser(contender.name, contender.question, **contender.defaults).parse_args(argv)
+    with tempfile.TemporaryDirectory() as results_dir:
+        args.results_dir = results_dir
+        job = getattr(arms, contender.arms)(args)
+        rates = {arm: [] for arm in job.arms}
+        for round_ in range(args.rounds):
+            names = list(job.arms)
+            if job.rotate:
+                names = names[round_ % len(names):] + names[:round_ % len(names)]
+            for arm in names:
+                rates[arm].append(job.arms[arm](round_))
+            report_rounds(rates, job.ctx.rank)
+        for step in job.after:
+            step()
+    if job.ctx.rank == 0:
+        for line in job.report(rates):
+            print(line)
 
 
 def hand_written(config: RunConfig, rank: int, wrap: Callable, total: Callable) -> float:
@@ -68,28 +105,3 @@ def report_rounds(rates: Dict[str, List[float]], rank: int) -> None:
     if rank == 0:
         print(f"round {len(next(iter(rates.values()))) - 1}: " + ", ".join(
             f"{name} {values[-1]:.1f} img/sec" for name, values in rates.items()), flush=True)
-
-
-def ratio(rates: Dict[str, List[float]], ours: str, theirs: str) -> str:
-    """ours/theirs two ways: the ratio of the two medians, and the median of the
-    per-round ratios (the rounds alternate, so each round pairs the contenders under
-    the same load; with drift between rounds the paired figure is the steadier)."""
-    medians = statistics.median(rates[ours]) / statistics.median(rates[theirs])
-    pairs = [a / b for a, b in zip(rates[ours], rates[theirs])]
-    low, high = interval(pairs)
-    return (f"{medians:.3f} (ratio of medians), {statistics.median(pairs):.3f} (median of "
-            f"paired rounds; 95% CI of their geometric mean {low:.3f}..{high:.3f})")
-
-
-def interval(ratios: List[float]):
-    """95% CI of the geometric mean of paired ratios (t on the log ratios)."""
-    import math
-
-    from scipy import stats
-
-    logs = [math.log(r) for r in ratios]
-    if len(logs) < 2:
-        return ratios[0], ratios[0]
-    half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    mean = statistics.mean(logs)
-    return math.exp(mean - half), math.exp(mean + half)

@@ -2,8 +2,9 @@
 mpi4py `Allreduce` (sum, in place, MPI_COMM_WORLD) per message size; the table says,
 for size x ranks, which coll component took the call and which algorithm ran.
 
-    python benchmarks/mpi_algorithms.py [--ranks 2,4,8] [--sizes 1K,64K,1M,4M,16M,64M,256M]
-        [--dtype float64] [--mpirun-args "-H m0:2,m1:2"] [--mca NAME VALUE ...]
+    python benchmarks/diagnostics/mpi_algorithms.py [--ranks 2,4,8]
+        [--sizes 1K,64K,1M,4M,16M,64M,256M] [--dtype float64]
+        [--mpirun-args "-H m0:2,m1:2"] [--mca NAME VALUE ...]
 
 The component comes from `--mca coll_base_verbose 10`: what MPI_COMM_WORLD selected,
 and why han said no (printed under the table). The algorithm cannot come from

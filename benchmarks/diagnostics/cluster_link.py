@@ -9,9 +9,9 @@ payload figure (busbw for allreduce, per-link bandwidth for neighbor exchanges) 
 the rate, and commbench's time against the best raw contender's in the same run
 (interleaved calls). Needs root.
 
-    python benchmarks/cluster_link.py [--links 200mbit,1gbit] [--layouts 2x1,2x2,4x1,4x2]
-                                      [--size 64M] [--small 64K] [--cases horovod]
-                                      [--mpirun-args "--mca coll ^han"]
+    python benchmarks/diagnostics/cluster_link.py [--links 200mbit,1gbit]
+        [--layouts 2x1,2x2,4x1,4x2] [--size 64M] [--small 64K] [--cases horovod]
+        [--mpirun-args "--mca coll ^han"]
 
 Horovod's allreduce (`microbench --op horovod`) runs under mpirun (its MPI controller
 and CPU operations) and under `horovodrun --gloo` (its gloo ones), where installed.

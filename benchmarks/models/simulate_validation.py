@@ -1,9 +1,9 @@
 """Is `commbench simulate` right? Its projections against runs it never saw, on
 emulated clusters and on shared memory. Needs root (network namespaces).
 
-    python benchmarks/simulate_validation.py collect [--out simulate-validation]  # ~40 min
-    python benchmarks/simulate_validation.py collect --runs-only --repeats 1 ...   # more repeats
-    python benchmarks/simulate_validation.py analyse [--out simulate-validation]  # seconds
+    python benchmarks/models/simulate_validation.py collect [--out simulate-validation]  # 40 min
+    python benchmarks/models/simulate_validation.py collect --runs-only --repeats 1 ...  # more
+    python benchmarks/models/simulate_validation.py analyse [--out simulate-validation]  # seconds
 
 collect: microbench files to calibrate the links on -- the smallest multi-machine
 layout (2 machines x 1 rank) at the calibration rate, and 2 and 4 ranks on shared

@@ -7,7 +7,7 @@ machine, whatever is measured. Then the spread a sweep row may have for two swee
 --rows rows to agree within 10% on every row (9 out of 10 times), and the shortest
 window that has it.
 
-    python benchmarks/machine_drift.py [--seconds 240] [--processes CORES] [--rows 9]
+    python benchmarks/diagnostics/machine_drift.py [--seconds 240] [--processes CORES] [--rows 9]
 """
 
 import argparse

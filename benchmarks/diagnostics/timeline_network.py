@@ -5,7 +5,7 @@ which they moved bytes between the machines; in the same run, interleaved round 
 round, `commbench microbench --op allreduce` measures the rate for each bucket's size
 on the same links. Prints both, and their ratio (target: within 10%). Needs root.
 
-    python benchmarks/timeline_network.py [--link 200mbit] [--rounds 3]
+    python benchmarks/diagnostics/timeline_network.py [--link 200mbit] [--rounds 3]
 
 The figure, per rank (ring allreduce, n ranks, so busbw as nccl-tests defines it):
     sum over buckets of bytes x 2(n-1)/n  /  time the link was busy with buckets,

@@ -9,7 +9,7 @@ table shows what each strategy moved per step, measured, beside its img/sec. The
 (`--cpu-transport auto`: gloo between machines, MPI on one).
 Needs root.
 
-    python benchmarks/network_regime.py [--link 1gbit,200mbit] [--out network-regime]
+    python benchmarks/studies/network_regime.py [--link 1gbit,200mbit] [--out network-regime]
                                         [--compare-forced-gloo]
                                         [--layouts 2x2,4x1] [--strategies ...]
 

@@ -5,7 +5,7 @@ engine's code: docs/simulate.md "Engines as they schedule") and one per-GPU spee
 publication's own, or a stated assumption). Nothing here is fitted to the figures it is
 checked against. Runs in seconds, no GPU needed.
 
-    python benchmarks/simulate_published.py
+    python benchmarks/models/simulate_published.py
 
 Per source and point: published, projected, error, and the naive baseline (linear
 scaling of the per-GPU speed). Per pair of strategies the publication shows more than
@@ -264,7 +264,7 @@ def main():
     latency_sensitivity()
     if args.summary:
         published.write(Path(args.summary), summary(errors), "python benchmarks/"
-                        "simulate_published.py --summary " + published.RELATIVE)
+                        "models/simulate_published.py --summary " + published.RELATIVE)
 
 
 def release_sensitivity():

@@ -1,0 +1,137 @@
+"""benchmarks/ as a set (benchmarks/README.md): every file there is in the index, every
+command the docs give names a file, a contender or a study that exists, and the A/B
+driver's table and the study specs load and agree with the index. Nothing is run."""
+
+import argparse
+import ast
+import importlib.util
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from commbench.config import add_run_arguments
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+INDEX = (BENCHMARKS / "README.md").read_text()
+# where commands that name benchmark scripts are written (CHANGELOG.md is history)
+DOCS = [ROOT / "README.md", ROOT / "Makefile", BENCHMARKS / "README.md",
+        BENCHMARKS / "gpu_check.sh", *sorted((ROOT / "docs").glob("*.md"))]
+PATH = re.compile(r"benchmarks/[\w/.-]+\.(?:py|sh|json)")
+
+
+def _load(path: Path):
+    """A benchmarks module by path, its folder first on sys.path as when run."""
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(path.parent))
+
+
+CONTENDERS = _load(BENCHMARKS / "ab" / "contenders.py").CONTENDERS
+STUDY = _load(BENCHMARKS / "studies" / "study.py")
+
+
+def _functions(path: Path):
+    return {node.name for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.FunctionDef)}
+
+
+def test_every_file_under_benchmarks_is_in_the_index():
+    files = [p.relative_to(ROOT).as_posix() for p in BENCHMARKS.rglob("*")
+             if p.is_file() and p.name != "README.md" and "__pycache__" not in p.parts]
+    assert files
+    assert [f for f in files if f not in INDEX] == []
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_command_in_the_docs_names_what_exists(doc):
+    text = doc.read_text()
+    assert [p for p in PATH.findall(text) if not (ROOT / p).is_file()] == []
+    assert [n for n in re.findall(r"ab\.py ([a-z_]+)", text) if n not in CONTENDERS] == []
+    studies = STUDY.specs()
+    assert [n for n in re.findall(r"study\.py ([a-z_]+)", text) if n not in studies] == []
+
+
+def test_the_contender_table_loads_and_matches_the_index():
+    arms = _functions(BENCHMARKS / "ab" / "arms.py")
+    run_flags = {a.dest for a in _run_parser()._actions} | {"rounds"}
+    assert {"allreduce", "horovod", "bluefog", "timeline", "data"} <= set(CONTENDERS)
+    for name, c in CONTENDERS.items():
+        assert name == c.name and bool(c.arms) != bool(c.runner), name
+        if c.arms:
+            assert c.arms in arms, name
+            assert set(c.defaults) <= run_flags, name
+        else:
+            module, function = c.runner.split(":")
+            assert function in _functions(BENCHMARKS / "ab" / f"{module}.py"), name
+        assert f"ab.py {name}" in c.command
+        # the index gives the same command and the same target as the table
+        assert f"`{c.command}`" in INDEX and f"| {c.target} |" in INDEX, name
+        assert f"| `{name}` |" in INDEX
+
+
+def test_the_study_specs_load_and_match_the_index():
+    specs = STUDY.specs()
+    assert {"time_to_accuracy", "quick_sweep_stability"} <= set(specs)
+    for name, spec in specs.items():
+        assert spec["kind"] in STUDY.KINDS, name
+        assert f"`{spec['command']}`" in INDEX and f"study.py {name}" in spec["command"]
+        if spec.get("target"):
+            assert f"| {spec['target']} |" in INDEX, name
+        args, extra = STUDY.options(name, spec, [])
+        assert extra == []
+        if spec["kind"] == "sweeps":
+            each = spec["for_each"]
+            value = getattr(args, each["option"]).split(",")[0]
+            values = dict(vars(args), **{each["as"]: value, each["as"] + "_slug": value})
+            for part in [*spec["placement"], *spec["sweeps"]]:
+                STUDY.flags(part["flags"], values)
+            for then in spec["then"]:
+                STUDY.flags(then, values)
+
+
+def test_the_time_to_accuracy_study_plans_its_sweeps(monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
+    STUDY.main(["time_to_accuracy", "--partitions", "iid", "--emulate", "4x1",
+                "--time-budget", "600"])
+    sweeps = [shlex.join(c[1:]) for c in ran if c[3] == "sweep"]
+    assert len(sweeps) == 3 and len(ran) == 5  # the strategies, two variants; report, plot
+    assert sweeps[0].startswith("-m commbench sweep --emulate 4x1 --link 200mbit "
+                                "--dist-optimizer allreduce,neighbor_allreduce,")
+    assert "--results-dir time-to-accuracy/results/iid" in sweeps[0]
+    assert sweeps[0].endswith("--partition iid --target-accuracy 0.8 --time-budget 600")
+    assert "--disable-dynamic-topology" in sweeps[1] and "--no-broadcast-buffers" in sweeps[2]
+    assert ran[3][3:] == ["report", "time-to-accuracy/results/iid"]
+    assert "wall time of the study" in capsys.readouterr().out
+
+
+def test_the_stability_study_runs_the_sweep_make_runs():
+    make = re.search(r"QUICK_STUDY := (.*?)\n\n", (ROOT / "Makefile").read_text(), re.DOTALL)
+    flags = shlex.split(make.group(1).replace("\\\n", " "))
+    spec = STUDY.specs()["quick_sweep_stability"]["sweep"]
+    assert _pairs(spec) == _pairs(flags)
+
+
+def _pairs(flags):
+    """{flag: value} of a flag list (a flag without a value: True)."""
+    out, i = {}, 0
+    while i < len(flags):
+        takes = i + 1 < len(flags) and not flags[i + 1].startswith("--")
+        out[flags[i]] = flags[i + 1] if takes else True
+        i += 2 if takes else 1
+    return out
+
+
+def _run_parser():
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return parser
