@@ -31,8 +31,8 @@ SUBCOMMANDS = {
                  "worker counts and links with a cost model calibrated on result files"),
     "cluster": ("commbench.cluster.command", "emulate machines with capped links on this host "
                 "(network namespaces): up, down, status"),
-    "setup-mpirun": ("commbench.launch.mpirun_front", "let this environment's Open MPI 5 "
-                     "mpirun take Open MPI 4's -bind-to/-map-by (horovodrun, bfrun)"),
+    "setup-mpirun": ("commbench.launch.mpirun_front.command", "let this environment's Open "
+                     "MPI 5 mpirun take Open MPI 4's -bind-to/-map-by (horovodrun, bfrun)"),
 }
 
 DESCRIPTION = """\

@@ -2,8 +2,8 @@
 the rank, then end the whole job at once instead of leaving peers waiting.
 
 One exception to "at once": a rank that got no answer from a peer under Open MPI 5's
-mpirun, with peers on other machines, first gives mpirun LOST_MACHINE_SECONDS to notice
-a lost machine (see launcher_first).
+mpirun, with peers on other machines, first gives mpirun time to notice a lost machine
+(launcher_first, of the lost-machine policy in commbench.launch.lost_machine).
 
 Start-up has its own line (startup_failed): which ranks did not arrive, where the rank
 that waited for them can know it."""
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
 import sys
 import threading
@@ -20,15 +19,8 @@ import time
 import traceback
 from typing import Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
-# Open MPI 5's launcher (PRRTE) learns that a machine stopped answering (its network
-# went down or stalled, or everything on it died) from the TCP keepalive of its
-# connection to the daemon there: with PRRTE's defaults (300 s idle, then 9 probes 20 s
-# apart) after 8 minutes, with these settings of its OOB after at most 20 s.
-# `commbench setup-mpirun` writes them into PRRTE's default parameter file.
-PRRTE_KEEPALIVE = (("oob_tcp_keepalive_time", 5), ("oob_tcp_keepalive_intvl", 3),
-                   ("oob_tcp_keepalive_probes", 5))
-LOST_MACHINE_SECONDS = 5 + 5 * 3
-NO_ANSWER = re.compile(r"\btime[ds]?[ _-]?out|ETIMEDOUT", re.IGNORECASE)
+from commbench.launch.lost_machine import launcher_first
+
 # How much longer than --timeout a rank waits for rank 0's answer at a start-up roll
 # call: rank 0, which waits --timeout for everyone, must give up first, since only it
 # can name the ranks that did not arrive.
@@ -50,26 +42,6 @@ def describe_and_abort(error: BaseException) -> None:
         traceback.print_exception(type(error), error, error.__traceback__)
     time.sleep(launcher_first(error))
     _abort(1)
-
-
-def launcher_first(error: BaseException, environ=os.environ) -> float:
-    """Seconds to leave mpirun before this rank ends the job itself: after no answer
-    from a peer, under Open MPI with ranks on other machines, LOST_MACHINE_SECONDS and
-    5 more; otherwise none.
-
-    If the silent peer's machine is lost, mpirun's keepalive notices within
-    LOST_MACHINE_SECONDS, ends the job and names the machine. An abort sent first would
-    never end: mpirun orders every daemon, the lost one too, to kill its ranks, and TCP
-    sends no keepalive while data is unacknowledged, so mpirun waits for the kernel to
-    give up retransmitting (about 15 minutes) and ignores a first SIGTERM meanwhile.
-    When the peer's machine still answers, the abort follows the pause."""
-    if not (isinstance(error, TimeoutError) or NO_ANSWER.search(str(error))):
-        return 0.0
-    try:
-        spread = int(environ["OMPI_COMM_WORLD_LOCAL_SIZE"]) < int(environ["OMPI_COMM_WORLD_SIZE"])
-    except (KeyError, ValueError):
-        return 0.0
-    return LOST_MACHINE_SECONDS + 5.0 if spread else 0.0
 
 
 def _abort(code: int, mpi_usable: bool = True) -> None:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, List, Optional, Tuple
 
-from commbench.failure import (NO_ANSWER, mpi_deadline, name_ranks, patience_for_rank_0,
-                               startup_failed)
+from commbench.failure import mpi_deadline, name_ranks, patience_for_rank_0, startup_failed
 from commbench.launch import gpus
 from commbench.launch.detect import LaunchInfo
 from commbench.launch.groups import SUBGROUPS
+from commbench.launch.lost_machine import NO_ANSWER
 from commbench.launch.rendezvous import Meeting, bracket, poll_until, rendezvous_address
 
 

@@ -5,9 +5,9 @@ cleanly (docs/cluster.md, "When a machine is lost").
 
 What makes it so: PRRTE's keepalive set by `commbench setup-mpirun`, the mpirun front's
 exit status and signal handling, a rank that leaves mpirun time to notice a lost
-machine (commbench.failure.launcher_first), and the cluster's ssh, which stays on the
-host like ssh does. The cluster tests need root (or CAP_NET_ADMIN) and skip elsewhere,
-saying why, as tests/test_cluster.py does.
+machine (commbench.launch.lost_machine.launcher_first), and the cluster's ssh, which
+stays on the host like ssh does. The cluster tests need root (or CAP_NET_ADMIN) and skip
+elsewhere, saying why, as tests/test_cluster.py does.
 """
 
 import os
@@ -22,9 +22,10 @@ import pytest
 
 from commbench.cluster import host, namespaces, shaping, state
 from commbench.errors import UsageError
-from commbench.failure import LOST_MACHINE_SECONDS, PRRTE_KEEPALIVE, launcher_first
-from commbench.launch.mpirun_front import (FORCE_AFTER, PRRTE_DEFAULTS, install, is_front,
-                                           set_keepalive)
+from commbench.launch.lost_machine import (FORCE_AFTER, LOST_MACHINE_SECONDS, PRRTE_KEEPALIVE,
+                                           launcher_first)
+from commbench.launch.mpirun_front.install import install, is_front
+from commbench.launch.mpirun_front.keepalive import PRRTE_DEFAULTS, set_keepalive
 from launchers import BIN, kill_tree, launcher_env
 from test_cluster import privileged_or_skip
 

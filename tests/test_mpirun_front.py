@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from commbench.errors import UsageError
-from commbench.launch.mpirun_front import install, is_front, remove, rewrite
+from commbench.launch.mpirun_front.arguments import rewrite
+from commbench.launch.mpirun_front.install import install, is_front, remove
 from launchers import BIN, PYTHON, TINY_RUN, only_result, run
 
 
