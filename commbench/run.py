@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from commbench import (console, convergence, device_time, environment, measurements, metrics,
                        precision, record, registry, results, spans, trace_file)
@@ -82,18 +82,25 @@ def run(config: RunConfig) -> Dict[str, Any]:
 
     if config.trains_to_accuracy:
         return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine)
+    return _measure_speed(config, ctx, strategy, model, data, (images, labels), sync, say,
+                          machine)
 
+
+def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batches, batch,
+                   sync, say, machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The speed benchmark: the compute-only reference's first half, warm-up, the timed
+    iterations, the reference's second half, then the result."""
     speed = Recipe.for_speed(config)
     reference = None
-    if config.reference_iters and strategy_cls.name != "none":
+    if config.reference_iters and type(strategy).name != "none":
         say("Measuring the compute-only reference...")
         reference = ComputeOnly(lambda twin: _trainable(twin, config, ctx.device, speed), model,
-                                config, images, labels, sync)
+                                config, *batch, sync)
         reference.half()
 
     step = strategy.wrap(*_trainable(model, config, ctx.device, speed))
     progress = measurements.AfterIteration(
-        ctx, config, model, strategy_cls.decentralized,
+        ctx, config, model, type(strategy).decentralized,
         lambda means: say(console.iteration_line(means, ctx.device_kind)))
     say("Running warmup...")
     watch = LossWatch()
@@ -110,12 +117,21 @@ def run(config: RunConfig) -> Dict[str, Any]:
 
     recorded = record.finish(config, ctx, strategy, record.Speed(
         timings, reference, model, progress.consensus, data.facts), machine)
+    steps = len(timings.batch_seconds) * config.num_batches_per_iter
+    return _tell(say, config, ctx, recorded, steps,
+                 lambda summary: console.print_summary(say, summary, ctx))
+
+
+def _tell(say, config: RunConfig, ctx, recorded: Optional[record.Recorded], steps: int,
+          print_summary: Callable[[Dict[str, Any]], None]) -> Dict[str, Any]:
+    """The end of either kind of run, once every rank knows rank 0 has written: rank 0
+    prints the summary, where the timeline went and the result's path; the result's
+    document on rank 0, {} elsewhere."""
     record.wait_for_rank_0(ctx)
     if recorded is None:
         return {}
-    console.print_summary(say, recorded.doc["summary"], ctx)
-    timeline_lines(say, config, len(timings.batch_seconds) * config.num_batches_per_iter,
-                   recorded)
+    print_summary(recorded.doc["summary"])
+    timeline_lines(say, config, steps, recorded)
     say(f"Result: {recorded.path}")
     return recorded.doc
 
@@ -158,14 +174,12 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
                                 config.timeline_steps)
     recorded = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine)
-    record.wait_for_rank_0(ctx)
-    console.print_outcome(say, outcome)
-    if recorded is None:
-        return {}
-    say(console.split_line(recorded.doc["summary"]["step_split"], ctx.device.type))
-    timeline_lines(say, config, outcome["steps"], recorded)
-    say(f"Result: {recorded.path}")
-    return recorded.doc
+
+    def print_summary(summary: Dict[str, Any]) -> None:
+        console.print_outcome(say, summary)
+        say(console.split_line(summary["step_split"], ctx.device.type))
+
+    return _tell(say, config, ctx, recorded, outcome["steps"], print_summary)
 
 
 def _batches(config: RunConfig, ctx) -> batches.Batches:

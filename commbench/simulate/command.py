@@ -53,6 +53,15 @@ def add_arguments(parser) -> None:
         "horovod's cycle time and fusion threshold are modelled with: "
         f"{', '.join(engines.HOROVOD)} (default: {engines.HOROVOD_DEFAULT}, the one "
         "commbench's plugin is built with)")
+    _add_network_arguments(add)
+    _add_workload_arguments(add)
+    add("-o", "--output-dir", default="projections", metavar="DIR",
+        help="where the projection file and chart go (default: projections)")
+    add("--format", choices=("text", "markdown"), default="text")
+
+
+def _add_network_arguments(add) -> None:
+    """The flags of the network a projection runs on (commbench.simulate.links)."""
     add("--link", metavar="RATE", help="each machine's network link, e.g. 25gbit, 100gbit "
         "(default: fitted from multi-machine microbench files)")
     add("--latency", metavar="T", help="latency between machines (default: the transport's, "
@@ -74,6 +83,10 @@ def add_arguments(parser) -> None:
     add("--intra-transport", metavar="NAME", help="what moves the bytes inside a machine: "
         f"{', '.join(n for n, p in transports.PROFILES.items() if 'intra' in p.classes)} "
         f"(default: {transports.LINE_RATE})")
+
+
+def _add_workload_arguments(add) -> None:
+    """The flags of the workload and how its compute and overlap are taken."""
     add("--model", help="torchvision model (default: the runs', else resnet50)")
     add("--batch-size", type=positive_int, help="per worker (default: the runs', else 32)")
     add("--image-size", type=positive_int, help="(default: the runs', else 224)")
@@ -92,9 +105,6 @@ def add_arguments(parser) -> None:
         "hides: 1 where communication has its own engine (NCCL on GPUs); `fit`: the share "
         "that meets the measured runs at the smallest multi-worker N (CPU workers share "
         "their cores with the transport) (default: 1)")
-    add("-o", "--output-dir", default="projections", metavar="DIR",
-        help="where the projection file and chart go (default: projections)")
-    add("--format", choices=("text", "markdown"), default="text")
 
 
 def main(args) -> int:
@@ -125,8 +135,8 @@ def main(args) -> int:
     per_machine = args.per_machine or calibrate.workers_per_machine(runs)
     fp16 = args.fp16_allreduce or bool(runs) and all(r.doc["config"].get("fp16_allreduce")
                                                      for r in runs)
-    on_gpu = args.img_sec is not None or any((r.doc.get("environment") or {}).get("device") == "cuda"
-                                             for r in runs)
+    on_gpu = args.img_sec is not None or any(
+        (r.doc.get("environment") or {}).get("device") == "cuda" for r in runs)
     algorithms = (found_links.algorithms() or (("ring", "tree") if on_gpu else ("ring",))) \
         if args.collective == "auto" else (args.collective,)
     inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
