@@ -1,6 +1,7 @@
 # commbench from a fresh clone:
 #   make          set up .venv (once) and run the quick scaling study; ends with the chart
-#   make test     run the tests in that environment (and the engines', once built)
+#   make test     run the tests in that environment (and the engines', once built), in
+#                 tiers: fast, job, mpi (make test-fast, test-job, test-mpi: one tier)
 #   make engines  build Horovod into .venv and the Bluefog environment (.venv-bluefog)
 #   make clean    remove the environments, results/ and charts/
 # A second `make` skips what is done. TORCH=cpu (or cu118, cu124, cu126, ...) installs
@@ -27,7 +28,7 @@ ROOT_OK := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 QUICK_STUDY := --quick --np 1,2,4 --machine-size 2 \
     --dist-optimizer allreduce,neighbor_allreduce,hierarchical_neighbor_allreduce,none
 
-.PHONY: all study env test engines clean
+.PHONY: all study env test test-fast test-job test-mpi engines clean
 all: study
 
 env: $(ENV_DONE)
@@ -51,19 +52,55 @@ $(ENGINES_DONE): $(ENV_DONE) scripts/install_horovod.sh scripts/setup_bluefog_en
 
 engines: $(ENGINES_DONE)
 
-# With the engines built, their tests are mandatory (a skipped engine test fails), and
-# commbench's core is tested again on the Bluefog environment's Python 3.9 + torch 1.10.
-test: $(ENV_DONE)
+# The tests in tiers (docs/install.md, "The tests"): fast starts no process but cheap
+# tools (and runs ruff), job starts Python processes but no launcher, mpi starts jobs
+# through launchers. `make test` runs the three in that order, each timed, then the
+# times; it runs every tier and fails if any failed. With the engines built, their tests
+# are mandatory (a skipped engine test fails), and commbench's core is tested again on
+# the Bluefog environment's Python 3.9 + torch 1.10. A PYTEST_ARGS with its own -m picks
+# the tests itself: then `make test` runs that one selection instead of the tiers.
+FAST := -m "not job and not mpi"
+JOB := -m "job and not mpi"
+MPI := -m mpi
+TIER := bash scripts/tier.sh
+PYTEST := $(BIN)/python -m pytest $(PYTEST_ARGS)
+OWN_SELECTION := $(filter -m -m%,$(PYTEST_ARGS))
 ifneq ($(wildcard $(ENGINES_DONE)),)
-	$(ROOT_OK) COMMBENCH_REQUIRE_ENGINES=1 COMMBENCH_BLUEFOG_PYTHON="$(abspath $(BLUEFOG_VENV))/bin/python" \
-	    $(BIN)/python -m pytest $(PYTEST_ARGS)
-	$(ROOT_OK) COMMBENCH_REQUIRE_ENGINES=0 $(BLUEFOG_VENV)/bin/python -m pytest $(PYTEST_ARGS) \
-	    -m "not mpi" --ignore tests/test_bluefog.py --ignore tests/test_horovod.py
-	$(ROOT_OK) COMMBENCH_REQUIRE_ENGINES=0 $(BLUEFOG_VENV)/bin/python -m pytest $(PYTEST_ARGS) \
-	    -m mpi tests/test_run_mpi.py tests/test_microbench.py tests/test_bad_input.py
+TEST_ENV := $(ROOT_OK) COMMBENCH_REQUIRE_ENGINES=1 \
+    COMMBENCH_BLUEFOG_PYTHON="$(abspath $(BLUEFOG_VENV))/bin/python"
+BLUEFOG_ENV := $(ROOT_OK) COMMBENCH_REQUIRE_ENGINES=0
+BLUEFOG_PYTEST := $(BLUEFOG_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+NOT_ENGINES := --ignore tests/test_bluefog.py --ignore tests/test_horovod.py
+BLUEFOG_TIERS := \
+    $(BLUEFOG_ENV) $(TIER) bluefog-fast -- $(BLUEFOG_PYTEST) $(FAST) $(NOT_ENGINES) || rc=1; \
+    $(BLUEFOG_ENV) $(TIER) bluefog-job -- $(BLUEFOG_PYTEST) $(JOB) $(NOT_ENGINES) || rc=1; \
+    $(BLUEFOG_ENV) $(TIER) bluefog-mpi -- $(BLUEFOG_PYTEST) $(MPI) \
+        tests/test_run_mpi.py tests/test_microbench.py tests/test_bad_input.py || rc=1;
 else
-	$(ROOT_OK) $(BIN)/python -m pytest $(PYTEST_ARGS)
+TEST_ENV := $(ROOT_OK)
+BLUEFOG_TIERS :=
 endif
+
+test: $(ENV_DONE)
+ifneq ($(OWN_SELECTION),)
+	$(TEST_ENV) $(TIER) selected -- $(PYTEST)
+else
+	@own_log=$$(mktemp); export TIER_LOG="$${TIER_LOG:-$$own_log}"; rc=0; \
+	$(TEST_ENV) $(TIER) fast -- $(PYTEST) $(FAST) || rc=1; \
+	$(TEST_ENV) $(TIER) job -- $(PYTEST) $(JOB) || rc=1; \
+	$(TEST_ENV) $(TIER) mpi -- $(PYTEST) $(MPI) || rc=1; \
+	$(BLUEFOG_TIERS) \
+	echo "timed stages:"; $(TIER) --summary; rm -f "$$own_log"; exit $$rc
+endif
+
+test-fast: $(ENV_DONE)
+	$(TEST_ENV) $(TIER) fast -- $(PYTEST) $(FAST)
+
+test-job: $(ENV_DONE)
+	$(TEST_ENV) $(TIER) job -- $(PYTEST) $(JOB)
+
+test-mpi: $(ENV_DONE)
+	$(TEST_ENV) $(TIER) mpi -- $(PYTEST) $(MPI)
 
 clean:
 	rm -rf $(VENV) $(BLUEFOG_VENV) results charts build dist *.egg-info

@@ -46,7 +46,8 @@ class RunConfig:
                           "workers: iid, or dirichlet:ALPHA (label skew)", metavar="SPEC")
     target_accuracy: Optional[float] = flag(
         None, "train to accuracy instead of timing iterations: end the run when the "
-        "workers' averaged model reaches this validation accuracy (needs --data other than synthetic)",
+        "workers' averaged model reaches this validation accuracy (needs --data other than "
+        "synthetic)",
         fraction, "X")
     eval_every: Optional[int] = flag(
         None, "training to accuracy: evaluate every N steps, the clock paused (default: "

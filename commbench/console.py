@@ -65,7 +65,8 @@ def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
     say(total_line(summary, kind))
     if total["ci95"] is not None:
         say(f"  (+- is 1.96 std of the {total['n']} iterations; 95% confidence interval of "
-            f"the mean: {total['mean'] - total['ci95']:.1f} .. {total['mean'] + total['ci95']:.1f})")
+            f"the mean: {total['mean'] - total['ci95']:.1f} .. "
+            f"{total['mean'] + total['ci95']:.1f})")
     lat = summary["latency_seconds_per_batch"]
     say("Latency per batch: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in lat.items()))
     say(split_line(summary.get("step_split"), ctx.device.type))

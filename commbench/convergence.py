@@ -82,7 +82,8 @@ def check(config: RunConfig) -> None:
                     ("target_accuracy", "eval_every", "time_budget", "max_epochs")
                     if getattr(config, name) is not None)
         raise UsageError(f"argument {flag}: training to accuracy needs --data learnable, "
-                         "cifar10:PATH or imagefolder:PATH (the synthetic batch is one fixed batch: nothing to learn)")
+                         "cifar10:PATH or imagefolder:PATH (the synthetic batch is one fixed "
+                         "batch: nothing to learn)")
 
 
 class Evaluator:

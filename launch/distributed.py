@@ -79,8 +79,9 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
     backend = "nccl" if use_cuda else "gloo"
     if use_cuda:
         gpus.nccl_errors_end_the_job()
-        if info.local_rank is not None and gpus.gpu_index(info.local_rank) < torch.cuda.device_count():
-            torch.cuda.set_device(gpus.gpu_index(info.local_rank))
+        own = None if info.local_rank is None else gpus.gpu_index(info.local_rank)
+        if own is not None and own < torch.cuda.device_count():
+            torch.cuda.set_device(own)
     options = dict(backend=backend, rank=info.rank, world_size=info.world_size,
                    timeout=timedelta(seconds=timeout))
     if dist.is_initialized():

@@ -1,20 +1,43 @@
-"""Tests not marked `mpi` start no job: `python -m pytest -m "not mpi"` runs no launcher
-and no multi-rank process. A guard enforces it: in such a test, starting a launcher
-(or a sweep, which starts launchers) fails the test at once, naming what it tried."""
+"""The test tiers, and the guard that keeps each test in its tier.
+
+- fast (`-m "not job and not mpi"`): starts no process but cheap tools (git, bash -n,
+  make -n); commands are called in-process through the CLI's entry point
+  (cli_helpers.commbench).
+- job (`-m "job and not mpi"`): starts Python processes (`python -m commbench`, pip,
+  `python -c`) but no launcher and no multi-rank process.
+- mpi (`-m mpi`): starts jobs through a real launcher.
+
+A guard enforces it: a test not marked `mpi` that starts a launcher (or a sweep, which
+starts launchers), or a test marked neither `job` nor `mpi` that starts a Python
+process, fails at once, naming what it tried."""
 
 import os
+import shlex
 import subprocess
+import sys
 
 import pytest
 
 LAUNCHERS = {"mpiexec", "mpirun", "orterun", "prterun", "torchrun", "horovodrun", "bfrun",
              "srun"}
+# Programs that are Python processes under another name: the project's own command and pip.
+PYTHON_PROGRAMS = {"commbench", "pip", "pip3"}
+
+
+def _argv(argv):
+    if isinstance(argv, (str, bytes, os.PathLike)):
+        text = os.fsdecode(argv)
+        try:
+            return shlex.split(text)  # a shell=True line, or one program
+        except ValueError:
+            return [text]
+    return [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in argv]
 
 
 def starts_a_job(argv) -> bool:
     """Whether a command line starts ranks: a launcher, torch's launcher module, or a
     `commbench sweep` that is not a dry run."""
-    args = [str(a) for a in ([argv] if isinstance(argv, (str, bytes, os.PathLike)) else argv)]
+    args = _argv(argv)
     if not args:
         return False
     if os.path.basename(args[0]) in LAUNCHERS or "torch.distributed.run" in args:
@@ -24,16 +47,32 @@ def starts_a_job(argv) -> bool:
     return commbench and "sweep" in args and "--dry-run" not in args
 
 
+def starts_python(argv) -> bool:
+    """Whether a command line starts a Python process: this interpreter, any `python*`,
+    `commbench` or pip, or `-m commbench`."""
+    args = _argv(argv)
+    if not args:
+        return False
+    program = os.path.basename(args[0])
+    return (args[0] == sys.executable or program.startswith("python")
+            or program in PYTHON_PROGRAMS
+            or any(a == "-m" and b == "commbench" for a, b in zip(args, args[1:])))
+
+
 @pytest.fixture(autouse=True)
-def no_jobs_unless_marked_mpi(request, monkeypatch):
+def processes_only_in_their_tier(request, monkeypatch):
     if request.node.get_closest_marker("mpi") is not None:
         yield
         return
+    job = request.node.get_closest_marker("job") is not None
     popen_init = subprocess.Popen.__init__
 
     def guarded(self, args, *rest, **kw):
         if starts_a_job(args):
             raise AssertionError(f"a test not marked `mpi` started a job: {args}")
+        if not job and starts_python(args):
+            raise AssertionError(f"a test marked neither `job` nor `mpi` started a Python "
+                                 f"process: {args}")
         popen_init(self, args, *rest, **kw)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)

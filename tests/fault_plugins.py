@@ -61,7 +61,13 @@ class StoppedNeighbor(_Faulty, NeighborAllreduce):
     fault = Stopped.fault
 
 
-SLOW_SECONDS = 0.5  # far above what a loaded machine's scheduling adds to a step
+# The straggler's delay: at least SLOW_SECONDS, and SLOW_STEPS times the median step it
+# measured so far, so that it stays far above what load adds to the others' compute
+# however slow the machine is today (at most MAX_SLOW_SECONDS).
+SLOW_SECONDS = 0.5
+SLOW_STEPS = 3.0
+MAX_SLOW_SECONDS = 5.0
+SLOW_LOG = "COMMBENCH_TEST_SLOW_LOG"  # a file the slow rank writes each delay into
 
 
 class _Slow:
@@ -70,13 +76,30 @@ class _Slow:
 
     def wrap(self, model, optimizer):
         step = super().wrap(model, optimizer)
+        took = []
 
         def slow(images, labels):
             if self.ctx.rank == FAULTY_RANK:
-                time.sleep(SLOW_SECONDS)
-            return step(images, labels)
+                seconds = straggler_delay(took)
+                log = os.environ.get(SLOW_LOG)
+                if log:
+                    with open(log, "a") as f:
+                        f.write(f"{seconds!r}\n")
+                time.sleep(seconds)
+            began = time.perf_counter()
+            done = step(images, labels)
+            took.append(time.perf_counter() - began)
+            return done
 
         return slow
+
+
+def straggler_delay(steps) -> float:
+    """The next delay, from the steps (seconds) this rank measured before it."""
+    if not steps:
+        return SLOW_SECONDS
+    median = sorted(steps)[len(steps) // 2]
+    return min(max(SLOW_SECONDS, SLOW_STEPS * median), MAX_SLOW_SECONDS)
 
 
 class SlowAllreduce(_Slow, Allreduce):

@@ -12,14 +12,13 @@ import json
 import math
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from analysis_helpers import run_compare, run_report
-from commbench.analysis import accuracy, plot, report
+from cli_helpers import commbench
+from commbench.analysis import accuracy, plot
 from commbench.analysis import time_to_target as ttt
 from commbench.plots import accuracy as accuracy_charts
 
@@ -360,9 +359,7 @@ def test_an_arm_twice_as_slow_is_slower_and_fails_when_asked(tmp_path):
     code, out, _ = run_compare(base, slow, threshold=1.5, fail_on_regression=True)
     assert code == 0 and "SLOWER" not in out and "below 150%" in out
     # as a command: the exit status a CI job would see
-    proc = subprocess.run([sys.executable, "-m", "commbench", "compare", str(base), str(slow),
-                           "--fail-on-regression", "--format", "json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = commbench("compare", base, slow, "--fail-on-regression", "--format", "json")
     assert proc.returncode == 1, proc.stderr
     pairs = {p["strategy"]: p for p in json.loads(proc.stdout)["accuracy"]["pairs"]}
     assert pairs["neighbor_allreduce"]["result"] == "SLOWER"
@@ -445,10 +442,9 @@ def test_curves_chart_has_every_repeat_and_the_target():
 
 
 def dry_run(tmp_path, *flags):
-    proc = subprocess.run([sys.executable, "-m", "commbench", "sweep", "--dry-run",
-                           "--np", "1,2", "--dist-optimizer", "allreduce,neighbor_allreduce",
-                           "--repeat", "3", "--results-dir", str(tmp_path / "results"), *flags],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = commbench("sweep", "--dry-run", "--np", "1,2", "--dist-optimizer",
+                     "allreduce,neighbor_allreduce", "--repeat", "3", "--results-dir",
+                     tmp_path / "results", *flags, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     jobs = []
     for line in proc.stdout.strip().splitlines():

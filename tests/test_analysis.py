@@ -130,6 +130,7 @@ def test_repeated_consensus_curves_are_averaged_per_iteration(tmp_path):
     assert point.consensus == pytest.approx(1.5 * np.array(doc["samples"]["consensus_distance"]))
 
 
+@pytest.mark.job
 def test_analysis_commands_import_neither_torch_nor_matplotlib():
     code = ("import sys, commbench.analysis.report, commbench.analysis.compare, "
             "commbench.analysis.plot, "

@@ -7,12 +7,13 @@ import shutil
 
 import pytest
 
+from cli_helpers import commbench
 from commbench import results
 from commbench import flags
 from commbench.cli import main
 from commbench.config import RunConfig
 from commbench.errors import UsageError
-from launchers import PYTHON, TINY_RUN, mpiexec, run
+from launchers import TINY_RUN, mpiexec
 
 NUMBERS = (flags.positive_int, flags.non_negative_int, flags.positive_float, flags.fraction,
            flags.non_negative_float)
@@ -69,7 +70,7 @@ def test_impossible_requests_fail_on_every_rank_under_mpiexec(args, message, tmp
     done = mpiexec(2, ["-m", "commbench", *TINY_RUN, *args, "--results-dir", str(tmp_path)],
                    timeout=120)
     assert done.returncode != 0
-    errors = [l for l in done.stderr.splitlines() if l.startswith("commbench: error:")]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("commbench: error:")]
     assert errors and all(message in e for e in errors), done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert not list(tmp_path.glob("*.json"))
@@ -86,8 +87,7 @@ def test_a_full_results_directory_is_refused_at_start_up(tmp_path, monkeypatch):
 def test_an_unwritable_results_path_is_refused_before_the_benchmark(tmp_path):
     # Works as root too: nobody can create a directory beneath a regular file.
     (tmp_path / "file").write_text("")
-    done = run([PYTHON, "-m", "commbench", *TINY_RUN, "--results-dir",
-                str(tmp_path / "file" / "r")], timeout=60)
+    done = commbench(*TINY_RUN, "--results-dir", str(tmp_path / "file" / "r"))
     assert done.returncode == 2 and "--results-dir: cannot write" in done.stderr
     assert "Model:" not in done.stdout and "Traceback" not in done.stderr
 

@@ -5,7 +5,8 @@ commbench's own implementations of the same strategies.
 
 The Bluefog environment is found by COMMBENCH_BLUEFOG_PYTHON (its python), else
 .venv-bluefog/ in the checkout, else this interpreter if it has bluefog. Without it
-the real-job tests skip; with COMMBENCH_REQUIRE_ENGINES=1 they fail (a skipped engine test is not a pass).
+the real-job tests skip; with COMMBENCH_REQUIRE_ENGINES=1 they fail (a skipped engine test
+is not a pass).
 
 Every Bluefog job runs under a hard timeout, and a job that hangs fails its test:
 the plugins make Bluefog's waits release the GIL (optimizers/bluefog.py), without
@@ -166,7 +167,7 @@ def agreement(tmp_path, workers, first, second, extra=(), timeout=75, **where):
     done = completed(bfrun(workers, [str(PROGRAMS / "engine_agreement.py"), first, second,
                                      *SMALL, "--steps", "2", "--timeout", "60", *extra],
                            timeout=timeout, cwd=tmp_path, **where))
-    line = next(l for l in done.stdout.splitlines() if l.startswith("AGREEMENT "))
+    line = next(out for out in done.stdout.splitlines() if out.startswith("AGREEMENT "))
     ranks = json.loads(line.split(" ", 1)[1])
     assert len(ranks) == workers
     return ranks
@@ -204,6 +205,6 @@ def test_bluefog_neighbor_allreduce_agrees_with_commbench_exchange(tmp_path, wor
     commbench's W equals commbench's exchange to float32 rounding."""
     done = completed(bfrun(workers, [str(PROGRAMS / "bluefog_primitive.py"), topology],
                            cwd=tmp_path))
-    line = next(l for l in done.stdout.splitlines() if l.startswith("PRIMITIVE "))
+    line = next(out for out in done.stdout.splitlines() if out.startswith("PRIMITIVE "))
     ranks = json.loads(line.split(" ", 1)[1])
     assert len(ranks) == workers and max(ranks) < 1e-6, ranks

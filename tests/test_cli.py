@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import commbench
 from commbench.cli import build_parser
 from commbench.config import RunConfig, config_from_args
 
@@ -18,7 +19,8 @@ RUN_FLAGS = [
     "--disable-dynamic-topology", "--dist-optimizer", "--eval-every",
     "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
     "--lr", "--machine-size", "--max-epochs", "--model", "--momentum",
-    "--no-broadcast-buffers", "--no-cuda", "--num-batches-per-iter", "--num-classes", "--num-iters", "--num-warmup-batches", "--partition", "--reference-iters",
+    "--no-broadcast-buffers", "--no-cuda", "--num-batches-per-iter", "--num-classes",
+    "--num-iters", "--num-warmup-batches", "--partition", "--reference-iters",
     "--reference-seconds",
     "--results-dir", "--seed", "--tag", "--target-accuracy", "--time-budget", "--timeline",
     "--timeline-steps", "--timeout", "--topology", "--use-adasum", "--warmup-epochs",
@@ -76,11 +78,6 @@ def test_flags_reach_the_config():
             config.dist_optimizer) == (8, True, 2, "none")
 
 
-def commbench(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True,
-                          text=True, timeout=timeout)
-
-
 @pytest.mark.parametrize("args, message", [
     (["--batch-size", "0"], "argument --batch-size: must be a positive integer, got '0'"),
     (["--num-iters", "-3"], "argument --num-iters: must be a positive integer, got '-3'"),
@@ -113,6 +110,22 @@ def test_list_shows_strategies_and_why_not():
     done = commbench("list")
     assert done.returncode == 0
     assert "allreduce" in done.stdout and "none" in done.stdout and "usable" in done.stdout
+
+
+@pytest.mark.job
+def test_the_command_as_a_process_lists_and_refuses():
+    """The smoke test of `python -m commbench` itself: the program starts, lists, and a
+    refused flag is one line with exit 2 (the checks above call it in-process)."""
+    def commbench_process(*args):
+        return subprocess.run([sys.executable, "-m", "commbench", *args], capture_output=True,
+                              text=True, timeout=120)
+
+    done = commbench_process("list")
+    assert done.returncode == 0 and "usable" in done.stdout, done.stderr
+    done = commbench_process("--batch-size", "0")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("commbench run: error: argument --batch-size: must be a positive "
+                           "integer, got '0' (see --help)\n")
 
 
 def test_a_plugin_whose_flag_clashes_with_run_is_one_line(monkeypatch, capsys):

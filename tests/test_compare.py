@@ -11,7 +11,6 @@ import pytest
 
 from analysis_helpers import run_compare
 from commbench import metrics
-from commbench.analysis import compare
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"
@@ -95,6 +94,7 @@ def test_welch_p_value():
     assert metrics.welch_p_value([10, 12, 11], [10.5, 11.5, 11]) > 0.5
 
 
+@pytest.mark.job
 def test_command_line():
     proc = subprocess.run([sys.executable, "-m", "commbench", "compare", "--fail-on-regression",
                            "--threshold", "1000", "tests/data/runs", "tests/data/runs-new"],

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import commbench
 from commbench.config import MAX_EPOCHS, RunConfig
 from commbench.convergence import Point, StopRule, outcome
 from launchers import PYTHON, mpiexec, only_result, run
@@ -68,6 +69,7 @@ def train(tmp_path, name, *flags, n=None):
     return done, only_result(out)
 
 
+@pytest.mark.job
 @pytest.mark.timeout(600)
 def test_one_worker_curve_is_the_same_from_the_same_seed_and_not_reached_has_no_time(tmp_path):
     runs = [train(tmp_path, f"r{i}", "--target-accuracy", "1", "--eval-every", "3",
@@ -132,7 +134,7 @@ def test_two_workers_stop_together_at_the_target(tmp_path):
      "argument --target-accuracy: must be a number greater than 0 and at most 1"),
 ])
 def test_requests_that_cannot_train_are_one_line(flags, message, tmp_path):
-    done = run([PYTHON, "-m", "commbench", "--results-dir", str(tmp_path), *flags], timeout=60)
+    done = commbench("--results-dir", str(tmp_path), *flags)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
     assert not list(tmp_path.glob("*.json"))

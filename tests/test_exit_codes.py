@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import commbench
 from commbench.cli import build_parser, main
 from commbench.config import RunConfig, config_from_args
 from commbench.errors import UsageError
@@ -244,10 +245,8 @@ def test_a_config_several_plugins_share_keeps_its_topology_flags(monkeypatch):
 
 
 def test_a_topology_flag_for_a_strategy_without_one_is_one_line_exit_2(tmp_path):
-    from launchers import PYTHON, run
-
-    done = run([PYTHON, "-m", "commbench", "--dist-optimizer", "allreduce", "--topology",
-                "ring", "--results-dir", str(tmp_path)], 60)
+    done = commbench("--dist-optimizer", "allreduce", "--topology", "ring", "--results-dir",
+                     str(tmp_path))
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("commbench: error: argument --topology: means nothing to "
                                   "allreduce") and done.stderr.count("\n") == 1, done.stderr

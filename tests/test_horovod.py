@@ -138,7 +138,7 @@ def test_horovod_agrees_with_allreduce(tmp_path, workers):
                              "--steps", "2"],
                    timeout=240, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    line = next(l for l in done.stdout.splitlines() if l.startswith("AGREEMENT "))
+    line = next(out for out in done.stdout.splitlines() if out.startswith("AGREEMENT "))
     ranks = json.loads(line.split(" ", 1)[1])
     assert len(ranks) == workers
     for r in ranks:

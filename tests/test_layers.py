@@ -139,7 +139,8 @@ def test_the_checker_sees_what_it_must():
     assert "commbench.errors" in graph["commbench.run"]
     assert "commbench.optimizers.base" in graph["commbench.registry"]
     assert "commbench.config" not in graph["commbench.optimizers.base"]
-    assert layer_of("commbench.cli") < layer_of("commbench.run") < layer_of("commbench.plots.scaling")
+    assert layer_of("commbench.cli") < layer_of("commbench.run") \
+        < layer_of("commbench.plots.scaling")
     assert layer_of("commbench.launch.mpirun_front") < layer_of("commbench.launch.detect")
 
 

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from cli_helpers import commbench
 from commbench.data import batches
 from commbench.data.local import LocalDataset
 from commbench.errors import UsageError
-from launchers import PYTHON, mpiexec, only_result, run
+from launchers import mpiexec, only_result
 
 
 def image_folder(root: Path, per_class: int, val: int) -> Path:
@@ -86,8 +87,7 @@ def test_a_path_without_the_data_is_one_line(tmp_path, spec, error):
     with pytest.raises(UsageError) as raised:
         batches.parse(spec, seed=0)
     assert error in str(raised.value)
-    done = run([PYTHON, "-m", "commbench", "--data", spec, "--results-dir",
-                str(tmp_path / "out")], timeout=60)
+    done = commbench("--data", spec, "--results-dir", str(tmp_path / "out"))
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and error in done.stderr, done.stderr
     assert not list(tmp_path.glob("out/*.json"))

@@ -61,6 +61,7 @@ def test_scaling_efficiency_across_jobs():
     assert not math.isnan(metrics.describe([1.0])["mean"])
 
 
+@pytest.mark.job
 @pytest.mark.parametrize("command", [[], ["microbench", "--op", "allreduce"]])
 def test_a_job_loads_its_statistics_before_it_starts(tmp_path, command):
     """What a job's summary needs from scipy is loaded before the job starts, so that

@@ -171,4 +171,5 @@ def test_each_call_on_an_emulated_link_starts_with_the_rate_limiters_bucket_full
     assert link.refill_seconds(slow) == pytest.approx(64 * 1024 * 8 / 200e6)  # the 64 KB floor
     assert link.refill_seconds(fast) == pytest.approx(0.002)  # 2 ms of the rate
     assert link.refill_seconds(None) == 0.0  # a real machine: no pause
-    assert link.refill_seconds({"link_bits_per_second": 200e6}) == 0.0  # recorded before bursts were
+    # recorded before bursts were
+    assert link.refill_seconds({"link_bits_per_second": 200e6}) == 0.0

@@ -23,7 +23,8 @@ from launchers import BIN, PYTHON, TINY_RUN, only_result, run
     # what Open MPI 5 already accepts is passed on as typed
     (["--bind-to", "none", "-np", "2", "--map-by=slot", "-x", "-map-by", "prog"],
      ["--bind-to", "none", "-np", "2", "--map-by=slot", "-x", "-map-by", "prog"]),
-    (["-mca", "btl", "-bind-to", "prog", "-bind-to"], ["-mca", "btl", "-bind-to", "prog", "-bind-to"]),
+    (["-mca", "btl", "-bind-to", "prog", "-bind-to"],
+     ["-mca", "btl", "-bind-to", "prog", "-bind-to"]),
     # an unknown option is taken as a flag: at worst the scan stops early, never late
     (["--new-flag", "value", "-bind-to", "none", "prog"],
      ["--new-flag", "value", "-bind-to", "none", "prog"]),

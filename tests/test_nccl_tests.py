@@ -6,18 +6,16 @@ to end. Fast and without launchers: no test here starts a job."""
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import commbench
 from commbench import units
 from commbench.errors import UsageError
 from commbench.simulate import costs, links, nccl_tests
 from commbench.simulate.command import add_arguments
 
-PYTHON = sys.executable
 DATA = Path(__file__).parent / "data" / "nccl-tests"
 H100 = DATA / "all_reduce_perf-h100-2x8.txt"
 EFA = DATA / "all_reduce_perf-efa-t4-2x1.txt"
@@ -258,8 +256,7 @@ COMPUTE = ["--img-sec", "352", "--model", "resnet18", "--image-size", "32", "--b
 
 
 def _simulate(*args):
-    return subprocess.run([PYTHON, "-m", "commbench", "simulate", *args], capture_output=True,
-                          text=True, timeout=120)
+    return commbench("simulate", *args)
 
 
 def test_a_fitted_link_prints_the_per_size_figures_the_projection_uses():

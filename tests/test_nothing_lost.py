@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from cli_helpers import commbench
 from commbench import measurements, record, results, trace_file
 from commbench.config import RunConfig
-from commbench.errors import UsageError
 from commbench.loop import LossWatch
 from launchers import PYTHON, TINY_RUN, mpiexec, only_result, run
 
@@ -83,8 +83,7 @@ def test_a_timeline_folder_that_cannot_be_written_is_refused_at_start_up():
 
 
 def test_an_unwritable_timeline_is_one_line_before_the_run(tmp_path):
-    done = run([PYTHON, "-m", "commbench", "--timeline", "/sys/trace.json",
-                "--results-dir", str(tmp_path), *TINY_RUN], timeout=120)
+    done = commbench("--timeline", "/sys/trace.json", "--results-dir", str(tmp_path), *TINY_RUN)
     assert done.returncode == 2
     assert "argument --timeline: cannot write to /sys" in done.stderr
     assert "Traceback" not in done.stderr and not list(tmp_path.glob("*.json"))

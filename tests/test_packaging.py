@@ -9,6 +9,7 @@ import zipfile
 import pytest
 
 
+@pytest.mark.job
 @pytest.mark.timeout(600)
 def test_wheel_holds_only_the_commbench_package(tmp_path):
     root = __import__("pathlib").Path(__file__).resolve().parents[1]

@@ -97,7 +97,8 @@ def test_without_consensus_there_are_two_panels_and_without_one_worker_the_in_jo
             if r.series.strategy == "allreduce" and r.workers > 1]
     fig = scaling.figure(grouping.group_runs(runs)[0])
     assert len(fig.axes) == 2
-    assert legend_labels(fig) == ["allreduce", "oversubscribed: more workers than cores (CPU sharing)",
+    assert legend_labels(fig) == ["allreduce",
+                                  "oversubscribed: more workers than cores (CPU sharing)",
                                   "ideal: N × in-job compute-only rate"]
     assert "E*" in fig.axes[1].get_title()
 
@@ -133,6 +134,7 @@ def test_nothing_usable_exits_1(tmp_path):
     assert not (tmp_path / "charts").exists()
 
 
+@pytest.mark.job
 @pytest.mark.timeout(120)
 def test_command_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "commbench", "plot", str(RUNS), str(JUNK),

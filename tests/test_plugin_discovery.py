@@ -14,6 +14,7 @@ import pytest
 
 from launchers import PYTHON, TINY_RUN, mpiexec, only_result, run
 
+pytestmark = pytest.mark.job  # pip installs the example; `python -m commbench` finds it
 EXAMPLE = Path(__file__).resolve().parent / "plugin_example"
 
 
@@ -41,7 +42,8 @@ def pythonpath(first):
 def commbench(*args, env=None, timeout=120):
     # Not from the source tree: `python -m` puts the working directory first on sys.path,
     # where a commbench.egg-info left by a build would shadow the installed metadata.
-    return run([PYTHON, "-m", "commbench", *args], timeout, env=env, cwd=Path(tempfile.gettempdir()))
+    return run([PYTHON, "-m", "commbench", *args], timeout, env=env,
+               cwd=Path(tempfile.gettempdir()))
 
 
 def listed(stdout):

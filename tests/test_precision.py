@@ -83,6 +83,7 @@ def test_results_are_grouped_by_precision():
     assert precision_of({"amp": "fp16", "fp16_allreduce": True}) == "amp-fp16+fp16-allreduce"
 
 
+@pytest.mark.job
 def test_a_bf16_job_runs_and_records_it(tmp_path):
     done = subprocess.run([sys.executable, "-m", "commbench", "--amp", "bf16",
                            "--dist-optimizer", "none", "--results-dir", str(tmp_path),
@@ -93,6 +94,7 @@ def test_a_bf16_job_runs_and_records_it(tmp_path):
     assert doc["config"]["amp"] == "bf16"
 
 
+@pytest.mark.job
 def test_fp16_on_the_cpu_is_one_line_and_exit_2(tmp_path):
     for _ in range(3):  # the process ends without interpreter teardown: no abort at exit
         done = subprocess.run([sys.executable, "-m", "commbench", "--amp", "fp16",

@@ -183,7 +183,7 @@ def test_a_diverged_run_is_reported_with_its_img_sec_and_where_it_diverged(tmp_p
     assert code == 0 and err == ""
     row = next(line for line in out.splitlines() if line.startswith("neighbor_allreduce"))
     assert "nan" in row.split() and row.endswith("diverged")
-    assert f"Diverged at step 7 (first seen on rank 1): neighbor_allreduce" in out
+    assert "Diverged at step 7 (first seen on rank 1): neighbor_allreduce" in out
     assert str(path) in out and "diverged: the training loss became NaN" in out
 
 

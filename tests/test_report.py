@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from analysis_helpers import run_report
-from commbench.analysis import report
 
 DATA = Path(__file__).parent / "data"
 RUNS, JUNK, GOLDEN = DATA / "runs", DATA / "junk", DATA / "golden"
@@ -55,7 +54,8 @@ def test_json_lists_the_files_behind_every_row():
     assert baselines["allreduce"]["runs"] == 1 and baselines["allreduce"]["from"] == "allreduce"
     assert baselines["neighbor_allreduce (ring, static, AWC)"]["from"] == "none"
     rows = {(r["strategy"], r["workers"]): r for r in rows}
-    assert rows[("none", 4)]["oversubscribed"] is True and "oversubscribed" in rows[("none", 4)]["flags"]
+    assert rows[("none", 4)]["oversubscribed"] is True
+    assert "oversubscribed" in rows[("none", 4)]["flags"]
 
 
 def test_junk_is_skipped_one_warning_line_each_and_the_rest_reported():
@@ -71,6 +71,7 @@ def test_nothing_usable_is_a_clear_error():
     assert "error: no usable commbench run results" in err.splitlines()[-1]
 
 
+@pytest.mark.job
 def test_command_line(tmp_path):
     target = tmp_path / "report.md"
     proc = subprocess.run([sys.executable, "-m", "commbench", "report", "--format", "markdown",

@@ -47,7 +47,8 @@ def test_mpiexec_run_writes_a_consistent_result(tmp_path, workers, strategy):
         assert 0 < doc["summary"]["efficiency_in_job"]
         # On the CPU under mpiexec, DDP's buckets go through MPI (--cpu-transport auto).
         assert doc["strategy"]["transport"] == "mpi"
-        assert "(CPU tensors move over mpi: --cpu-transport auto under an MPI launcher)" in done.stdout
+        assert ("(CPU tensors move over mpi: --cpu-transport auto under an MPI launcher)"
+                in done.stdout)
     else:
         # Without communication, workers fed different data drift apart.
         assert doc["summary"]["parameters_identical"] is False
@@ -87,7 +88,7 @@ def test_unknown_strategy_under_mpiexec_fails_fast_on_every_rank(tmp_path):
                        "--results-dir", str(tmp_path), *TINY_RUN], timeout=60)
     assert done.returncode != 0
     assert time.monotonic() - start < 30
-    errors = [l for l in done.stderr.splitlines() if l.startswith("commbench: error:")]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("commbench: error:")]
     # Each rank says it; a rank slower to start may be killed by mpiexec before it can.
     assert 1 <= len(errors) <= 2 and all("unknown strategy 'nope'" in e for e in errors)
     assert "Traceback" not in done.stderr

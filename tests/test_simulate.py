@@ -20,6 +20,7 @@ from commbench.simulate import calibrate, compute, costs, published  # noqa: E40
 from commbench.simulate.network import Link, Network  # noqa: E402
 from commbench.simulate.step import Strategy, simulate  # noqa: E402
 from commbench.topology import build_schedule  # noqa: E402
+from cli_helpers import commbench  # noqa: E402
 from launchers import mpiexec, torchrun  # noqa: E402
 
 PYTHON = sys.executable
@@ -34,7 +35,8 @@ STATED = ["--img-sec", "367", "--model", "resnet50", "--batch-size", "128", "--i
 def test_ring_allreduce_moves_the_microbench_bytes():
     for n in (2, 3, 8, 64):
         seconds, algorithm = costs.allreduce(1000.0, costs.Layout(n, n), UNIT, ("ring",))
-        assert algorithm == "ring" and seconds == pytest.approx(metrics.ring_allreduce_bytes(1000.0, n))
+        assert algorithm == "ring"
+        assert seconds == pytest.approx(metrics.ring_allreduce_bytes(1000.0, n))
     # between machines only the NIC's share counts; latency: 2(M-1) of 2(p-1) steps cross
     net = Network(Link(1.0, 0.0), Link(10.0, 0.0))
     seconds, _ = costs.allreduce(1.0, costs.Layout(16, 4), net, ("ring",))
@@ -131,7 +133,8 @@ def _microbench_doc(alpha, beta, hosts, sizes, ops=("allreduce", "neighbor_allre
                 steps = 2 * (m - 1) if kind == "inter" else 2 * (p - 1)
                 t = steps * alpha + 2 * (p - 1) / p * size * beta
             else:
-                load = costs.exchange("exponential-2", p, True, per_machine if kind == "inter" else p)
+                load = costs.exchange("exponential-2", p, True,
+                                      per_machine if kind == "inter" else p)
                 t = alpha + (load.nic if kind == "inter" else load.intra) * size * beta
             rows.append({"op": op, "impl": "commbench", "commbench": True, "bytes": size,
                          "summary": {"time": {"p50": t}}})
@@ -232,7 +235,8 @@ def test_overlap_follows_each_strategys_schedule():
     atc = simulate(Strategy("neighbor_allreduce", atc=True), layout, c, grads, slow, False)
     comm = grads.total * 8 / 1e9  # one peer: S each way on the NIC
     assert atc.exposed == pytest.approx(comm) and atc.overlapped == 0
-    assert awc.exposed == pytest.approx(comm - c.backward) and awc.overlapped == pytest.approx(c.backward)
+    assert awc.exposed == pytest.approx(comm - c.backward)
+    assert awc.overlapped == pytest.approx(c.backward)
     fast = Network(Link(0, 1e-15), Link(0, 1e-15))
     for name in ("allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce"):
         step = simulate(Strategy(name), costs.Layout(8, 2), c, grads, fast, False)
@@ -283,8 +287,18 @@ def test_the_hierarchical_pipeline_hides_all_but_its_slowest_stage():
 
 
 def _simulate(*args, cwd=None):
-    return subprocess.run([PYTHON, "-m", "commbench", "simulate", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd)
+    return commbench("simulate", *args, cwd=cwd)
+
+
+@pytest.mark.job
+def test_the_command_as_a_process_prints_the_golden_table(tmp_path):
+    """The smoke test of `python -m commbench simulate` (the others call it in-process)."""
+    done = subprocess.run([PYTHON, "-m", "commbench", "simulate", *STATED, "--np",
+                           "1,8,16,64,1024", "-o", str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\nProjection: ")[0] + "\n" == GOLDEN.read_text()
+    assert len(list(tmp_path.glob("*.json"))) == 1
 
 
 def test_the_hierarchical_pipeline_is_projected_where_gloo_carries_it(tmp_path):
@@ -336,15 +350,13 @@ def test_the_command_prints_the_golden_table_and_writes_a_projection(tmp_path):
     assert doc["kind"] == "projection" and len(doc["rows"]) == 3 * 5
     assert written.with_suffix(".png").stat().st_size > 10_000
     # report and plot show it apart from measurements, labelled as a projection
-    report = subprocess.run([PYTHON, "-m", "commbench", "report", str(tmp_path / "p")],
-                            capture_output=True, text=True, timeout=120)
+    report = commbench("report", tmp_path / "p")
     assert report.returncode == 0 and report.stdout.startswith("PROJECTION: resnet50")
     assert report.stdout.split("\n\n")[1] == table.split("\n\n")[1]  # the same rows
-    plot = subprocess.run([PYTHON, "-m", "commbench", "plot", str(tmp_path / "p"), "-o",
-                           str(tmp_path / "charts")], capture_output=True, text=True, timeout=120)
-    assert plot.returncode == 0 and (tmp_path / "charts" / written.with_suffix(".png").name).exists()
-    runs_only = subprocess.run([PYTHON, "-m", "commbench", "report", str(DATA / "runs-new")],
-                               capture_output=True, text=True, timeout=120)
+    plot = commbench("plot", tmp_path / "p", "-o", tmp_path / "charts")
+    assert plot.returncode == 0
+    assert (tmp_path / "charts" / written.with_suffix(".png").name).exists()
+    runs_only = commbench("report", DATA / "runs-new")
     assert "PROJECTION" not in runs_only.stdout
 
 
@@ -440,6 +452,7 @@ def test_an_unreadable_published_record_is_said_in_one_line(tmp_path):
     assert line.startswith("against published charts: not shown,") and "\n" not in line
 
 
+@pytest.mark.job
 def test_the_published_summary_is_what_the_benchmark_computes_now(tmp_path):
     fresh = tmp_path / "published.json"
     script = ROOT / "benchmarks" / "models" / "simulate_published.py"

@@ -1,4 +1,5 @@
-"""`commbench sweep`: real jobs through mpiexec, a report and a chart at the end."""
+"""`commbench sweep`: real jobs through mpiexec, a report and a chart at the end (the
+`mpi` tests); its dry runs and refusals, which start nothing, in-process."""
 
 import json
 import os
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import commbench
 from launchers import PYTHON, TINY_RUN, run
 
-pytestmark = pytest.mark.mpi
 TESTS = str(Path(__file__).resolve().parent)
 
 
@@ -20,6 +21,14 @@ def sweep(tmp_path, *args, timeout=240):
                 "--plots-dir", str(tmp_path / "charts"), *args], timeout, env=env, cwd=tmp_path)
 
 
+def in_process(tmp_path, *args):
+    """The same command line, in this process: for dry runs and refusals (tests/ is on
+    this process's path already, where sweep_plugins is)."""
+    return commbench("sweep", "--results-dir", tmp_path / "results", "--plots-dir",
+                     tmp_path / "charts", *args, cwd=tmp_path)
+
+
+@pytest.mark.mpi
 def test_sweep_runs_every_combination_reports_failures_and_goes_on(tmp_path):
     done = sweep(tmp_path, "--np", "1,2",
                  "--dist-optimizer", "allreduce,sweep_plugins:Crashes,none", *TINY_RUN)
@@ -44,7 +53,7 @@ def test_sweep_runs_every_combination_reports_failures_and_goes_on(tmp_path):
 
 
 def test_dry_run_prints_the_exact_commands_and_skips_impossible_ones(tmp_path):
-    done = sweep(tmp_path, "--dry-run", "--np", "1,2,4",
+    done = in_process(tmp_path, "--dry-run", "--np", "1,2,4",
                  "--dist-optimizer", "allreduce,no_such_strategy", "--batch-size", "8")
     assert done.returncode == 1, done.stderr  # it would not run all it was asked for
     lines = done.stdout.strip().splitlines()
@@ -61,6 +70,7 @@ def test_dry_run_prints_the_exact_commands_and_skips_impossible_ones(tmp_path):
     assert len(lines) == 7 and not (tmp_path / "results").exists()
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(240)
 def test_a_sweep_that_skips_runs_the_rest_then_exits_1_naming_the_skipped_last(tmp_path):
     done = sweep(tmp_path, "--np", "1", "--dist-optimizer", "none,bogus", *TINY_RUN,
@@ -73,7 +83,7 @@ def test_a_sweep_that_skips_runs_the_rest_then_exits_1_naming_the_skipped_last(t
 
 
 def test_topology_flags_go_only_to_the_strategies_that_have_one(tmp_path):
-    done = sweep(tmp_path, "--dry-run", "--np", "2", "--dist-optimizer",
+    done = in_process(tmp_path, "--dry-run", "--np", "2", "--dist-optimizer",
                  "allreduce,neighbor_allreduce", "--topology", "ring", "--atc-style")
     assert done.returncode == 0, done.stdout + done.stderr
     allreduce, neighbor = done.stdout.splitlines()
@@ -82,7 +92,7 @@ def test_topology_flags_go_only_to_the_strategies_that_have_one(tmp_path):
 
 
 def test_a_timeline_passed_through_is_each_jobs_own(tmp_path):
-    done = sweep(tmp_path, "--dry-run", "--np", "1,2", "--dist-optimizer", "allreduce,none",
+    done = in_process(tmp_path, "--dry-run", "--np", "1,2", "--dist-optimizer", "allreduce,none",
                  "--repeat", "2", "--timeline", str(tmp_path / "t.json"))
     assert done.returncode == 0, done.stderr
     paths = [line.split("--timeline ")[1].split()[0] for line in done.stdout.splitlines()]
@@ -93,23 +103,25 @@ def test_a_timeline_passed_through_is_each_jobs_own(tmp_path):
 
 def test_a_strategy_that_needs_an_mpi_launcher_runs_under_mpiexec_not_torchrun(tmp_path):
     # the engines (horovod, bluefog.*) check the launcher the ranks will detect
-    done = sweep(tmp_path, "--dry-run", "--np", "2", "--dist-optimizer", "sweep_plugins:NeedsMpi")
+    done = in_process(tmp_path, "--dry-run", "--np", "2", "--dist-optimizer",
+                      "sweep_plugins:NeedsMpi")
     assert done.returncode == 0 and "# skipped" not in done.stdout, done.stdout
-    done = sweep(tmp_path, "--dry-run", "--launcher", "torchrun", "--np", "2",
+    done = in_process(tmp_path, "--dry-run", "--launcher", "torchrun", "--np", "2",
                  "--dist-optimizer", "sweep_plugins:NeedsMpi")
     assert "# skipped: sweep_plugins:NeedsMpi on 2: needs-mpi cannot run under torchrun" \
         in done.stdout, done.stdout
 
 
 def test_torchrun_dry_run_and_bad_run_flags_fail_before_any_job(tmp_path):
-    done = sweep(tmp_path, "--dry-run", "--launcher", "torchrun", "--np", "2")
+    done = in_process(tmp_path, "--dry-run", "--launcher", "torchrun", "--np", "2")
     # torchrun through the sweep's own Python, not whichever torchrun PATH finds
     assert (f"{sys.executable} -m torch.distributed.run --standalone --nproc-per-node 2 "
             "-m commbench") in done.stdout
-    done = sweep(tmp_path, "--np", "1", "--batch-size", "0")
+    done = in_process(tmp_path, "--np", "1", "--batch-size", "0")
     assert done.returncode == 2 and "--batch-size: must be a positive integer" in done.stderr
 
 
+@pytest.mark.mpi
 def test_two_sweeps_into_one_directory_lose_and_overwrite_nothing(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -141,6 +153,7 @@ def job_processes(marker: str):
     return found
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
 def test_a_stopped_sweep_ends_its_running_job(tmp_path, signal_name):

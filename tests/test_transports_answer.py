@@ -6,18 +6,16 @@ apart and the gap is at least the model's 5%; the chart's title and the table gi
 that answer first. Fast and without launchers."""
 
 import argparse
-import subprocess
-import sys
 
 import pytest
 
+from cli_helpers import commbench
 from commbench.errors import UsageError
 from commbench.simulate import answer, costs, links, table, transports
 from commbench.simulate.command import add_arguments
 from commbench.simulate.project import Row
 from commbench.simulate.step import StepTime
 
-PYTHON = sys.executable
 RATE = 25e9 / 8  # 25gbit in bytes/s
 INTRA = 150e9  # 150GB/s
 
@@ -108,10 +106,9 @@ def test_a_bad_transport_name_is_one_line(argv, message):
 
 def test_a_bad_transport_ends_the_command_in_one_line(tmp_path):
     pytest.importorskip("torch.utils.flop_counter", reason="commbench simulate needs torch >= 2.1")
-    done = subprocess.run([PYTHON, "-m", "commbench", "simulate", "--img-sec", "352",
-                           "--model", "resnet18", "--image-size", "32", "--link", "25gbit",
-                           "--transport", "nvlink", "--np", "16", "-o", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    done = commbench("simulate", "--img-sec", "352", "--model", "resnet18", "--image-size",
+                     "32", "--link", "25gbit", "--transport", "nvlink", "--np", "16", "-o",
+                     str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert "argument --transport: nvlink is not a transport between machines" in done.stderr

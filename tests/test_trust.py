@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from cli_helpers import commbench
 from commbench import metrics
 from commbench.analysis import report
 from launchers import PYTHON, TINY_RUN
@@ -110,10 +111,8 @@ def test_report_marks_a_synthetic_run_that_claims_too_much(tmp_path):
 
 
 def test_sweep_dry_run_interleaves_repeats(tmp_path):
-    done = subprocess.run([PYTHON, "-m", "commbench", "sweep", "--dry-run", "--repeat", "2",
-                           "--np", "1,2", "--dist-optimizer", "allreduce,none",
-                           "--results-dir", str(tmp_path)], capture_output=True, text=True,
-                          timeout=120)
+    done = commbench("sweep", "--dry-run", "--repeat", "2", "--np", "1,2", "--dist-optimizer",
+                     "allreduce,none", "--results-dir", tmp_path)
     assert done.returncode == 0, done.stderr
     order = [(line.split("--dist-optimizer=")[1].split()[0], line.split(" -n ")[1].split()[0],
               line.split("# repeat ")[1]) for line in done.stdout.splitlines()]
@@ -121,6 +120,7 @@ def test_sweep_dry_run_interleaves_repeats(tmp_path):
     assert order == [(s, n, f"{r}/2") for r in (1, 2) for s, n in configurations]
 
 
+@pytest.mark.job
 def test_a_run_measures_its_reference_before_and_after_together(tmp_path):
     done = subprocess.run([PYTHON, "-m", "commbench", "--dist-optimizer", "allreduce", *TINY_RUN,
                            "--reference-seconds", "1", "--results-dir", str(tmp_path)],

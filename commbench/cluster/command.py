@@ -54,7 +54,8 @@ def main(args) -> int:
 def describe(c: state.Cluster) -> str:
     n = c.machines * c.slots
     return "\n".join([
-        f"cluster {c.name}: {c.machines} machines ({', '.join(c.machine(i) for i in range(c.machines))})"
+        f"cluster {c.name}: {c.machines} machines "
+        f"({', '.join(c.machine(i) for i in range(c.machines))})"
         f" x {c.slots} slots, each linked at {c.link} both ways (no latency added),"
         f" subnet {c.subnet}, host at {c.host_address} on {c.bridge}",
         "Launch on it from a shell with its ssh first on PATH:",

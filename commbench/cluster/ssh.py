@@ -75,8 +75,9 @@ def main() -> None:
     names.update({cluster.address(i): i for i in range(cluster.machines)})
     if host in names:
         i = names[host]
-        env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.nic, COMMBENCH_EMULATED_NETWORK=json.dumps(
-            dict(cluster.describe(), host=socket.gethostname())))
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.nic,
+                   COMMBENCH_EMULATED_NETWORK=json.dumps(
+                       dict(cluster.describe(), host=socket.gethostname())))
         sys.exit(remote(["nsenter", f"--uts={cluster.uts(i)}", "--", "ip", "netns", "exec",
                          cluster.netns(i), shell, "-c", command], env))
     if host in ("localhost", "127.0.0.1", cluster.host_address, socket.gethostname()):

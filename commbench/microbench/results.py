@@ -95,7 +95,8 @@ def title(doc: Dict[str, Any]) -> str:
 
 
 TABLE_HEADERS = ["op", "impl", "bytes", "time us", "p50 us", "p99 us", "algbw GB/s",
-                 "busbw GB/s", "link GB/s", "sent B/rank", "recv B/rank", "#wrong", "x raw", "x rate"]
+                 "busbw GB/s", "link GB/s", "sent B/rank", "recv B/rank", "#wrong", "x raw",
+                 "x rate"]
 TABLE_FIELDS = ("op", "impl", "bytes", "time_mean_s", "time_p50_s", "time_p99_s",
                 "algbw", "busbw", "link_bw", "bytes_sent", "bytes_received", "wrong",
                 "ratio_to_raw", "link_fraction")

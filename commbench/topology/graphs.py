@@ -165,9 +165,12 @@ FAMILIES: Dict[str, Tuple[Callable[[int, int], np.ndarray], bool]] = {
 }
 
 _CATALOG = (
-    TopologyInfo("exponential-2", "i receives from i - 2^k for 2^k < n; uniform weights (default)", True),
-    TopologyInfo("exponential-<b>", "i receives from i - b^k for b^k < n, integer base b >= 2", True),
-    TopologyInfo("symmetric-exponential", "undirected: shifts k with min(k, n-k) a power of 4", True),
+    TopologyInfo("exponential-2",
+                 "i receives from i - 2^k for 2^k < n; uniform weights (default)", True),
+    TopologyInfo("exponential-<b>",
+                 "i receives from i - b^k for b^k < n, integer base b >= 2", True),
+    TopologyInfo("symmetric-exponential",
+                 "undirected: shifts k with min(k, n-k) a power of 4", True),
     TopologyInfo("symmetric-exponential-<b>", "the same with base b >= 2", True),
     TopologyInfo("ring", "i averages with i-1 and i+1, weights 1/3", True),
     TopologyInfo("ring-left", "one-directional ring: i sends to i-1, weights 1/2", True),

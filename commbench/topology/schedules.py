@@ -37,7 +37,8 @@ class Schedule:
         return self._at(step % self.period)
 
     def __repr__(self) -> str:
-        return f"Schedule({self.name!r}, size={self.size}, kind={self.kind!r}, period={self.period})"
+        return (f"Schedule({self.name!r}, size={self.size}, kind={self.kind!r}, "
+                f"period={self.period})")
 
 
 def _one_peer(static: Topology) -> Schedule:
