@@ -60,7 +60,7 @@ def finish(config: RunConfig, ctx, strategy, measured: Union[Speed, Trained],
     gathered = {key: [rank[key] for rank in everyone] for key in mine}
     events, hosts = gathered.pop("spans"), gathered.pop("hostname")
     clocks = {"seconds": offsets, "uncertainty": offset_errors}
-    split = step_split(strategy, ctx, events, offsets)
+    split = measured_split(strategy, ctx, events, offsets)
     doc = measured.document(config, ctx, strategy, gathered, split, clocks, machine)
     stem = result_stem(config, ctx, strategy) + measured.stem_suffix
     return write(config, doc, stem, events, hosts, clocks)
@@ -145,7 +145,7 @@ def write(config: RunConfig, doc: Dict[str, Any], stem: str, events, hosts: List
     return Recorded(doc, path, None)
 
 
-def step_split(strategy, ctx, events, offsets) -> Optional[List[List[Row]]]:
+def measured_split(strategy, ctx, events, offsets) -> Optional[List[List[Row]]]:
     """[rank][step] parts of each step (commbench.step_split.PARTS), or None where the
     spans cannot tell: an engine that communicates inside its own step, or a GPU without
     its kernels' times (whose host clock sees when work was queued, not when it ran) or

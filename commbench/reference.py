@@ -36,8 +36,8 @@ class ComputeOnly:
         self.sync, self.batches = sync, config.num_batches_per_iter
         warm_up(self.step, sync, config.num_warmup_batches)
         self.iterations = self._iterations_per_half(config)
-        split = TrainingStep(twin, optimizer, sync=sync)
-        self.phase_seconds = measure_phases(split, images, labels, self.batches)
+        synced_step = TrainingStep(twin, optimizer, sync=sync)
+        self.phase_seconds = measure_phases(synced_step, images, labels, self.batches)
         self.timings = Timings()
         self.windows: List[List[float]] = []  # [start, end] of each half, wall-clock
 

@@ -10,10 +10,11 @@ A run flag that means something to some strategies only (the topology settings) 
 refused, in one line, when given to a strategy that would ignore it: recorded, it would
 look as if it had acted. A plugin that reads them sets `uses_topology`.
 
-`wrap` returns commbench.training_step's `TrainingStep`, given what the strategy does
-at the step's points (after forward, before and after the update); the step records
-its phases and waits for the step split. Strategies that average parameters along a
-mixing matrix W derive from commbench.optimizers.mixing's `MixingStrategy`.
+`wrap` returns commbench.training_step's `TrainingStep` (or a function around one),
+given what the strategy does at the step's points (after forward, before and after the
+update); the step records its phases and waits for the step split. Strategies that
+average parameters along a mixing matrix W derive from commbench.optimizers.mixing's
+`MixingStrategy`.
 """
 
 from __future__ import annotations

@@ -121,9 +121,14 @@ def combine_step(model, optimizer, mixer: Mixer, atc: bool) -> TrainStep:
     averaging = Averaging(mixer)
     if atc:
         return TrainingStep(model, optimizer, after_update=averaging.run)
+
+    def update() -> None:
+        averaging.close()  # the piece ends as the wait for it did, where the update begins
+        optimizer.step()
+
     # backward only reads the parameters, so they can be sent meanwhile
     return TrainingStep(model, optimizer, after_forward=averaging.start,
-                        before_update=averaging.finish)
+                        before_update=averaging.complete, update=update)
 
 
 class Averaging:
@@ -138,14 +143,17 @@ class Averaging:
         self.piece = self.post(at)
         self.mixer.start()
 
-    def finish(self, at: float) -> None:
+    def complete(self, at: float) -> None:
         self.mixer.finish()
+
+    def close(self) -> None:
         spans.close(self.piece)
 
     def run(self, at: float) -> None:
         """The whole averaging step, with nothing to overlap."""
         self.start(at)
-        self.finish(at)
+        self.complete(at)
+        self.close()
 
     def post(self, at: float):
         """The averaging step as a communication piece (asked of the mixer only while

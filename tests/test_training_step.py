@@ -156,6 +156,12 @@ def test_averaging_strategies_post_their_piece_where_their_span_starts(recorder,
     (piece_start, piece_end), = spans_of(recorder, "comm")
     first_blocked = spans_of(recorder, "wait" if atc else "post")[0]
     assert piece_start == first_blocked[0] and piece_end is not None
+    wait_end = spans_of(recorder, "wait")[0][1]
+    optimizer_start = spans_of(recorder, "optimizer")[0][0]
+    if atc:  # closed inside its wait, nothing after it to overlap
+        assert piece_end <= wait_end
+    else:  # AWC: closed as the update begins, after the wait for it ended
+        assert wait_end == optimizer_start <= piece_end
 
 
 def test_measure_phases_reads_the_synced_steps_phases():

@@ -24,9 +24,10 @@ def main(argv) -> None:
         sys.exit(f"ab.py: no contender {name!r}; one of {', '.join(CONTENDERS)}")
     contender = CONTENDERS[name]
     if contender.arms:
+        import arms
         from in_job import compare
 
-        compare(contender, rest)
+        compare(contender, getattr(arms, contender.arms), rest)
     else:
         module, function = contender.runner.split(":")
         getattr(importlib.import_module(module), function)(rest)

@@ -41,14 +41,13 @@ def parser(name: str, question: str, **defaults) -> argparse.ArgumentParser:
     return p
 
 
-def compare(contender, argv: List[str]) -> None:
-    """Run `contender`'s arms in alternating rounds of this job and print the ratios."""
-    import arms
-
+def compare(contender, setup: Callable[[argparse.Namespace], "Job"], argv: List[str]) -> None:
+    """Run `contender`'s arms, made by `setup` (arms.py), in alternating rounds of this
+    job and print the ratios."""
     args = parser(contender.name, contender.question, **contender.defaults).parse_args(argv)
     with tempfile.TemporaryDirectory() as results_dir:
         args.results_dir = results_dir
-        job = getattr(arms, contender.arms)(args)
+        job = setup(args)
         rates = {arm: [] for arm in job.arms}
         for round_ in range(args.rounds):
             names = list(job.arms)
