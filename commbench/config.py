@@ -127,7 +127,7 @@ class RunConfig:
 
     @property
     def trains_to_accuracy(self) -> bool:
-        """Whether this run trains to accuracy (commbench.convergence) rather than
+        """Whether this run trains to accuracy (commbench.training_to_accuracy) rather than
         timing iterations."""
         return any(v is not None for v in (self.target_accuracy, self.eval_every,
                                            self.time_budget, self.max_epochs))

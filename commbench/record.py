@@ -110,7 +110,7 @@ class Speed:
 
 @dataclass
 class Trained:
-    """A run trained to accuracy: how it ended and its curve (convergence.train's
+    """A run trained to accuracy: how it ended and its curve (training_to_accuracy.train's
     outcome), what it trained on and its recipe."""
 
     outcome: Dict[str, Any]

@@ -22,7 +22,7 @@ Schema (version 1), a `run` result:
                       parameters_identical, final_loss, final_consensus_distance,
                       diverged (below)
 
-An `accuracy` result (a run trained to accuracy, commbench.convergence) has the same
+An `accuracy` result (a run trained to accuracy, commbench.training_to_accuracy) has the same
 header, config, strategy and environment, and instead of samples:
 
     data              the task, the partition and each worker's class mix
@@ -31,7 +31,7 @@ header, config, strategy and environment, and instead of samples:
     curve             one entry per evaluation: step, epoch, samples,
                       training_seconds, wall_seconds, accuracy (the averaged model),
                       worker_mean, worker_worst, loss, consensus_distance
-    summary           commbench.convergence.outcome(): target_accuracy, reached,
+    summary           commbench.training_to_accuracy.outcome(): target_accuracy, reached,
                       time_to_target, wall_time_to_target, steps/epochs/samples_to_target
                       (null when not reached: never a time), best_accuracy,
                       best_at_step, stopped_by ("target", "max epochs", "time

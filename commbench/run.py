@@ -13,8 +13,9 @@ import os
 import re
 from typing import Any, Callable, Dict, List, Optional
 
-from commbench import (console, convergence, device_time, environment, measurements, metrics,
-                       precision, record, registry, results, spans, trace_file)
+from commbench import (console, device_time, environment, measurements, metrics,
+                       precision, record, registry, results, spans, trace_file,
+                       training_to_accuracy)
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
@@ -22,7 +23,7 @@ from commbench.data.local import LocalDataset
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.loop import LossWatch, device_sync, measure, warm_up
-from commbench.reference import ComputeOnly
+from commbench.compute_only import ComputeOnly
 from commbench.models import build_model, model_names
 from commbench.recipe import Recipe
 
@@ -155,7 +156,7 @@ def timeline_lines(say, config: RunConfig, steps: int, recorded: record.Recorded
 def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Batches, sync,
                        say, machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     per_epoch = data.facts["steps_per_epoch"]
-    rule = convergence.StopRule.of(config, per_epoch)
+    rule = training_to_accuracy.StopRule.of(config, per_epoch)
     total_batch = config.batch_size * ctx.world_size
     recipe = Recipe.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
     trained, optimizer = _trainable(model, config, ctx.device, recipe)
@@ -166,12 +167,12 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         return step(*data.next())
 
     twin = build_model(config.model, data.classes).to(ctx.device)
-    evaluate = convergence.Evaluator(model, twin, batches.validation(
+    evaluate = training_to_accuracy.Evaluator(model, twin, batches.validation(
         data.task, config.image_size, config.seed, ctx.device), ctx)
     console.training_plan(say, rule, per_epoch, recipe)
-    outcome = convergence.train(train_step, sync, rule, evaluate, model, ctx, total_batch,
-                                per_epoch, lambda point: say(console.point_line(point)),
-                                config.timeline_steps)
+    outcome = training_to_accuracy.train(
+        train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,
+        lambda point: say(console.point_line(point)), config.timeline_steps)
     recorded = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine)
 
@@ -203,7 +204,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
     strategy_cls.check(config, launch)
     batches.parse(config.data, config.seed)
     partition.parse(config.partition)
-    convergence.check(config)
+    training_to_accuracy.check(config)
     if config.timeline is not None:
         try:
             trace_file.check_writable(config.timeline)

@@ -13,7 +13,7 @@ import pytest
 from cli_helpers import commbench
 from commbench import units
 from commbench.errors import UsageError
-from commbench.simulate import costs, links, nccl_tests
+from commbench.simulate import costs, links, nccl_tests, nccl_tests_output
 from commbench.simulate.command import add_arguments
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
@@ -74,7 +74,7 @@ def _table(ranks_hosts, rows, op="all_reduce", wrong="0"):
 @pytest.mark.parametrize("path", sorted(DATA.glob("*.txt")), ids=lambda p: p.name)
 def test_every_file_is_read(path):
     op, ranks, machines, count, first, last, avg = EXPECTED[path.name]
-    f = nccl_tests.parse(str(path))
+    f = nccl_tests_output.parse(str(path))
     assert (f.op, f.ranks, f.machines, len(f.rows)) == (op, ranks, machines, count)
     assert (f.rows[0].size, f.rows[0].seconds * 1e6) == pytest.approx(first)
     assert (f.rows[-1].size, f.rows[-1].seconds * 1e6) == pytest.approx(last)
@@ -88,7 +88,7 @@ def test_every_file_is_read(path):
 
 def test_the_printed_bus_bandwidth_is_kept_and_agrees_with_nccl_tests_factor():
     # busbw = size / time x 2(n-1)/n for allreduce: the parser's factor is nccl-tests'
-    f = nccl_tests.parse(str(H100))
+    f = nccl_tests_output.parse(str(H100))
     row = f.rows[-1]
     assert row.busbw == pytest.approx((338.82 + 337.35) / 2)
     assert row.size / row.seconds / 1e9 * f.bus_factor() == pytest.approx(row.busbw, rel=0.01)
@@ -98,14 +98,14 @@ def test_mpirun_tag_output_prefixes_are_skipped(tmp_path):
     tagged = tmp_path / "all_reduce_perf-tagged.txt"
     tagged.write_text("".join(f"[1,{i % 16}]<stdout>:{line}\n"
                               for i, line in enumerate(H100.read_text().splitlines())))
-    plain, read = nccl_tests.parse(str(H100)), nccl_tests.parse(str(tagged))
+    plain, read = nccl_tests_output.parse(str(H100)), nccl_tests_output.parse(str(tagged))
     assert (read.op, read.ranks, read.machines, read.hosts) == \
         (plain.op, plain.ranks, plain.machines, plain.hosts)
     assert [(r.size, r.seconds, r.busbw) for r in read.rows] == \
         [(r.size, r.seconds, r.busbw) for r in plain.rows]
     assert read.avg_busbw == plain.avg_busbw
     # NCCL INFO lines between the header and the rows (the EFA file has them) too
-    assert len(nccl_tests.parse(str(EFA)).rows) == 29
+    assert len(nccl_tests_output.parse(str(EFA)).rows) == 29
 
 
 # -- bad input: one line that names the file -----------------------------------------
@@ -134,7 +134,7 @@ def _bad(tmp_path, name, text):
 def test_bad_input_is_one_line_naming_the_file(tmp_path, name, text, message):
     path = _bad(tmp_path, name, text)
     with pytest.raises(UsageError) as caught:
-        nccl_tests.parse(str(path))
+        nccl_tests_output.parse(str(path))
     error = str(caught.value)
     assert message in error and str(path) in error and "\n" not in error
 
@@ -174,7 +174,7 @@ def _projected_times(f, net, algorithms=("ring", "tree")):
 
 @pytest.mark.parametrize("path", TWO_MACHINES, ids=lambda p: p.name)
 def test_a_two_machine_file_is_given_back_within_5_percent_at_every_size(path):
-    f = nccl_tests.parse(str(path))
+    f = nccl_tests_output.parse(str(path))
     fitted, _ = nccl_tests.links([str(path)], 1e-6)
     (link,) = fitted.values()
     errors = [e for _, e in nccl_tests.reproduced(f, link, 1e-6)]
@@ -192,7 +192,7 @@ def test_where_the_tree_wins_the_projection_still_gives_the_file_back():
     the ring above; the tree has 14 fewer latency steps inside machines than the ring
     the fit assumes, which ran 11% faster than the file before β was solved for the
     algorithm the projection runs."""
-    f = nccl_tests.parse(str(H100))
+    f = nccl_tests_output.parse(str(H100))
     net = links.network_from(_args("--nccl-tests", str(H100)), {}).network
     layout = costs.Layout(16, 8)
     small = [r for r in f.rows if r.size <= 32768]
@@ -207,7 +207,7 @@ def test_where_the_tree_wins_the_projection_still_gives_the_file_back():
 
 
 def test_the_curve_is_what_matches_the_file_not_the_plain_fit():
-    f = nccl_tests.parse(str(H100))
+    f = nccl_tests_output.parse(str(H100))
     fitted, _ = nccl_tests.links([str(H100)], 1e-6)
     (link,) = fitted.values()
     assert len(link.curve) == len(f.rows)
@@ -230,7 +230,7 @@ def test_an_intra_file_sets_the_latency_the_inter_fit_takes_off(tmp_path):
     net = found.network
     assert net.intra.source == "nccl-tests sendrecv_perf-1x8.txt"
     assert net.intra.alpha == pytest.approx(3.5e-6, rel=0.05)
-    f = nccl_tests.parse(str(H100))
+    f = nccl_tests_output.parse(str(H100))
     projected = _projected_times(f, net)
     worst = max(abs(t / r.seconds - 1) for t, r in zip(projected, f.rows))
     assert worst <= TARGET

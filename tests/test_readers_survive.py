@@ -15,7 +15,7 @@ import pytest
 from commbench import results
 from analysis_helpers import run_compare, run_report
 from commbench.analysis import plot, reading, validate
-from commbench.analysis.compare import Comparison
+from commbench.analysis.comparison import Comparison
 from commbench.microbench import results as microbench_results
 from commbench.simulate import projection_file
 

@@ -1,7 +1,7 @@
-"""Results of runs trained to accuracy (kind "accuracy", commbench.convergence) as
-`report`, `plot` and `compare` read them: a run, the group of runs that may be set
-side by side, and a row (one strategy at one worker count, its repeats combined by
-commbench.analysis.time_to_target). Pure functions of the files; no torch.
+"""Runs trained to accuracy as `report`, `plot` and `compare` hold them: a run, the
+group of runs that may be set side by side, and a row (one strategy at one worker count,
+its repeats combined by commbench.analysis.time_to_target). Pure functions; no torch.
+Reading and checking the result files is commbench.analysis.accuracy_reading's.
 
 A group holds runs of one task and one training recipe on one kind of machine: model,
 data, partition, batch size, image size, target, evaluation interval, budget, SGD's
@@ -14,51 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from commbench.analysis import time_to_target as ttt
-from commbench.analysis import validate
-from commbench.analysis.reading import network_of, precision_of, series_of
 from commbench.analysis.runs import Series, emulated
-from commbench.analysis.validate import MAYBE as _MAYBE
-from commbench.analysis.validate import items, number, section, text, whole
-from commbench.config import MAX_EPOCHS
-from commbench.results import load_results
-
-KIND = "accuracy"
-
-# What read computes with. A diverged run's curve holds NaN or infinite losses and
-# consensus distances (shown as such); its accuracies, times and counts are numbers.
-FIELDS = (
-    text("config.model"), whole("config.batch_size", 1), whole("config.image_size", 1),
-    number("config.target_accuracy", 0, 1, above=True, **_MAYBE),
-    whole("config.eval_every", 1, optional=True), whole("summary.eval_every", 1, **_MAYBE),
-    number("config.lr", **_MAYBE), number("config.momentum"),
-    number("config.weight_decay", **_MAYBE), number("config.warmup_epochs", 0, **_MAYBE),
-    number("config.max_epochs", 0, above=True, **_MAYBE),
-    number("config.time_budget", 0, above=True, **_MAYBE), whole("config.seed", **_MAYBE),
-    section("data", **_MAYBE), section("recipe", **_MAYBE),
-    number("recipe.weight_decay", **_MAYBE),
-    section("environment"), whole("environment.world_size", 1),
-    validate.flag("summary.reached", **_MAYBE), number("summary.best_accuracy", 0, 1),
-    text("summary.stopped_by"), number("summary.img_sec", 0, above=True, **_MAYBE),
-    validate.flag("summary.oversubscribed", **_MAYBE),
-    section("summary.diverged", **_MAYBE), whole("summary.diverged.step", 1),
-    whole("summary.diverged.rank", 0),
-    items("curve"), section("curve.*"), whole("curve.*.step", 0),
-    number("curve.*.epoch", 0), number("curve.*.training_seconds", 0),
-    number("curve.*.wall_seconds", 0), number("curve.*.accuracy", 0, 1),
-    number("curve.*.worker_mean", 0, 1), number("curve.*.worker_worst", 0, 1),
-    number("curve.*.loss", finite=False, **_MAYBE),
-    number("curve.*.consensus_distance", finite=False, **_MAYBE),
-)
-# Besides, of a run that reached its target (time_to_target is checked in read, in words
-# of its own).
-REACHED_FIELDS = (
-    number("summary.wall_time_to_target", 0, above=True, **_MAYBE),
-    whole("summary.steps_to_target", 0, **_MAYBE),
-    number("summary.epochs_to_target", 0, **_MAYBE),
-)
 
 
 class AccuracyKey(NamedTuple):
@@ -211,102 +170,6 @@ class AccuracyGroup:
     rows: List[AccuracyRow]
 
 
-def load(paths: Iterable[Union[str, Path]]) -> Tuple[List[AccuracyRun], List[str]]:
-    """Every usable accuracy result under paths, and one line per such file skipped
-    (files of other kinds, or not results at all, are the run readers' to report)."""
-    found, _ = load_results(paths)
-    return validate.usable([r for r in found if r.kind == KIND], KIND, (),
-                           lambda result: read(result.path, result.doc))
-
-
-def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
-    """The run of an accuracy result; validate.Invalid names the field it cannot use."""
-    validate.check(doc, FIELDS)
-    config, summary = doc["config"], doc["summary"]
-    env = doc.get("environment") or {}
-    device = str(env.get("device") or ("cpu" if config.get("no_cuda") else "unknown"))
-    hardware = env.get("gpu") if device == "cuda" else env.get("cpu")
-    target = config.get("target_accuracy")
-    data = (doc.get("data") or {}).get("data") or config["data"]
-    key = AccuracyKey(str(config["model"]), str(data), str(config.get("partition") or "iid"),
-                      int(config["batch_size"]), int(config["image_size"]),
-                      "" if target is None else f"{float(target):g}",
-                      int(summary.get("eval_every") or config["eval_every"]), budget_of(config),
-                      training_of(doc), precision_of(config), device,
-                      str(env.get("backend") or "unknown"), network_of(env),
-                      str(hardware or "unknown"), str(config.get("tag") or ""))
-    reached = None if target is None else summary["reached"] is True
-    if reached and not _positive(summary.get("time_to_target")):
-        raise validate.Invalid("summary.time_to_target", f"is "
-                               f"{validate.shown(summary.get('time_to_target'))}: it reached "
-                               "the target but records no time to it")
-    if reached:
-        validate.check(doc, REACHED_FIELDS)
-
-    def to_target(name: str, kind=float):
-        # never a number for a run that did not reach the target, whatever the file says
-        value = summary.get(name) if reached else None
-        return None if value is None else kind(value)
-
-    curve = tuple({k: float(p[k]) for k in CURVE_FIELDS} for p in doc["curve"])
-    if not curve:
-        raise ValueError("its curve is empty")
-    workers = int(env["world_size"])
-    seed = config.get("seed")
-    return AccuracyRun(
-        path=Path(path), doc=doc, key=key, series=series_of(doc), workers=workers,
-        seed=None if seed is None else int(seed), reached=reached,
-        time=to_target("time_to_target"), wall_time=to_target("wall_time_to_target"),
-        steps=to_target("steps_to_target", int), epochs=to_target("epochs_to_target"),
-        best_accuracy=float(summary["best_accuracy"]), stopped_by=str(summary["stopped_by"]),
-        img_sec=_float(summary.get("img_sec")), curve=curve,
-        oversubscribed=bool(summary.get("oversubscribed")), diverged=diverged_of(summary))
-
-
-def diverged_of(summary: Dict[str, Any]) -> Optional[Dict[str, int]]:
-    """Where the run diverged; {} for one that stopped as diverged without saying where."""
-    if summary.get("diverged"):
-        return dict(summary["diverged"])
-    return {} if summary.get("stopped_by") == "diverged" else None
-
-
-CURVE_FIELDS = ("step", "epoch", "training_seconds", "wall_seconds", "accuracy",
-                "worker_mean", "worker_worst")
-
-
-def training_of(doc: Dict[str, Any]) -> str:
-    """The optimizer's settings, as rules rather than values where a value follows the
-    worker count (the peak learning rate scaled with the total batch), so that one
-    recipe at several worker counts stays one group."""
-    config, recipe = doc["config"], doc.get("recipe") or {}
-    if config.get("lr") is not None:
-        lr = f"lr {float(config['lr']):g}"
-    else:  # "linear scaling: 0.1 x 64/256": the rule, without this run's batch
-        lr = "lr " + (str(recipe.get("lr_rule") or "default").split(":")[0])
-    parts = [f"SGD {lr}", f"momentum {float(config['momentum']):g}"]
-    decay = recipe.get("weight_decay", config.get("weight_decay"))
-    if decay is not None:
-        parts.append(f"weight decay {float(decay):g}")
-    schedule, warmup = recipe.get("schedule"), config.get("warmup_epochs")
-    if schedule and schedule != "constant":
-        parts.append(f"warm-up over {warmup:g} epoch{'' if warmup == 1 else 's'}, then "
-                     "cosine decay" if "cosine" in schedule and warmup is not None
-                     else str(schedule))
-    if config.get("independent_init"):
-        parts.append("independent init")
-    return ", ".join(parts)
-
-
-def budget_of(config: Dict[str, Any]) -> str:
-    """What ends a run that misses the target, in the run's own terms."""
-    epochs, seconds = config.get("max_epochs"), config.get("time_budget")
-    if epochs is None and seconds is None:
-        epochs = MAX_EPOCHS
-    parts = ([f"{float(epochs):g} epochs"] if epochs is not None else []) + \
-        ([f"{float(seconds):g} s"] if seconds is not None else [])
-    return " or ".join(parts)
-
-
 def group(runs: Iterable[AccuracyRun]) -> List[AccuracyGroup]:
     """Runs -> groups (sorted), each with a row per (strategy, workers)."""
     by_key: Dict[AccuracyKey, Dict[Tuple[Series, int], List[AccuracyRun]]] = {}
@@ -328,11 +191,3 @@ def rows_by_match(runs: Iterable[AccuracyRun]) -> Dict[Tuple, AccuracyRow]:
 
 def _run_order(run: AccuracyRun) -> Tuple:
     return (run.seed if run.seed is not None else -math.inf, str(run.path))
-
-
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-
-
-def _float(value) -> Optional[float]:
-    return None if value is None else float(value)

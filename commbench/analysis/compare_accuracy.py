@@ -53,7 +53,7 @@ class AccuracyComparison:
     def _pair(self, key: Tuple, base: AccuracyRow, new: AccuracyRow) -> Dict[str, Any]:
         before, after = base.median_of("time"), new.median_of("time")
         ratio = None if before is None or after is None else after / before
-        # accuracy.read refuses a time that is not finite: every time ranks
+        # accuracy_reading.read refuses a time that is not finite: every time ranks
         p = ttt.mann_whitney_p(base.times(), new.times()) if base.has_target else None
         return {"group": title(key[0]), "strategy": base.series.strategy,
                 "topology": base.series.settings(), "workers": base.workers,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, List, NamedTuple, Optional, Union
 
-from commbench.analysis import accuracy, reading
+from commbench.analysis import accuracy, accuracy_reading, reading
 from commbench.analysis.runs import Group
 
 
@@ -26,8 +26,8 @@ def load_for(command: str, paths: Iterable[Union[str, Path]], err) -> Optional[I
 
     paths = list(paths)
     groups, notes = reading.analyse(
-        paths, handled=(microbench_results.KIND, simulate.KIND, accuracy.KIND))
-    trained, more = accuracy.load(paths)
+        paths, handled=(microbench_results.KIND, simulate.KIND, accuracy_reading.KIND))
+    trained, more = accuracy_reading.load(paths)
     benches, bench_notes = microbench_results.load(paths)  # their own tables and charts
     projections, projection_notes = simulate.load(paths)
     for note in notes + more + bench_notes + projection_notes:

@@ -21,8 +21,8 @@ from typing import List, Optional
 from commbench.errors import UsageError
 from commbench.flags import positive_float, positive_int
 from commbench.microbench import results as microbench_results
-from commbench.simulate import (calibrate, engines, links, nccl_tests, projection_file,
-                                published, table, transports)
+from commbench.simulate import (calibrate, engines, links, nccl_tests_output,
+                                projection_file, published, table, transports)
 from commbench.simulate import compute as compute_model
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import STRATEGIES
@@ -175,7 +175,7 @@ def refuse_what_nccl_tests_replaces(args) -> None:
     if not args.nccl_tests:
         return
     for path in (p.strip() for p in args.nccl_tests.split(",") if p.strip()):
-        measured = nccl_tests.parse(path)
+        measured = nccl_tests_output.parse(path)
         for name in REPLACED_BY_NCCL_TESTS[measured.link_class]:
             if getattr(args, name) is not None:
                 flag = "--" + name.replace("_", "-")
