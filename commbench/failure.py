@@ -52,9 +52,33 @@ def _abort(code: int, mpi_usable: bool = True) -> None:
     if mpi_usable and mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() \
             and mpi.COMM_WORLD.Get_size() > 1:
         mpi.COMM_WORLD.Abort(code)
+    if not mpi_usable and mpi is not None:
+        _abort_through_pmix(mpi, code)
     sys.stderr.flush()
     # Skip interpreter teardown: process-group destructors can block on dead peers.
     os._exit(code)
+
+
+PMIX_ABORT_SECONDS = 5.0
+
+
+def _abort_through_pmix(mpi, code: int) -> None:
+    """Ask the launcher to end the whole job through PMIx, as MPI_Abort itself does,
+    while MPI's initialisation still waits: the exit of one rank inside it does not
+    always make Open MPI's launcher end the others. Given PMIX_ABORT_SECONDS on a
+    thread of its own, since the launcher may not answer; without PMIx (another MPI),
+    the exit alone."""
+    import ctypes
+
+    try:
+        pmix_abort = ctypes.CDLL(mpi.__file__).PMIx_Abort
+    except (OSError, AttributeError):
+        return
+    pmix_abort.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+    asking = threading.Thread(target=pmix_abort, args=(code, b"commbench: start-up", None, 0),
+                              daemon=True, name="commbench-pmix-abort")
+    asking.start()
+    asking.join(PMIX_ABORT_SECONDS)
 
 
 class MpiDeadline:
