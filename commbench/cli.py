@@ -22,7 +22,7 @@ SUBCOMMANDS = {
     "list": ("commbench.listing", "list strategies, topologies and models, and which run here"),
     "sweep": ("commbench.sweep.command", "run a scaling study on this machine: jobs, report "
               "and charts"),
-    "plot": ("commbench.analysis.plot", "draw scaling charts from result files"),
+    "plot": ("commbench.analysis.plot_command", "draw scaling charts from result files"),
     "report": ("commbench.analysis.report", "tables of throughput, efficiency and latency"),
     "compare": ("commbench.analysis.compare", "A/B comparison of two sets of result files"),
     "microbench": ("commbench.microbench.command", "communication-only size sweeps: time, "

@@ -18,7 +18,8 @@ import pytest
 
 from analysis_helpers import run_compare, run_report
 from cli_helpers import commbench
-from commbench.analysis import accuracy, accuracy_reading, plot
+from commbench.analysis import accuracy, reader
+from commbench.analysis import plot_command as plot
 from commbench.analysis import time_to_target as ttt
 from commbench.plots import accuracy as accuracy_charts
 
@@ -174,7 +175,7 @@ def test_rank_test_exact_and_a_miss_ranks_slowest():
 
 
 def test_the_fixtures_have_a_row_with_a_run_that_missed():
-    groups = accuracy.group(accuracy_reading.load([ACC])[0])
+    groups = accuracy.group(reader.read([ACC])[0]["accuracy"])
     rows = {(r.series.strategy, r.workers): r for g in groups if g.key.target for r in g.rows}
     assert {k: (v.reached, len(v.runs)) for k, v in rows.items()} == {
         ("allreduce", 2): (2, 3), ("neighbor_allreduce", 2): (3, 3)}
@@ -404,7 +405,7 @@ def test_plot_writes_curves_and_time_to_target_charts(tmp_path):
 
 
 def test_time_chart_places_only_runs_that_reached_the_target():
-    groups = accuracy.group(accuracy_reading.load([ACC])[0])
+    groups = accuracy.group(reader.read([ACC])[0]["accuracy"])
     group = next(g for g in groups if g.key.target)
     styles = accuracy_charts.palette(groups)
     fig = accuracy_charts.time_figure(group, styles)
@@ -425,7 +426,7 @@ def test_time_chart_places_only_runs_that_reached_the_target():
 
 
 def test_curves_chart_has_every_repeat_and_the_target():
-    groups = accuracy.group(accuracy_reading.load([ACC])[0])
+    groups = accuracy.group(reader.read([ACC])[0]["accuracy"])
     group = next(g for g in groups if g.key.target)
     fig = accuracy_charts.curves_figure(group, accuracy_charts.palette(groups))
     by_time, by_epoch = fig.axes

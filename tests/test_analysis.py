@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from commbench import metrics
-from commbench.analysis import grouping, reading, runs
+from commbench.analysis import grouping, reader, reading, runs
 
 DATA = Path(__file__).parent / "data"
 RUNS, NEW, JUNK = DATA / "runs", DATA / "runs-new", DATA / "junk"
@@ -30,7 +30,7 @@ def write(directory: Path, name: str, doc: dict) -> Path:
 
 
 def test_every_junk_file_is_skipped_with_one_note_and_the_runs_still_load():
-    runs, notes = reading.load_runs([RUNS, JUNK])
+    runs, notes = reader.load_runs([RUNS, JUNK])
     assert len(runs) == len(list(RUNS.glob("*.json")))
     assert len(notes) == len(list(JUNK.iterdir())) == 5
     text = "\n".join(notes)
@@ -45,12 +45,12 @@ def test_a_malformed_run_is_skipped_not_a_crash(tmp_path):
     doc = fixture_doc("*-allreduce-n1-*.json")
     del doc["summary"]["total_img_sec"]
     write(tmp_path, "broken.json", doc)
-    runs, notes = reading.load_runs([tmp_path])
+    runs, notes = reader.load_runs([tmp_path])
     assert runs == [] and len(notes) == 1 and "malformed" in notes[0]
 
 
 def test_fixture_runs_form_one_group_each_strategy_against_its_own_one_worker_run():
-    groups, _ = reading.analyse([RUNS])
+    groups, _ = reader.analyse([RUNS])
     assert len(groups) == 1
     group = groups[0]
     assert group.key.model == "resnet18" and group.key.batch_size == 8
@@ -67,7 +67,7 @@ def test_fixture_runs_form_one_group_each_strategy_against_its_own_one_worker_ru
 
 
 def test_repeats_are_combined_with_a_ci_over_the_runs_means():
-    group = reading.analyse([RUNS])[0][0]
+    group = reader.analyse([RUNS])[0][0]
     repeated = [p for p in group.points if len(p.runs) > 1]
     assert len(repeated) == 1
     p = repeated[0]
@@ -80,7 +80,7 @@ def test_repeats_are_combined_with_a_ci_over_the_runs_means():
 
 
 def test_totals_are_the_per_iteration_sum_over_ranks():
-    run = reading.load_runs([RUNS])[0][0]
+    run = reader.load_runs([RUNS])[0][0]
     config, samples = run.doc["config"], run.doc["samples"]
     images = config["batch_size"] * config["num_batches_per_iter"]
     expected = [sum(images / rank[i] for rank in samples["iteration_seconds"])
@@ -90,8 +90,8 @@ def test_totals_are_the_per_iteration_sum_over_ranks():
 
 
 def test_hardware_and_tag_split_groups_but_not_compare_matches():
-    base = reading.load_runs([RUNS])[0]
-    new = reading.load_runs([NEW])[0]
+    base = reader.load_runs([RUNS])[0]
+    new = reader.load_runs([NEW])[0]
     assert {r.key.tag for r in new} == {"new"}
     groups = grouping.group_runs(base + new)
     assert len({g.key for g in groups}) == len(groups) >= 2
@@ -110,7 +110,7 @@ def test_series_carry_the_topology_settings_a_plugin_records():
 
 
 def test_without_a_one_worker_run_the_ideal_is_the_in_job_compute_only_rate():
-    runs = [r for r in reading.load_runs([RUNS])[0] if r.workers > 1]
+    runs = [r for r in reader.load_runs([RUNS])[0] if r.workers > 1]
     group = grouping.group_runs(runs)[0]
     assert group.baseline is None
     assert all(p.efficiency is None for p in group.points)
@@ -133,7 +133,7 @@ def test_repeated_consensus_curves_are_averaged_per_iteration(tmp_path):
 @pytest.mark.job
 def test_analysis_commands_import_neither_torch_nor_matplotlib():
     code = ("import sys, commbench.analysis.report, commbench.analysis.compare, "
-            "commbench.analysis.plot, "
+            "commbench.analysis.plot_command, "
             "commbench.plots.scaling; "
             "print(sorted(m for m in ('torch', 'matplotlib', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -101,7 +101,7 @@ def test_a_huge_file_is_skipped_without_being_read(tmp_path):
 
 
 def test_names_inside_a_result_never_leave_the_output_directory(tmp_path):
-    from commbench.analysis.plot import plot
+    from commbench.analysis.plot_command import plot
 
     runs = os.path.join(os.path.dirname(__file__), "data", "runs")
     doc = json.loads(open(os.path.join(runs, sorted(os.listdir(runs))[0])).read())

@@ -20,7 +20,7 @@ SOURCES = {"commbench": "commbench", "optimizers": "commbench.optimizers",
 LAYERS = [
     ("entry", ["commbench.cli", "commbench.__main__"]),
     ("commands", ["commbench.run", "commbench.sweep", "commbench.listing",
-                  "commbench.analysis.report", "commbench.analysis.plot",
+                  "commbench.analysis.report", "commbench.analysis.plot_command",
                   "commbench.analysis.compare", "commbench.microbench.command",
                   "commbench.simulate.command", "commbench.cluster.command",
                   "commbench.launch.mpirun_front"]),

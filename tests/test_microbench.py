@@ -127,7 +127,7 @@ def test_four_ranks_all_ops_static_then_report_and_charts(tmp_path):
     for r in rows(doc, "hierarchical_neighbor_allreduce"):
         assert r["bytes_sent"] == pytest.approx(2 * r["bytes"])
 
-    from commbench.analysis.plot import plot
+    from commbench.analysis.plot_command import plot
     from commbench.analysis.report import report
 
     out, err = io.StringIO(), io.StringIO()

@@ -13,7 +13,8 @@ import pytest
 from cli_helpers import commbench
 from commbench import units
 from commbench.errors import UsageError
-from commbench.simulate import costs, links, nccl_tests, nccl_tests_output
+from commbench.simulate import costs, nccl_tests, nccl_tests_output
+from commbench.simulate import network_inputs as links
 from commbench.simulate.command import add_arguments
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"

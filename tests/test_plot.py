@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commbench.analysis import plot
-from commbench.analysis import grouping, reading
+from commbench.analysis import plot_command as plot
+from commbench.analysis import grouping, reader
 from commbench.plots import scaling
 
 DATA = Path(__file__).parent / "data"
@@ -54,7 +54,7 @@ def test_the_chart_is_not_blank(tmp_path):
 
 
 def test_legend_has_one_entry_per_strategy_plus_the_ideal_line():
-    group = reading.analyse([RUNS])[0][0]
+    group = reader.analyse([RUNS])[0][0]
     fig = scaling.figure(group)
     labels = legend_labels(fig)
     assert labels == ["allreduce",
@@ -79,7 +79,7 @@ def test_legend_has_one_entry_per_strategy_plus_the_ideal_line():
 
 
 def test_consensus_panel_has_a_line_per_decentralized_configuration():
-    runs = [r for r in reading.load_runs([RUNS])[0] if r.series.strategy == "neighbor_allreduce"]
+    runs = [r for r in reader.load_runs([RUNS])[0] if r.series.strategy == "neighbor_allreduce"]
     group = grouping.group_runs(runs)[0]
     fig = scaling.figure(group)
     assert legend_labels(fig) == ["neighbor_allreduce (exponential-2, dynamic, AWC)",
@@ -93,7 +93,7 @@ def test_consensus_panel_has_a_line_per_decentralized_configuration():
 
 
 def test_without_consensus_there_are_two_panels_and_without_one_worker_the_in_job_ideal():
-    runs = [r for r in reading.load_runs([RUNS])[0]
+    runs = [r for r in reader.load_runs([RUNS])[0]
             if r.series.strategy == "allreduce" and r.workers > 1]
     fig = scaling.figure(grouping.group_runs(runs)[0])
     assert len(fig.axes) == 2
@@ -104,7 +104,7 @@ def test_without_consensus_there_are_two_panels_and_without_one_worker_the_in_jo
 
 
 def test_repeats_are_one_point_not_two():
-    group = reading.analyse([RUNS])[0][0]
+    group = reader.analyse([RUNS])[0][0]
     fig = scaling.figure(group)
     line = fig.axes[0].containers[0].lines[0]  # allreduce's errorbar line
     assert list(line.get_xdata()) == [1, 2, 4]
@@ -123,7 +123,7 @@ def test_groups_that_differ_only_in_hardware_get_different_names(tmp_path):
     other["environment"]["cpu"] = "Other CPU 9000"
     for i, d in enumerate([doc, other]):
         (tmp_path / f"{i}.json").write_text(json.dumps(d))
-    names = plot.chart_names(reading.analyse([tmp_path])[0])
+    names = plot.chart_names(reader.analyse([tmp_path])[0])
     assert len(set(names)) == 2 and any(n.endswith("-Other_CPU_9000") for n in names)
 
 
@@ -151,7 +151,7 @@ def test_a_wide_range_of_workers_is_drawn_log_log(tmp_path):
         other["summary"]["total_img_sec"]["mean"] *= n / 4
         (tmp_path / f"n{n}.json").write_text(json.dumps(other))
     paths = [tmp_path, sorted(RUNS.glob("*-allreduce-n4-*"))[0]]
-    fig = scaling.figure(reading.analyse(paths)[0][0])
+    fig = scaling.figure(reader.analyse(paths)[0][0])
     assert fig.axes[0].get_yscale() == "log"
     assert list(fig.axes[0].get_xticks()) == [1, 4, 16]
     scaling.save(fig, [tmp_path / "wide.png"])

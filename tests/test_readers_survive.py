@@ -14,7 +14,8 @@ import pytest
 
 from commbench import results
 from analysis_helpers import run_compare, run_report
-from commbench.analysis import plot, reading, validate
+from commbench.analysis import plot_command as plot
+from commbench.analysis import reader, reading, validate
 from commbench.analysis.comparison import Comparison
 from commbench.microbench import results as microbench_results
 from commbench.simulate import projection_file
@@ -204,7 +205,7 @@ def test_a_diverged_run_keeps_the_consensus_axis_logarithmic_and_is_labelled(tmp
     runs = tmp_path / "runs"
     shutil.copytree(RUNS, runs)
     diverged_run(runs)
-    groups, notes = reading.analyse([runs])
+    groups, notes = reader.analyse([runs])
     (group,) = [g for g in groups if any(len(p.consensus) and p.workers > 1 for p in g.points)]
     fig = scaling.figure(group)
     assert notes == [] and fig.axes[2].get_yscale() == "log"
@@ -348,10 +349,16 @@ def microbench_doc(seconds: float) -> dict:
     return doc
 
 
+def read_kind(kind, path):
+    """The one reader, asked for one kind: what it read, and its notes."""
+    read_in, notes = reader.read([path], {kind: reader.kinds()[kind]})
+    return read_in[kind], notes
+
+
 def test_a_microbench_file_with_a_nan_time_is_skipped_beside_a_good_one(tmp_path):
     (tmp_path / "good.json").write_text(results.to_json(microbench_doc(1e-4)))
     (tmp_path / "bad.json").write_text(results.to_json(microbench_doc(math.nan)))
-    found, notes = microbench_results.load([tmp_path])
+    found, notes = read_kind("microbench", tmp_path)
     assert [r.path.name for r in found] == ["good.json"]
     assert len(notes) == 1 and "bad.json" in notes[0]
     assert "rows[0].summary.time.mean is NaN, not a finite number" in notes[0]
@@ -374,7 +381,7 @@ def test_a_bad_microbench_file_is_skipped_naming_the_field(tmp_path, what, mutat
     (tmp_path / "good.json").write_text(results.to_json(microbench_doc(1e-4)))
     path = tmp_path / "bad.json"
     path.write_text(results.to_json(mutate(microbench_doc(1e-4))))
-    found, notes = microbench_results.load([tmp_path])
+    found, notes = read_kind("microbench", tmp_path)
     assert [r.path.name for r in found] == ["good.json"]
     assert len(notes) == 1 and f"skipping {path}: " in notes[0] and field in notes[0]
 
@@ -402,7 +409,7 @@ def projection_doc(img_sec) -> dict:
 def test_a_projection_with_an_infinite_img_sec_is_skipped(tmp_path):
     (tmp_path / "good.json").write_text(results.to_json(projection_doc(100.0)))
     (tmp_path / "bad.json").write_text(results.to_json(projection_doc(math.inf)))
-    found, notes = projection_file.load([tmp_path])
+    found, notes = read_kind("projection", tmp_path)
     assert [r.path.name for r in found] == ["good.json"]
     assert len(notes) == 1 and "bad.json" in notes[0] and "rows[0].img_sec" in notes[0]
 

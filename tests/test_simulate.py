@@ -17,7 +17,7 @@ pytest.importorskip("torch.utils.flop_counter", reason="commbench simulate needs
 
 from commbench import metrics  # noqa: E402
 from commbench.simulate import calibrate, compute, costs, published  # noqa: E402
-from commbench.simulate.network import Link, Network  # noqa: E402
+from commbench.simulate.link_costs import Link, Network  # noqa: E402
 from commbench.simulate.step import Strategy, simulate  # noqa: E402
 from commbench.topology import build_schedule  # noqa: E402
 from cli_helpers import commbench  # noqa: E402

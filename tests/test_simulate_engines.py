@@ -16,7 +16,7 @@ pytest.importorskip("torch.utils.flop_counter", reason="commbench simulate needs
 from commbench.errors import UsageError  # noqa: E402
 from commbench.simulate import calibrate, compute, costs, engines, projection_file  # noqa: E402
 from commbench.simulate.command import add_arguments  # noqa: E402
-from commbench.simulate.network import Link, Network  # noqa: E402
+from commbench.simulate.link_costs import Link, Network  # noqa: E402
 from commbench.simulate.project import Inputs, project  # noqa: E402
 from commbench.simulate.step import StepTime, Strategy, simulate  # noqa: E402
 

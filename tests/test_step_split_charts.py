@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 from commbench import trace_file
-from commbench.analysis import plot, report
+from commbench.analysis import plot_command as plot
+from commbench.analysis import report
 from test_spans import step_events
 
 DATA = Path(__file__).parent / "data"

@@ -11,7 +11,8 @@ import pytest
 
 from cli_helpers import commbench
 from commbench.errors import UsageError
-from commbench.simulate import answer, costs, links, table, transports
+from commbench.simulate import answer, costs, table, transports
+from commbench.simulate import network_inputs as links
 from commbench.simulate.command import add_arguments
 from commbench.simulate.project import Row
 from commbench.simulate.step import StepTime

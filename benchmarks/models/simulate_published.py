@@ -20,7 +20,7 @@ from pathlib import Path
 
 from commbench import units
 from commbench.simulate import compute, published, transports
-from commbench.simulate.network import Link, Network
+from commbench.simulate.link_costs import Link, Network
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import Strategy
 

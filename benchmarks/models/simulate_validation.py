@@ -102,7 +102,7 @@ def analyse(out: Path) -> None:
 
     from commbench import units
     from commbench.results import load_results
-    from commbench.simulate import calibrate, compute, costs, network
+    from commbench.simulate import calibrate, compute, costs, link_costs
     from commbench.simulate.project import Inputs, project
     from commbench.simulate.step import Strategy
 
@@ -110,7 +110,7 @@ def analyse(out: Path) -> None:
     benches, _ = load_results([out / "calibration" / "shared-memory",
                                out / "calibration" / CALIBRATION_RATE])
     fitted = calibrate.fit_microbench([b.doc for b in benches], [b.path.name for b in benches])
-    calibrated = network.Network(fitted[("intra", "allreduce")], fitted[("inter", "allreduce")],
+    calibrated = link_costs.Network(fitted[("intra", "allreduce")], fitted[("inter", "allreduce")],
                                  fitted[("intra", "neighbor_allreduce")],
                                  fitted[("inter", "neighbor_allreduce")])
     grads = compute.gradients("resnet18", 32)

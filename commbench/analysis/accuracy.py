@@ -12,12 +12,11 @@ repeats of a configuration differ in it (`commbench sweep --repeat`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from commbench.analysis import time_to_target as ttt
-from commbench.analysis.runs import Series, emulated
+from commbench.analysis.runs import ResultRun, Series, emulated, matching, slug_of
 
 
 class AccuracyKey(NamedTuple):
@@ -63,30 +62,19 @@ class AccuracyKey(NamedTuple):
     def slug(self) -> str:
         data = self.data.replace("learnable:", "").replace("samples=", "s").replace(
             "classes=", "c").replace("noise=", "noise")
-        parts = [self.model, data, self.partition, f"bs{self.batch_size}",
-                 f"{self.image_size}px", f"target{self.target}" if self.target else "notarget",
-                 self.precision, self.device, self.backend]
-        if self.network:
-            parts.append(f"emulated-{self.network}")
-        if self.tag:
-            parts.append(self.tag)
-        return "-".join(parts)
+        return slug_of(self, [self.model, data, self.partition, f"bs{self.batch_size}",
+                              f"{self.image_size}px",
+                              f"target{self.target}" if self.target else "notarget"])
 
     def matching(self) -> Tuple:
-        """The part `compare` matches on: arms may differ in hardware and tag."""
-        return tuple(self)[:13]
+        return matching(self)
 
 
 @dataclass(frozen=True)
-class AccuracyRun:
+class AccuracyRun(ResultRun):
     """The numbers of one accuracy result that the analysis uses. Everything "to
     target" is None when the run did not reach it (or had no target)."""
 
-    path: Path
-    doc: Dict[str, Any] = field(repr=False)
-    key: AccuracyKey
-    series: Series
-    workers: int
     seed: Optional[int]
     reached: Optional[bool]  # None: no target was given
     time: Optional[float]  # training seconds to the target (evaluation paused)
@@ -100,10 +88,6 @@ class AccuracyRun:
     oversubscribed: bool
     # where its loss first went non-finite ({"step", "rank"}), None when it never did
     diverged: Optional[Dict[str, int]] = None
-
-    @property
-    def match_key(self) -> Tuple:
-        return (self.key.matching(), self.series, self.workers)
 
 
 @dataclass

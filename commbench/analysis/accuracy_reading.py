@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from commbench.analysis import validate
 from commbench.analysis.accuracy import AccuracyKey, AccuracyRun
-from commbench.analysis.reading import network_of, precision_of, series_of
+from commbench.analysis.reading import machine_of, series_of
 from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
 from commbench.config import MAX_EPOCHS
-from commbench.results import load_results
+from commbench.results import Result
 
 KIND = "accuracy"
 
@@ -55,30 +55,24 @@ REACHED_FIELDS = (
 )
 
 
-def load(paths: Iterable[Union[str, Path]]) -> Tuple[List[AccuracyRun], List[str]]:
-    """Every usable accuracy result under paths, and one line per such file skipped
-    (files of other kinds, or not results at all, are the run readers' to report)."""
-    found, _ = load_results(paths)
-    return validate.usable([r for r in found if r.kind == KIND], KIND, (),
-                           lambda result: read(result.path, result.doc))
+def usable(found: Sequence[Result]) -> Tuple[List[AccuracyRun], List[str]]:
+    """The runs of the accuracy results found that read can use, and one line per
+    result skipped."""
+    return validate.usable(list(found), KIND, (), lambda result: read(result.path, result.doc))
 
 
 def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
     """The run of an accuracy result; validate.Invalid names the field it cannot use."""
     validate.check(doc, FIELDS)
     config, summary = doc["config"], doc["summary"]
-    env = doc.get("environment") or {}
-    device = str(env.get("device") or ("cpu" if config.get("no_cuda") else "unknown"))
-    hardware = env.get("gpu") if device == "cuda" else env.get("cpu")
+    env = doc["environment"]
     target = config.get("target_accuracy")
     data = (doc.get("data") or {}).get("data") or config["data"]
     key = AccuracyKey(str(config["model"]), str(data), str(config.get("partition") or "iid"),
                       int(config["batch_size"]), int(config["image_size"]),
                       "" if target is None else f"{float(target):g}",
                       int(summary.get("eval_every") or config["eval_every"]), budget_of(config),
-                      training_of(doc), precision_of(config), device,
-                      str(env.get("backend") or "unknown"), network_of(env),
-                      str(hardware or "unknown"), str(config.get("tag") or ""))
+                      training_of(doc), *machine_of(doc), str(config.get("tag") or ""))
     reached = None if target is None else summary["reached"] is True
     if reached and not _positive(summary.get("time_to_target")):
         raise validate.Invalid("summary.time_to_target", f"is "

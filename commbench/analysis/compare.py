@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import IO, Optional
 
-from commbench.analysis import accuracy_reading, reading
+from commbench.analysis import accuracy_reading, reader, reading
 from commbench.analysis.comparison import Comparison
 
 
@@ -56,9 +56,10 @@ def compare(base: str, new: str, threshold: float = 0.05, alpha: float = 0.05,
     out, err = out or sys.stdout, err or sys.stderr
     arms, trained = [], []
     for name, path in (("BASE", base), ("NEW", new)):
-        runs, notes = reading.load_runs([path], handled=(accuracy_reading.KIND,))
-        to_target, more = accuracy_reading.load([path])
-        for note in notes + more:
+        read_in, notes = reader.read([path], {reading.KIND: reading.usable,
+                                              accuracy_reading.KIND: accuracy_reading.usable})
+        runs, to_target = read_in[reading.KIND], read_in[accuracy_reading.KIND]
+        for note in notes:
             print(f"commbench compare: warning: {note}", file=err)
         if not runs and not to_target:
             print(f"commbench compare: error: no usable commbench run results in {name} "

@@ -1,19 +1,21 @@
-"""Reading result files into runs (commbench.analysis.runs): every usable `run`
-result with one line per file skipped, and what a run's file says of its group and
-series (what `report` and `plot` read besides is commbench.analysis.inputs')."""
+"""Reading speed results (kind "run") into runs (commbench.analysis.runs): the fields
+a reader computes with, checked before it does, and what a run's file says of its
+group and series. commbench.analysis.reader reads the files and hands each kind to
+its reader."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from commbench import metrics, step_split
 from commbench.analysis import validate
-from commbench.analysis.grouping import group_runs
-from commbench.analysis.runs import Group, GroupKey, Run, Series
+from commbench.analysis.runs import GroupKey, Run, Series
 from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import SECONDS_FLOOR, items, number, section, text, whole
-from commbench.results import Result, load_results
+from commbench.results import Result
+
+KIND = "run"
 
 # What read_run computes with. A diverged run's loss and consensus distance may be NaN
 # or infinite (shown as such); its img/sec, times and counts may not.
@@ -51,51 +53,26 @@ RUN_FIELDS = (
 )
 
 
-def load_runs(paths: Iterable[Union[str, Path]],
-              handled: Tuple[str, ...] = ()) -> Tuple[List[Run], List[str]]:
-    """Every usable `run` result under paths, and one line per file skipped (results
-    of the kinds in `handled` are skipped silently: the caller reads them itself)."""
-    results, notes = load_results(paths)
-    runs, more = runs_of(results, handled)
-    return runs, notes + more
-
-
-def runs_of(results: Iterable[Result], handled: Tuple[str, ...] = (),
-            fields: Sequence[validate.Field] = RUN_FIELDS,
-            check: Optional[Callable[[Dict[str, Any]], None]] = None
-            ) -> Tuple[List[Run], List[str]]:
-    """The runs of the `run` results that pass fields (RUN_FIELDS: what read_run uses;
-    a reader that uses more gives more) and `check` (what fields cannot say: it raises
-    validate.Invalid), and one line per other result not of a kind in `handled`."""
-    found, notes = [], []
-    for result in results:
-        if result.kind == "run":
-            found.append(result)
-        elif result.kind not in handled:
-            notes.append(f"skipping {result.path}: a {result.kind!r} result; only 'run' "
-                         "results are analysed here")
-
+def usable(found: Sequence[Result], fields: Sequence[validate.Field] = RUN_FIELDS,
+           check: Optional[Callable[[Dict[str, Any]], None]] = None
+           ) -> Tuple[List[Run], List[str]]:
+    """The runs of the `run` results found that pass fields (RUN_FIELDS: what read_run
+    uses; a reader that uses more gives more) and `check` (what fields cannot say: it
+    raises validate.Invalid), and one line per result skipped."""
     def read(result: Result) -> Run:
         if check:
             check(result.doc)
         return read_run(result.path, result.doc)
 
-    runs, more = validate.usable(found, "run", fields, read)
-    return runs, notes + more
+    return validate.usable(list(found), KIND, fields, read)
 
 
 def read_run(path: Path, doc: Dict[str, Any]) -> Run:
     """The run of a document that passed RUN_FIELDS."""
     config, summary = doc["config"], doc["summary"]
-    env = doc.get("environment") or {}
     samples = doc.get("samples") or {}
-    device = str(env.get("device") or ("cpu" if config.get("no_cuda") else "unknown"))
-    hardware = env.get("gpu") if device == "cuda" else env.get("cpu")
     key = GroupKey(str(config["model"]), int(config["batch_size"]), int(config["image_size"]),
-                   int(config.get("num_classes", 1000)),
-                   precision_of(config),
-                   device, str(env.get("backend") or "unknown"), network_of(env),
-                   str(hardware or "unknown"),
+                   int(config.get("num_classes", 1000)), *machine_of(doc),
                    str(config.get("tag") or ""))
     total = summary["total_img_sec"]
     totals: Tuple[float, ...] = ()
@@ -133,6 +110,17 @@ def oversubscribed(doc: Dict[str, Any]) -> bool:
     if env.get("device") != "cpu" or not hosts or not cores:
         return False
     return max(hosts.count(h) for h in hosts) > cores
+
+
+def machine_of(doc: Dict[str, Any]) -> Tuple[str, str, str, str, str]:
+    """Where and in which number format a result ran, as every kind's group key spells
+    it: precision, device, backend, network and hardware (the GPU's name, else the
+    CPU's: results from different machines never pool)."""
+    config, env = doc["config"], doc.get("environment") or {}
+    device = str(env.get("device") or ("cpu" if config.get("no_cuda") else "unknown"))
+    hardware = env.get("gpu") if device == "cuda" else env.get("cpu")
+    return (precision_of(config), device, str(env.get("backend") or "unknown"),
+            network_of(env), str(hardware or "unknown"))
 
 
 def precision_of(config: Dict[str, Any]) -> str:
@@ -180,12 +168,6 @@ def variant_of(strategy: Dict[str, Any]) -> str:
     if strategy.get("hierarchical_allreduce"):
         found.append("hierarchical allreduce")
     return ", ".join(found)
-
-
-def analyse(paths: Iterable[Union[str, Path]],
-            handled: Tuple[str, ...] = ()) -> Tuple[List[Group], List[str]]:
-    runs, notes = load_runs(paths, handled)
-    return group_runs(runs), notes
 
 
 def _float(value) -> Optional[float]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
 from commbench import metrics
-from commbench.analysis import accuracy_tables, inputs, runs, tables
+from commbench.analysis import accuracy_tables, reader, runs, tables
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
 from commbench.results import to_json
@@ -62,7 +62,7 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
            out: Optional[IO[str]] = None, err: Optional[IO[str]] = None) -> int:
     """Write the report of the results under paths; 1 when none is usable."""
     out = out or sys.stdout
-    found = inputs.load_for("report", paths, err or sys.stderr)
+    found = reader.load_for("report", paths, err or sys.stderr)
     if found is None:
         return 1
     groups, trained, benches, projections = found

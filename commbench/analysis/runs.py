@@ -1,6 +1,8 @@
-"""The one data model behind `report`, `plot` and `compare` (pure functions of the
-result files; no torch): runs, points and groups. Reading files into runs is
-commbench.analysis.reading's job, combining them commbench.analysis.grouping's.
+"""The data model behind `report`, `plot` and `compare` (pure functions of the result
+files; no torch): what a run of every kind holds (ResultRun), and speed runs, points
+and groups; runs trained to accuracy extend ResultRun in commbench.analysis.accuracy.
+Reading files into runs is commbench.analysis.reader's job, combining them
+commbench.analysis.grouping's.
 
 A *group* holds runs that may be drawn on one chart: same model, batch size per
 worker, image size, classes, precision, device, backend, hardware and tag. Within
@@ -50,16 +52,27 @@ class GroupKey(NamedTuple):
         parts = [self.model, f"bs{self.batch_size}", f"{self.image_size}px"]
         if self.num_classes != 1000:
             parts.append(f"{self.num_classes}cls")
-        parts += [self.precision, self.device, self.backend]
-        if self.network:
-            parts.append(f"emulated-{self.network}")
-        if self.tag:
-            parts.append(self.tag)
-        return "-".join(parts)
+        return slug_of(self, parts)
 
     def matching(self) -> Tuple:
-        """The part `compare` matches on: arms may differ in hardware and tag."""
-        return tuple(self)[:8]
+        return matching(self)
+
+
+def slug_of(key, parts: List[str]) -> str:
+    """A group key's name in file names: its own parts, then where it ran (every kind's
+    key ends in precision, device, backend, network, hardware and tag)."""
+    parts = parts + [key.precision, key.device, key.backend]
+    if key.network:
+        parts.append(f"emulated-{key.network}")
+    if key.tag:
+        parts.append(key.tag)
+    return "-".join(parts)
+
+
+def matching(key) -> Tuple:
+    """The part of a group key `compare` matches on: arms may differ in hardware and tag,
+    the last two fields of every kind's key."""
+    return tuple(key)[:-2]
 
 
 class Series(NamedTuple):
@@ -85,14 +98,27 @@ class Series(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Run:
-    """The numbers of one result file that the analysis uses."""
+class ResultRun:
+    """What a run of every kind read from its result file holds: the file, the key of
+    the group it belongs to, its strategy as configured and its worker count."""
 
     path: Path
     doc: Dict[str, Any] = field(repr=False)
-    key: GroupKey
+    key: Any  # GroupKey for a speed run, AccuracyKey for one trained to accuracy
     series: Series
     workers: int
+
+    @property
+    def match_key(self) -> Tuple:
+        """What `compare` pairs runs on: the key without hardware and tag, the series
+        and the worker count."""
+        return (self.key.matching(), self.series, self.workers)
+
+
+@dataclass(frozen=True)
+class Run(ResultRun):
+    """The numbers of one speed result that the analysis uses."""
+
     total: float  # mean of S_i
     total_ci: Optional[float]  # 95% CI of that mean over the iterations
     totals: Tuple[float, ...]  # S_i, per iteration
@@ -110,10 +136,6 @@ class Run:
     # where its loss first went non-finite ({"step", "rank"}), None when it never did:
     # its img/sec stand, its loss and consensus distance are NaN or infinite
     diverged: Optional[Dict[str, int]] = None
-
-    @property
-    def match_key(self) -> Tuple:
-        return (self.key.matching(), self.series, self.workers)
 
 
 @dataclass

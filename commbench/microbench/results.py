@@ -48,16 +48,6 @@ FIELDS = (
 )
 
 
-def load(paths) -> Tuple[List[Any], List[str]]:
-    """Every usable microbench result under paths (commbench.results.Result objects),
-    and one line per microbench result skipped (the warnings about files of other
-    kinds are their readers' to give)."""
-    from commbench.results import load_results
-
-    found, _ = load_results(paths)
-    return usable([r for r in found if r.kind == KIND])
-
-
 def usable(found: List[Any], check: Optional[Callable[[Dict[str, Any]], None]] = None
            ) -> Tuple[List[Any], List[str]]:
     """The microbench results of found that pass FIELDS, check_machines and `check`

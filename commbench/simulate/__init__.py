@@ -2,7 +2,8 @@
 sizes with a cost model of each strategy's real schedule. A projection is a model's
 output, never a measurement: it is labelled, drawn dashed and stored as its own kind.
 
-network          links (latency α, seconds per byte β) per class, and networks of them
+link_costs       links (latency α, seconds per byte β) per class, and networks of them
+network_inputs   the network from what the user gave: stated links, microbench fits, nccl-tests
 compute          the model's step: phase times, gradient layout, per-batch time samples
 costs            the communication of each strategy per step, in closed form
 engines          Horovod's and Bluefog's cycles, fusion and negotiation, as their code has them

@@ -1,5 +1,5 @@
 """Calibration of a projection on what was measured: links fitted from microbench files
-(commbench.simulate.links joins them with stated links and nccl-tests fits), and from
+(commbench.simulate.network_inputs joins them with stated links and nccl-tests fits), and from
 run files the workload, each worker count's compute, the strategies, the workers per
 machine, the measured img/sec to compare with, and the share of overlapped
 communication that hides (--overlap).
@@ -19,7 +19,7 @@ from commbench.analysis.validate import MAYBE, SECONDS_FLOOR, items, number, tex
 from commbench.errors import UsageError
 from commbench.simulate import compute as compute_model
 from commbench.simulate import costs, engines
-from commbench.simulate.network import Link, link_class
+from commbench.simulate.link_costs import Link, link_class
 from commbench.simulate.project import Inputs, fit_overlap
 from commbench.simulate.step import STRATEGIES, Strategy
 

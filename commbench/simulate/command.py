@@ -21,7 +21,7 @@ from typing import List, Optional
 from commbench.errors import UsageError
 from commbench.flags import positive_float, positive_int
 from commbench.microbench import results as microbench_results
-from commbench.simulate import (calibrate, engines, links, nccl_tests_output,
+from commbench.simulate import (calibrate, engines, network_inputs, nccl_tests_output,
                                 projection_file, published, table, transports)
 from commbench.simulate import compute as compute_model
 from commbench.simulate.project import Inputs, project
@@ -61,11 +61,11 @@ def add_arguments(parser) -> None:
 
 
 def _add_network_arguments(add) -> None:
-    """The flags of the network a projection runs on (commbench.simulate.links)."""
+    """The flags of the network a projection runs on (commbench.simulate.network_inputs)."""
     add("--link", metavar="RATE", help="each machine's network link, e.g. 25gbit, 100gbit "
         "(default: fitted from multi-machine microbench files)")
     add("--latency", metavar="T", help="latency between machines (default: the transport's, "
-        f"else {links.DEFAULT_LATENCY['inter']})")
+        f"else {network_inputs.DEFAULT_LATENCY['inter']})")
     add("--transport", metavar="NAME", help="what moves the bytes between machines: "
         "a stated --link reaches the share of its line rate this transport reaches in "
         f"published microbenchmarks (docs/simulate.md, \"Transports\"); one of "
@@ -79,7 +79,7 @@ def _add_network_arguments(add) -> None:
     add("--intra-link", metavar="RATE", help="between workers of one machine, e.g. 150GB/s "
         "(default: fitted from single-machine microbench files, else 150GB/s, NVLink class)")
     add("--intra-latency", metavar="T", help="latency inside a machine (default: the "
-        f"transport's, else {links.DEFAULT_LATENCY['intra']})")
+        f"transport's, else {network_inputs.DEFAULT_LATENCY['intra']})")
     add("--intra-transport", metavar="NAME", help="what moves the bytes inside a machine: "
         f"{', '.join(n for n, p in transports.PROFILES.items() if 'intra' in p.classes)} "
         f"(default: {transports.LINE_RATE})")
@@ -108,24 +108,24 @@ def _add_workload_arguments(add) -> None:
 
 
 def main(args) -> int:
-    from commbench.analysis import reading
-    from commbench.results import load_results
+    from commbench.analysis import reader, reading
 
     refuse_what_nccl_tests_replaces(args)
-    found, warnings = load_results(args.paths)
-    runs, skipped_runs = reading.runs_of(
-        found, handled=(microbench_results.KIND, projection_file.KIND, "accuracy"),
-        fields=calibrate.CALIBRATION_FIELDS, check=calibrate.check_run)
-    benches, skipped_benches = microbench_results.usable(
-        [r for r in found if r.kind == microbench_results.KIND], calibrate.check_microbench)
-    for line in warnings + skipped_runs + skipped_benches:
+    read_in, notes = reader.read(args.paths, {
+        reading.KIND: lambda found: reading.usable(found, calibrate.CALIBRATION_FIELDS,
+                                                   calibrate.check_run),
+        microbench_results.KIND: lambda found: microbench_results.usable(
+            found, calibrate.check_microbench),
+        projection_file.KIND: reader.passed_over, "accuracy": reader.passed_over})
+    runs, benches = read_in[reading.KIND], read_in[microbench_results.KIND]
+    for line in notes:
         print(f"commbench simulate: {line}", file=sys.stderr)
     out_dir = _output_dir(args.output_dir, runs)
     model, batch, image = calibrate.workload(args, [r.doc for r in runs])
     runs = [r for r in runs if (r.doc["config"]["model"], r.doc["config"]["batch_size"],
                                 r.doc["config"]["image_size"]) == (model, batch, image)]
     # the links first: a bad --nccl-tests file is said before a model is built
-    found_links = links.network_from(args, calibrate.fit_microbench(
+    found_links = network_inputs.network_from(args, calibrate.fit_microbench(
         [b.doc for b in benches], [b.path.name for b in benches]))
     net = found_links.network
     grads = compute_model.gradients(model, image)
@@ -146,7 +146,8 @@ def main(args) -> int:
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
              f"{per_machine} workers per machine")
-    notes = table.notes_of(inputs, strategies) + links.describe(found_links) + [overlap_note]
+    notes = (table.notes_of(inputs, strategies) + network_inputs.describe(found_links)
+             + [overlap_note])
     checked = published.note(strategies) if on_gpu else None
     notes += [checked] if checked else []
     print(table.render(title, rows, notes, args.format))

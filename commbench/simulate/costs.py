@@ -22,7 +22,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from commbench.errors import UsageError
-from commbench.simulate.network import Link, Network
+from commbench.simulate.link_costs import Link, Network
 
 FITTED_OPS = ("allreduce", "neighbor_allreduce")
 # Phases of a dynamic schedule that are costed (their mean is the step's): one-peer

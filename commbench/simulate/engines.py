@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
 from commbench.errors import UsageError
-from commbench.simulate.network import Network
+from commbench.simulate.link_costs import Network
 
 CACHE = "response-cache"  # one bitwise allreduce per cycle
 GATHER = "gather-broadcast"  # requests gathered at rank 0, responses broadcast

@@ -26,7 +26,7 @@ import numpy as np
 from commbench.errors import UsageError
 from commbench.simulate import costs
 from commbench.simulate.nccl_tests_output import File, Row, parse
-from commbench.simulate.network import Link, Network
+from commbench.simulate.link_costs import Link, Network
 
 # The link each op calibrates: collectives the allreduce link, point-to-point traffic
 # the neighbor-exchange one.

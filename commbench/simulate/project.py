@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Tuple
 
 from commbench.simulate import costs
 from commbench.simulate.compute import Compute, Gradients
-from commbench.simulate.network import Network
+from commbench.simulate.link_costs import Network
 from commbench.simulate.step import StepTime, Strategy, simulate
 
 

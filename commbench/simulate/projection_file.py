@@ -30,7 +30,8 @@ FIELDS = (
 
 def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
           inputs: Inputs, files: List[str], transports: dict) -> Path:
-    """transports: the profile of each link class (commbench.simulate.links.Links.record)."""
+    """transports: the profile of each link class
+    (commbench.simulate.network_inputs.Links.record)."""
     from commbench.results import new_document, write_result
 
     doc = new_document(KIND)
@@ -75,15 +76,13 @@ def rows_of(doc) -> List[Row]:
                 r["measured"], r["measured_ci"]) for r in doc["rows"]]
 
 
-def load(paths) -> Tuple[List, List[str]]:
-    """Every usable projection file under paths (commbench.results.Result objects), and
-    one line per projection file skipped."""
+def usable(found: List) -> Tuple[List, List[str]]:
+    """The projection files found that a reader can use (commbench.results.Result
+    objects), and one line per projection file skipped."""
     from commbench.analysis import validate
-    from commbench.results import load_results
 
     def read(result):
         rows_of(result.doc)  # what the fields cannot say: a band of two, say
         return result
 
-    found, _ = load_results(paths)
-    return validate.usable([r for r in found if r.kind == KIND], KIND, FIELDS, read)
+    return validate.usable(found, KIND, FIELDS, read)

@@ -34,7 +34,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from commbench.simulate import costs, engines
 from commbench.simulate.compute import Compute, Gradients
-from commbench.simulate.network import Network
+from commbench.simulate.link_costs import Network
 
 STRATEGIES = ("allreduce", "horovod", "gradient_allreduce", "neighbor_allreduce",
               "hierarchical_neighbor_allreduce", "bluefog.neighbor_allreduce",

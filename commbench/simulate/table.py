@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence, Tuple
 from commbench import units
 from commbench.analysis import tables
 from commbench.simulate.answer import verdicts
-from commbench.simulate.network import Network
+from commbench.simulate.link_costs import Network
 from commbench.simulate.project import Inputs, Row
 from commbench.simulate.step import Strategy
 from commbench.simulate.projection_file import rows_of

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from commbench.errors import UsageError
-from commbench.simulate.network import Link
+from commbench.simulate.link_costs import Link
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import IO, Iterable, List, Optional, Sequence, Union
 
-from commbench.analysis import inputs
+from commbench.analysis import reader
 from commbench.analysis.accuracy import AccuracyGroup
 from commbench.analysis.runs import Group
 
@@ -49,7 +49,7 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts"
         for path in written:
             print(path, file=out)
         return 0
-    found = inputs.load_for("plot", paths, err or sys.stderr)
+    found = reader.load_for("plot", paths, err or sys.stderr)
     if found is None:
         return 1
     groups, trained, benches, projections = found

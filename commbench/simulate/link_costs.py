@@ -1,9 +1,9 @@
-"""The network of a projection: for each link class (inside a machine, between
-machines) a latency α, seconds per message, and β, seconds per byte, so that a message
-of S bytes costs α + β·S; which class a microbench file's ranks measured. Stated as
-flags (through a transport profile, commbench.simulate.transports), fitted from
-microbench files by commbench.simulate.calibrate or from nccl-tests output by
-commbench.simulate.nccl_tests.
+"""What a message costs on the network of a projection: for each link class (inside a
+machine, between machines) a latency α, seconds per message, and β, seconds per byte,
+so that a message of S bytes costs α + β·S; which class a microbench file's ranks
+measured. Stated as flags (through a transport profile, commbench.simulate.transports),
+fitted from microbench files by commbench.simulate.calibrate or from nccl-tests output
+by commbench.simulate.nccl_tests.
 
 A link fitted from nccl-tests also keeps β as measured at each message size (NCCL's
 protocols make mid-size messages slower than α + β·S says), and a stated link may

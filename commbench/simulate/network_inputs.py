@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 from commbench import units
 from commbench.errors import UsageError
 from commbench.simulate import nccl_tests, transports
-from commbench.simulate.network import Link, Network
+from commbench.simulate.link_costs import Link, Network
 
 DEFAULT_INTRA = "150GB/s"
 DEFAULT_LATENCY = {"inter": "5us", "intra": "1us"}
