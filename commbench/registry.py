@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass
 from importlib import metadata
 from types import SimpleNamespace
-from typing import Dict, List, Optional, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from commbench.errors import UsageError
 
@@ -117,3 +117,32 @@ def describe_all() -> List[dict]:
         rows.append({"name": entry.name, "summary": summary, "source": entry.source,
                      "usable": why is None, "why_not": why, "options": options})
     return rows
+
+
+def others_options(cls: Type) -> Dict[str, Tuple[Any, Tuple[str, ...]]]:
+    """The flags other installed plugins declare and plugin cls does not: each field's
+    name, with its default and the plugins that read it."""
+    from dataclasses import fields
+
+    from commbench.flags import flag_fields
+
+    own = {f.name for f in fields(cls.Options)}
+    found: Dict[str, Tuple[Any, Tuple[str, ...]]] = {}
+    for name, plugin in loadable().items():
+        for f in flag_fields(plugin.Options):
+            if f.name not in own:
+                default, readers = found.get(f.name, (f.default, ()))
+                found[f.name] = (default, (*readers, name))
+    return found
+
+
+def refuse_others_options(cls: Type, config) -> None:
+    """Raise UsageError for another plugin's flag given a value other than its default:
+    plugin cls would ignore it, and the result would record it."""
+    from commbench.flags import option_name
+
+    for name, (default, readers) in others_options(cls).items():
+        if config.options.get(name, default) != default:
+            raise UsageError(f"argument {option_name(name)}: means nothing to {cls.name}; "
+                             f"only {' and '.join(readers)} "
+                             f"read{'s' if len(readers) == 1 else ''} it")

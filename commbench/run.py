@@ -202,6 +202,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
         raise UsageError(f"argument --dist-optimizer: {strategy_cls.name} cannot run here: "
                          f"{why_not}")
     strategy_cls.check(config, launch)
+    registry.refuse_others_options(strategy_cls, config)
     batches.parse(config.data, config.seed)
     partition.parse(config.partition)
     training_to_accuracy.check(config)

@@ -15,10 +15,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The run flags, snapshotted: a change here is a change users see. Update it on purpose.
 RUN_FLAGS = [
-    "--amp", "--atc-style", "--batch-size", "--cpu-transport", "--data",
+    "--amp", "--atc-style", "--average-every", "--batch-size", "--cpu-transport", "--data",
     "--disable-dynamic-topology", "--dist-optimizer", "--eval-every",
     "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
-    "--lr", "--machine-size", "--max-epochs", "--model", "--momentum",
+    "--local-warmup-steps", "--lr", "--machine-size", "--max-epochs", "--model", "--momentum",
     "--no-broadcast-buffers", "--no-cuda", "--num-batches-per-iter", "--num-classes",
     "--num-iters", "--num-warmup-batches", "--partition", "--reference-iters",
     "--reference-seconds",
@@ -42,7 +42,8 @@ def test_run_flags_do_not_drift():
 def test_defaults_follow_horovod_and_bluefog_benchmarks():
     config = config_from_args(build_parser().parse_args(["run"]))
     assert config.options == {"use_adasum": False, "hierarchical_allreduce": False,
-                              "no_broadcast_buffers": False}
+                              "no_broadcast_buffers": False, "average_every": 8,
+                              "local_warmup_steps": 0}
     assert config == RunConfig(options=config.options)
     assert (config.model, config.batch_size, config.num_warmup_batches,
             config.num_batches_per_iter, config.num_iters) == ("resnet50", 32, 10, 10, 10)
@@ -56,7 +57,8 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
     config = config_from_args(build_parser().parse_args(["run"]))
     added_since = {"amp", "reference_seconds", "timeline", "timeline_steps", "data",
                    "partition", "target_accuracy", "eval_every", "time_budget", "max_epochs",
-                   "weight_decay", "warmup_epochs", "no_broadcast_buffers"}
+                   "weight_decay", "warmup_epochs", "no_broadcast_buffers", "average_every",
+                   "local_warmup_steps"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

@@ -72,30 +72,30 @@ def test_list_shows_an_installed_plugin_its_source_and_why_not(installed):
         assert "NOT USABLE" not in horovod or "scripts/install_horovod.sh" in horovod, horovod
     # A plugin's own flags are listed under it.
     below = done.stdout.split(rows["example_average"], 1)[1].splitlines()[1:3]
-    assert any("its flags: --average-every" in line for line in below), below
+    assert any("its flags: --period" in line for line in below), below
 
 
 def test_without_the_package_the_plugin_is_not_there():
     done = commbench("list")
     assert done.returncode == 0 and "example_average" not in done.stdout
-    done = commbench("--average-every", "2")
-    assert done.returncode == 2 and "unrecognized arguments: --average-every" in done.stderr
+    done = commbench("--period", "2")
+    assert done.returncode == 2 and "unrecognized arguments: --period" in done.stderr
 
 
 def test_a_bad_value_of_a_plugin_flag_is_one_line(installed):
-    done = commbench("--dist-optimizer", "example_average", "--average-every", "0", env=installed)
+    done = commbench("--dist-optimizer", "example_average", "--period", "0", env=installed)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "commbench run: error: argument --average-every: must be a positive integer, got '0' "
+        "commbench run: error: argument --period: must be a positive integer, got '0' "
         "(see --help)"]
 
 
 def test_installed_plugin_runs_a_real_job_with_its_own_flag(installed, tmp_path):
-    done = commbench("--dist-optimizer", "example_average", "--average-every", "2",
+    done = commbench("--dist-optimizer", "example_average", "--period", "2",
                      "--results-dir", str(tmp_path), *TINY_RUN, env=installed)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = only_result(tmp_path)
-    assert doc["config"]["average_every"] == 2
+    assert doc["config"]["period"] == 2
     assert doc["strategy"] == {"name": "example_average", "decentralized": False,
                                "plugin_package": "commbench-plugin-example"}
 

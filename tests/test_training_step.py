@@ -209,7 +209,7 @@ def test_the_documented_strategy_is_short_and_runs(recorder, one_worker):
     finally:
         del sys.modules[module.__name__]
     strategy = module.PeriodicAverage(one_worker, types.SimpleNamespace(
-        options={"average_every": 2}))
+        options={"period": 2}))
     model, optimizer = trainable()
     step = strategy.wrap(model, optimizer)
     step(*batch())

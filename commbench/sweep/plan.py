@@ -96,15 +96,20 @@ def refuse_unread(strategies: List[str], config) -> None:
     from commbench import registry
     from commbench.flags import option_name
 
-    ignored = {}  # strategy -> the RunConfig fields it ignores
+    ignored = {}  # strategy -> the RunConfig fields and plugin options it ignores
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
     for strategy in dict.fromkeys(strategies):
         try:
-            ignored[strategy] = set(registry.resolve(strategy).ignored_flags())
+            cls = registry.resolve(strategy)
         except UsageError:
-            pass
-    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+            continue
+        others = registry.others_options(cls)
+        ignored[strategy] = set(cls.ignored_flags()) | set(others)
+        defaults.update({name: default for name, (default, _) in others.items()})
+    values = {**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)},
+              **config.options}
     for name in sorted(set.intersection(*ignored.values()) if ignored else ()):
-        if getattr(config, name) != defaults[name]:
+        if values.get(name, defaults[name]) != defaults[name]:
             raise UsageError(f"argument {option_name(name)}: means nothing to any strategy "
                              f"of this sweep ({', '.join(ignored)}); leave it out")
 
@@ -122,12 +127,14 @@ def flags_for(strategy: str, flags: List[str]) -> List[str]:
     from commbench.flags import flag_fields, option_name
 
     try:
-        ignored = registry.resolve(strategy).ignored_flags()
+        cls = registry.resolve(strategy)
     except UsageError:
         return list(flags)
+    ignored, others = cls.ignored_flags(), registry.others_options(cls)
     switches = {option_name(f.name) for f in flag_fields(RunConfig, ignored)
                 if f.type in ("bool", bool)}
-    return without_options(flags, {option_name(n) for n in ignored}, switches)
+    switches |= {option_name(n) for n, (default, _) in others.items() if default is False}
+    return without_options(flags, {option_name(n) for n in (*ignored, *others)}, switches)
 
 
 def without_options(flags: List[str], options: Set[str], switches: Set[str]) -> List[str]:

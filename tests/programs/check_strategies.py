@@ -39,9 +39,11 @@ AUTO_BETWEEN_MACHINES = {"auto": "gloo"}
 SHARED_MEMORY = "shared memory"  # commbench.comm.machine_averaging.SHARED_MEMORY
 
 STRATEGIES = ("neighbor_allreduce", "hierarchical_neighbor_allreduce", "gradient_allreduce",
-              "allreduce")
+              "allreduce", "local_sgd")
 FLOAT_TOL = 1e-5
 FP16_TOL = 3e-3  # values in [-1, 1): float16 rounds them to 2^-11 relative
+# Equal models' distance: the mean the measure takes of n equal float32 values rounds.
+CONSENSUS_ROUNDING = 1e-10
 
 
 # --- the side that runs under mpiexec ---------------------------------------------
@@ -269,6 +271,38 @@ class Checker:
                          [s - lr * g for s, g in zip(start, mean)], lr * tol + FLOAT_TOL)
 
 
+    def periodic_averaging(self, strategy: str, every: int, warmup: int, steps: int) -> None:
+        """Local SGD steps from rank-distinct parameters against the dense reference:
+        every worker x_j -= lr g_j(x_j); after the steps the schedule names (each of the
+        first `warmup`, then every `every`-th) all x_j become their mean. Right after an
+        averaging the consensus distance is zero; after a local step it is not."""
+        import torch
+
+        from commbench.measurements import consensus_distance
+
+        lr = 0.2
+        model = linear_model()
+        plugin = self.plugin(strategy, options={"average_every": every,
+                                                "local_warmup_steps": warmup})
+        step = plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0))
+        x = self.set_distinct(model)  # after wrap's broadcast: workers that drifted apart
+        label = f"H={every} K={warmup}"
+        for t in range(1, steps + 1):
+            grads = [local_gradients([s[j] for s in x], batch(j)) for j in range(self.n)]
+            x = [np.stack([s[j] - lr * grads[j][i] for j in range(self.n)])
+                 for i, s in enumerate(x)]
+            averaged = t <= warmup or (t - warmup) % every == 0
+            if averaged:
+                x = [np.broadcast_to(s.mean(axis=0), s.shape) for s in x]
+            step(*batch(self.rank))
+            self.compare(strategy, f"{label} step {t}", model, [s[self.rank] for s in x],
+                         FLOAT_TOL)
+            distance = consensus_distance(model, self.n)
+            if averaged != (distance < CONSENSUS_ROUNDING):
+                self.failures.append((strategy, f"{label} step {t}: rank {self.rank} "
+                                      f"consensus distance {distance:.3g} after "
+                                      f"{'an averaging' if averaged else 'a local'} step"))
+
     def large_bucket(self) -> None:
         """allreduce's MPI averager on a bucket of several chunks (and a ragged end):
         every element is the mean of the workers'."""
@@ -382,6 +416,10 @@ def main() -> int:
         checker.transport = "mpi"  # DDP's buckets through the MPI averager (no fp16 on MPI)
         checker.gradient_averaging("allreduce", fp16_cases=(False,))
         checker.large_bucket()
+    if "local_sgd" in wanted:
+        checker.transport = "gloo"
+        checker.periodic_averaging("local_sgd", every=1, warmup=0, steps=3)
+        checker.periodic_averaging("local_sgd", every=3, warmup=2, steps=8)
     everyone: List = [None] * ctx.world_size
     dist.all_gather_object(everyone, checker.failures)
     failures = [f for rank in everyone for f in rank]

@@ -1,6 +1,6 @@
 """An external commbench plugin: average all parameters over every worker after every
 N-th local SGD step (torch.distributed all_reduce; N is the plugin's own flag
---average-every), plus a plugin that cannot run here, so that `commbench list` has a
+--period), plus a plugin that cannot run here, so that `commbench list` has a
 reason to show."""
 
 from dataclasses import dataclass
@@ -12,7 +12,7 @@ from commbench.training_step import TrainingStep
 
 @dataclass(frozen=True)
 class AverageOptions:
-    average_every: int = flag(1, "average the parameters after every N-th step", positive_int)
+    period: int = flag(1, "average the parameters after every N-th step", positive_int)
 
 
 class ParameterAverage(Strategy):
@@ -28,7 +28,7 @@ class ParameterAverage(Strategy):
         import torch.distributed as dist
 
         self.steps += 1
-        if self.steps % self.options.average_every == 0:
+        if self.steps % self.options.period == 0:
             for p in self.parameters:
                 dist.all_reduce(p.data)
                 p.data.div_(self.ctx.world_size)

@@ -1,0 +1,61 @@
+"""local_sgd: local steps and the models averaged every H-th step, after a warm-up of
+averaging every step, against the dense reference through mpiexec (with the consensus
+distance zero right after each averaging and not between:
+tests/programs/check_strategies.py); a whole run of `python -m commbench`; the flags
+it refuses."""
+
+import pytest
+
+from cli_helpers import commbench
+from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
+from programs.commbench_runs import consensus_of, run_commbench
+
+STRATEGY = "local_sgd"
+
+
+@pytest.mark.timeout(CHECKS_TIMEOUT)
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_local_steps_and_averages_match_the_dense_reference(n):
+    assert_strategy_clean(n, STRATEGY)
+
+
+@pytest.mark.mpi
+def test_a_run_averages_every_h_steps_and_records_the_drift_between(tmp_path):
+    # TINY_RUN: one warm-up step, then 3 iterations of 2 steps; H=2 averages after the
+    # first step of each iteration, so each ends one local step away from the average.
+    doc = run_commbench(2, STRATEGY, ["--average-every", "2"], tmp_path)
+    assert doc["strategy"] == {"name": STRATEGY, "decentralized": True, "average_every": 2,
+                               "local_warmup_steps": 0}
+    assert doc["config"]["average_every"] == 2
+    assert all(distance > 0 for distance in consensus_of(doc))
+    split = doc["summary"]["step_split"]
+    assert split["exposed"]["mean"] > 0, split
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--average-every", "0"], "argument --average-every: must be a positive integer"),
+    (["--local-warmup-steps", "-1"], "argument --local-warmup-steps: must be an integer >= 0"),
+    (["--average-every", "64", "--num-iters", "2"],
+     "argument --average-every: 64 steps is more than the 20 steps this run measures"),
+])
+def test_bad_settings_are_one_line(flags, message):
+    done = commbench("--dist-optimizer", STRATEGY, *flags)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert message in done.stderr, done.stderr
+
+
+def test_its_flags_mean_nothing_to_another_strategy():
+    done = commbench("--dist-optimizer", "allreduce", "--average-every", "4")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "commbench: error: argument --average-every: means nothing to allreduce; only "
+        "local_sgd reads it"], done.stderr
+
+
+def test_a_sweep_hands_its_flags_to_its_jobs_only():
+    done = commbench("sweep", "--dry-run", "--np", "2", "--dist-optimizer",
+                     "allreduce,local_sgd", "--average-every", "4")
+    assert done.returncode == 0, done.stderr
+    jobs = [line for line in done.stdout.splitlines() if "--dist-optimizer=" in line]
+    assert len(jobs) == 2 and "--average-every" not in jobs[0], jobs
+    assert "--dist-optimizer=local_sgd --average-every 4" in jobs[1], jobs
