@@ -5,9 +5,9 @@ was measured elsewhere (commbench.measurements, commbench.record)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
-from commbench import metrics
+from commbench import metrics, units
 from commbench.config import RunConfig
 from commbench.measurements import IterationMeans, oversubscribed
 from commbench.step_split import PARTS
@@ -70,6 +70,8 @@ def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
     lat = summary["latency_seconds_per_batch"]
     say("Latency per batch: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in lat.items()))
     say(split_line(summary.get("step_split"), ctx.device.type))
+    for line in wire_lines(summary):
+        say(line)
     if "efficiency_in_job" in summary:
         efficiency = percent(summary["efficiency_in_job"], summary.get("efficiency_in_job_ci95"))
         overhead = percent(summary["communication_overhead"],
@@ -102,6 +104,26 @@ def split_line(split: Optional[Dict[str, Any]], device: str = "cpu") -> str:
             f"exposed communication {ms['exposed']:.1f} + waiting for peers "
             f"{ms['waiting']:.1f} + other {ms['other']:.1f}; communication hidden behind "
             f"compute {ms['overlapped']:.1f}")
+
+
+def wire_lines(summary: Dict[str, Any]) -> List[str]:
+    """What each rank put on the wire per step; for a strategy that communicates in some
+    steps only, those steps and the others apart."""
+    sent = summary.get("wire")
+    if sent is None:
+        return ["On the wire: not measured (this strategy's engine communicates inside its "
+                "own optimizer step, out of commbench's sight)"]
+    lines = [f"On the wire (sent per rank): {units.format_bytes(sent['bytes_per_step'])} in "
+             f"{sent['messages_per_step']:.1f} messages per step, "
+             f"{units.format_bytes(sent['bytes_per_image'])} per image; "
+             f"{100 * sent['communicating_steps']:.0f}% of steps communicate"]
+    by_steps = summary.get("step_split_by_steps")
+    if by_steps:
+        steps = {kind: 1000 * split["step"]["mean"] for kind, split in by_steps.items()}
+        lines.append(f"  steps that communicate: {steps['communicating']:.1f} ms each, "
+                     f"sending {units.format_bytes(sent['bytes_per_communicating_step'])}; "
+                     f"the others: {steps['local']:.1f} ms")
+    return lines
 
 
 def percent(value: float, ci) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Union
 
-from commbench import device_time, metrics, results, spans, trace_file
+from commbench import device_time, metrics, results, spans, trace_file, wire
 from commbench.clock_alignment import clock_offsets
 from commbench.config import RunConfig
 from commbench.loop import Timings, barrier
@@ -62,6 +62,7 @@ def finish(config: RunConfig, ctx, strategy, measured: Union[Speed, Trained],
     clocks = {"seconds": offsets, "uncertainty": offset_errors}
     split = measured_split(strategy, ctx, events, offsets)
     doc = measured.document(config, ctx, strategy, gathered, split, clocks, machine)
+    add_wire(doc, strategy, events, split, config.batch_size)
     stem = result_stem(config, ctx, strategy) + measured.stem_suffix
     return write(config, doc, stem, events, hosts, clocks)
 
@@ -132,6 +133,30 @@ class Trained:
                    summary={**outcome, "oversubscribed": oversubscribed(ctx),
                             "step_split": summarize(split)})
         return doc
+
+
+def add_wire(doc: Dict[str, Any], strategy, events, split: Optional[List[List[Row]]],
+             images_per_step: int) -> None:
+    """summary.wire: what each rank put on the wire per step (commbench.wire), None where
+    an engine communicates out of commbench's sight; a speed run's samples keep it per
+    rank and step. A strategy that communicates in some steps only also gets the step
+    split of those steps and of the others apart (`step_split_by_steps`)."""
+    summary = doc["summary"]
+    if not type(strategy).records_split:
+        summary["wire"] = None
+        return
+    steps = sorted({span.step for mine in events for span in mine})
+    sent = [wire.per_step(mine, steps) for mine in events]
+    summary["wire"] = wire.summarize(sent, images_per_step)
+    if "samples" in doc:
+        doc["samples"]["sent_bytes"] = [[s.nbytes for s in rank] for rank in sent]
+        doc["samples"]["sent_messages"] = [[s.messages for s in rank] for rank in sent]
+    if split and 0 < summary["wire"]["communicating_steps"] < 1 and \
+            all(len(rows) == len(steps) for rows in split):
+        summary["step_split_by_steps"] = {
+            kind: summarize([[row for row, s in zip(rows, mine) if bool(s.nbytes) == busy]
+                             for rows, mine in zip(split, sent)])
+            for kind, busy in (("communicating", True), ("local", False))}
 
 
 def write(config: RunConfig, doc: Dict[str, Any], stem: str, events, hosts: List[str],

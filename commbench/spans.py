@@ -2,7 +2,8 @@
 as typed records (`Span`) that one recorder per process collects.
 
 Kinds of span: step; forward, backward, optimizer (compute); comm (a piece, from its
-posting to its completion, with its bytes and the ranks it involves); post (the
+posting to its completion, with its bytes, the ranks it involves, and what this rank
+put on the wire for it); post (the
 critical path's cost of handing a piece over); wait (blocked on pieces); on GPUs
 kernel and nccl (commbench.device_time). Between steps, outside every step's split:
 consensus (measuring the consensus distance) and evaluate (scoring the models of a
@@ -21,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence
 
+from commbench.wire import NOTHING, Sent
+
 now = time.perf_counter
 
 
@@ -35,6 +38,8 @@ class Span:
     name: str = ""  # what the timeline shows (the kind where empty)
     nbytes: int = 0  # a communication piece's bytes
     peers: Optional[List[int]] = None  # the ranks a piece involves; None: every rank
+    sent: int = 0  # a piece's bytes this rank put on the wire (commbench.wire)
+    messages: int = 0  # and the messages that carried them
 
 
 class Recorder:
@@ -54,11 +59,13 @@ class Recorder:
         return now()
 
     def add(self, kind: str, start: float, end: Optional[float] = None, name: str = "",
-            nbytes: int = 0, peers: Optional[Sequence[int]] = None) -> Optional[Span]:
+            nbytes: int = 0, peers: Optional[Sequence[int]] = None,
+            sent: Sent = NOTHING) -> Optional[Span]:
         """Record a span; with end None it is open until close(span)."""
         if not self.on:
             return None
-        span = Span(self.step, kind, start, end, name, nbytes, list(peers) if peers else None)
+        span = Span(self.step, kind, start, end, name, nbytes, list(peers) if peers else None,
+                    sent.nbytes, sent.messages)
         self.events.append(span)
         return span
 
@@ -79,8 +86,9 @@ RECORDER = Recorder()
 
 
 def record(kind: str, start: float, end: Optional[float] = None, name: str = "",
-           nbytes: int = 0, peers: Optional[Sequence[int]] = None) -> Optional[Span]:
-    return RECORDER.add(kind, start, end, name, nbytes, peers)
+           nbytes: int = 0, peers: Optional[Sequence[int]] = None,
+           sent: Sent = NOTHING) -> Optional[Span]:
+    return RECORDER.add(kind, start, end, name, nbytes, peers, sent)
 
 
 def close(span: Optional[Span]) -> None:

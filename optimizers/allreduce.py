@@ -21,7 +21,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Dict
 
-from commbench import spans
+from commbench import spans, wire
 from commbench.comm.mpi_averager import MpiAverager
 from commbench.comm.transport import (check_cpu_transport, choose_transport,
                                       small_message_facts, small_messages,
@@ -82,8 +82,8 @@ class Allreduce(Strategy):
             hook = self._hook_by_size
         else:  # what DDP does without a hook, through a hook so each bucket is seen
             hook = default_hooks.allreduce_hook
-        ddp.register_comm_hook(None, timed(hook))
-        record_buffer_broadcast(ddp, model)
+        ddp.register_comm_hook(None, timed(hook, self.ctx.world_size))
+        record_buffer_broadcast(ddp, model, self.ctx.world_size, self.ctx.rank == 0)
         return TrainingStep(ddp, optimizer, waits_after_last_piece=True)
 
     def transport_of(self, bucket) -> str:
@@ -122,7 +122,7 @@ class Allreduce(Strategy):
                 "broadcast_buffers": not self.options.no_broadcast_buffers}
 
 
-def record_buffer_broadcast(ddp, model) -> None:
+def record_buffer_broadcast(ddp, model, ranks: int, root: bool) -> None:
     """DDP broadcasts rank 0's buffers (BatchNorm's statistics) before every forward
     pass, blocking: a hook on DDP and one on the model it wraps bracket it, and it is
     recorded as a piece and a wait (where a straggler's lateness shows first)."""
@@ -133,7 +133,8 @@ def record_buffer_broadcast(ddp, model) -> None:
 
     def before(*_):
         nonlocal piece
-        piece = spans.record("comm", spans.now(), None, "broadcast buffers", nbytes)
+        piece = spans.record("comm", spans.now(), None, "broadcast buffers", nbytes,
+                             sent=wire.broadcast(nbytes, ranks, root))
 
     def after(*_):
         nonlocal piece
@@ -146,16 +147,18 @@ def record_buffer_broadcast(ddp, model) -> None:
     model.register_forward_pre_hook(after)
 
 
-def timed(hook):
+def timed(hook, ranks: int):
     """DDP's comm hook, recording each bucket as a communication piece from the moment
-    DDP hands it over to the moment its average is complete."""
+    DDP hands it over to the moment its average is complete (on the wire: a ring
+    allreduce over ranks, whichever transport carries it)."""
 
     def timed_hook(state, bucket):
         if not spans.RECORDER.on:
             return hook(state, bucket)
         buffer = bucket.buffer()
-        piece = spans.record("comm", spans.now(), None, "allreduce bucket",
-                             buffer.numel() * buffer.element_size())
+        nbytes = buffer.numel() * buffer.element_size()
+        piece = spans.record("comm", spans.now(), None, "allreduce bucket", nbytes,
+                             sent=wire.ring_allreduce(nbytes, ranks))
         future = hook(state, bucket)
 
         def completed(done):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from commbench import spans
+from commbench import spans, wire
 from commbench.optimizers.base import Strategy, TrainStep
 from commbench.training_step import TrainingStep
 
@@ -86,8 +86,10 @@ class GradientAverager:
         # In float16, divide before the sum, as DDP's fp16 hook does: a sum of n
         # float16 gradients can overflow where their average does not.
         sent = p.grad.div(self.world_size).to(torch.float16) if self.fp16 else p.grad
-        piece = spans.record("comm", spans.now(), None, "allreduce gradient",
-                             sent.numel() * sent.element_size()) if spans.RECORDER.on else None
+        nbytes = sent.numel() * sent.element_size()
+        piece = spans.record("comm", spans.now(), None, "allreduce gradient", nbytes,
+                             sent=wire.ring_allreduce(nbytes, self.world_size)) \
+            if spans.RECORDER.on else None
         self._pending[id(p)] = (dist.all_reduce(sent, async_op=True), sent, piece)
 
     def wait(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List
 
-from commbench import spans
+from commbench import spans, wire
 from commbench.errors import UsageError
 from commbench.flags import flag, non_negative_int, positive_int
 from commbench.optimizers.base import Strategy, TrainStep
@@ -79,7 +79,8 @@ class LocalSgd(Strategy):
         from torch.distributed.algorithms.model_averaging.utils import average_parameters
 
         nbytes = sum(t.numel() * t.element_size() for t in self.tensors)
-        piece = spans.record("comm", started, None, "average model", nbytes)
+        piece = spans.record("comm", started, None, "average model", nbytes,
+                             sent=wire.ring_allreduce(nbytes, self.ctx.world_size))
         average_parameters(iter(self.tensors), None)
         spans.close(piece)
 

@@ -11,6 +11,7 @@ from commbench import spans
 from commbench.errors import UsageError
 from commbench.optimizers.base import Strategy, TrainStep
 from commbench.training_step import TrainingStep
+from commbench.wire import NOTHING, Sent
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -38,6 +39,10 @@ class Mixer:
     def piece_bytes(self) -> int:
         """Bytes of parameters one averaging step carries (timeline labels)."""
         return 0
+
+    def wire(self) -> Sent:
+        """What this rank puts on the wire in the next averaging step."""
+        return NOTHING
 
 
 class MixingStrategy(Strategy):
@@ -162,7 +167,7 @@ class Averaging:
         if not nbytes:  # not recording, or a step that sends nothing (one node)
             return None
         return spans.record("comm", at, None, "neighbor averaging", nbytes,
-                            self.mixer.peers())
+                            self.mixer.peers(), self.mixer.wire())
 
 
 def checked_schedule(topology: str, size: int, dynamic: bool,

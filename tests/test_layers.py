@@ -40,7 +40,7 @@ LAYERS = [
                      "commbench.metrics", "commbench.topology", "commbench.models",
                      "commbench.precision", "commbench.spans", "commbench.intervals",
                      "commbench.step_split", "commbench.clock_alignment",
-                     "commbench.trace_file"]),
+                     "commbench.trace_file", "commbench.wire"]),
     ("base", ["commbench.errors", "commbench.units", "commbench.__init__"]),
 ]
 

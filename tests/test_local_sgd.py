@@ -29,8 +29,24 @@ def test_a_run_averages_every_h_steps_and_records_the_drift_between(tmp_path):
                                "local_warmup_steps": 0}
     assert doc["config"]["average_every"] == 2
     assert all(distance > 0 for distance in consensus_of(doc))
+    # On the wire: the model's parameters and floating buffers in a ring of 2 (each rank
+    # sends it all once), in the steps that average only; their split apart.
+    model = sum(t.numel() * t.element_size() for t in resnet18_tensors())
+    assert doc["samples"]["sent_bytes"] == [[model, 0] * 3] * 2
+    wire = doc["summary"]["wire"]
+    assert wire["communicating_steps"] == 0.5 and wire["bytes_per_step"] == model / 2
+    by_steps = doc["summary"]["step_split_by_steps"]
+    assert by_steps["communicating"]["exposed"]["mean"] > by_steps["local"]["exposed"]["mean"]
     split = doc["summary"]["step_split"]
     assert split["exposed"]["mean"] > 0, split
+
+
+def resnet18_tensors():
+    import torch
+    import torchvision
+
+    model = torchvision.models.resnet18()
+    return [*model.parameters(), *(b for b in model.buffers() if torch.is_floating_point(b))]
 
 
 @pytest.mark.parametrize("flags, message", [

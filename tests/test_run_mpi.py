@@ -26,6 +26,30 @@ def check_consistent(doc, workers, strategy):
         "latency_seconds_per_batch"]["p90"]
 
 
+def check_ring_bytes(doc, workers):
+    """Every rank sends the ring's 2(N-1)/N of the gradients' bytes per step, plus its
+    chunks' padding (under 2(N-1) bytes per bucket); rank 0 also broadcasts the
+    BatchNorm buffers to the N-1 others."""
+    import torchvision
+
+    model = torchvision.models.resnet18()
+    gradients = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    ring, hops = 2 * (workers - 1) * gradients / workers, 2 * (workers - 1)
+    sent, messages = doc["samples"]["sent_bytes"], doc["samples"]["sent_messages"]
+    assert np.array(sent).shape == (workers, 6)  # TINY_RUN: 6 measured steps
+    for rank, (steps, counts) in enumerate(zip(sent, messages)):
+        broadcast = (workers - 1) * buffers if rank == 0 else 0
+        buckets = (counts[0] - (workers - 1 if rank == 0 else 0)) / hops
+        assert buckets >= 1 and all(c == counts[0] for c in counts)
+        for nbytes in steps:
+            assert ring <= nbytes - broadcast <= ring + hops * buckets, (rank, nbytes)
+    wire = doc["summary"]["wire"]
+    assert wire["communicating_steps"] == 1
+    assert wire["bytes_per_image"] == wire["bytes_per_step"] / doc["config"]["batch_size"]
+    assert "step_split_by_steps" not in doc["summary"]
+
+
 @pytest.mark.parametrize("workers", [2, 4])
 @pytest.mark.parametrize("strategy", ["allreduce", "none"])
 def test_mpiexec_run_writes_a_consistent_result(tmp_path, workers, strategy):
@@ -49,10 +73,12 @@ def test_mpiexec_run_writes_a_consistent_result(tmp_path, workers, strategy):
         assert doc["strategy"]["transport"] == "mpi"
         assert ("(CPU tensors move over mpi: --cpu-transport auto under an MPI launcher)"
                 in done.stdout)
+        check_ring_bytes(doc, workers)
     else:
         # Without communication, workers fed different data drift apart.
         assert doc["summary"]["parameters_identical"] is False
         assert doc["summary"]["final_consensus_distance"] > 0
+        assert doc["summary"]["wire"]["bytes_per_step"] == 0
 
 
 @pytest.mark.timeout(CHECKS_TIMEOUT)

@@ -16,7 +16,9 @@ from typing import List, Optional, Tuple
 
 from commbench.comm.neighbor_exchange import NeighborExchange
 from commbench.comm.shared_memory import machine_slots
+from commbench import wire
 from commbench.launch.groups import machine_groups
+from commbench.wire import NOTHING, Sent
 
 # Bytes of one piece of the pipeline per transport between machines. MPI and NCCL get
 # whole buffers (None): Open MPI moves a message only while its rank is inside an MPI
@@ -125,6 +127,23 @@ class MachineAveraging:
     def piece_bytes(self) -> int:
         """Bytes of the machine's allreduce (what every rank hands over)."""
         return sum(c.numel() * c.element_size() for c in self.comm)
+
+    def wire(self) -> Sent:
+        """What this rank sends in one step: inside its machine each piece's allreduce and
+        the leader's broadcast of it (through shared memory only the leader's one-number
+        signal per piece; the barriers carry no data), and the leader's exchanges with
+        neighbor machines."""
+        leader = not self.several_machines or bool(self.exchanges)
+        sent = sum((e.wire() for e in self.exchanges), NOTHING)
+        for k, lo, hi in self.pieces:
+            nbytes = (hi - lo) * self.comm[k].element_size()
+            if self.inside == SHARED_MEMORY:
+                sent += wire.broadcast(self._final.element_size(), self.local, leader)
+                continue
+            sent += wire.ring_allreduce(nbytes, self.local)
+            if self.several_machines:
+                sent += wire.broadcast(nbytes, self.local, leader)
+        return sent
 
     def start(self) -> None:
         import torch.distributed as dist

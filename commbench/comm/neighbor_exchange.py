@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from commbench import wire
 from commbench.comm.transport import TRANSPORTS
+from commbench.wire import Sent
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -100,8 +102,13 @@ class NeighborExchange:
 
     def piece_bytes(self) -> int:
         """Bytes this step sends: the parameters to each out-neighbor (float16 with fp16)."""
+        return self.wire().nbytes
+
+    def wire(self) -> Sent:
+        """This step's sends: each chunk once to each out-neighbor."""
         per_copy = sum(b.numel() * (2 if self.fp16 else b.element_size()) for b in self.buffers)
-        return per_copy * len(self.plan(self.step).destinations)
+        return wire.to_each(per_copy, len(self.plan(self.step).destinations),
+                            len(self.chunks))
 
     def start(self) -> None:
         """Post this step's sends and receives; the buffers must not change until finish()."""

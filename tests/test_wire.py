@@ -1,0 +1,75 @@
+"""Bytes on the wire (commbench.wire): each algorithm's share per rank, the sums per step
+from recorded spans, and the summary; what an engine sends out of sight is not measured.
+Whole runs check the recorded bytes against the ring (tests/test_run_mpi.py), a periodic
+strategy's steps (tests/test_local_sgd.py) and a neighbor exchange's peers (here)."""
+
+import pytest
+
+from commbench import record, wire
+from commbench.spans import Span
+from commbench.wire import NOTHING, Sent
+
+
+def test_a_ring_allreduce_sends_two_n_minus_one_chunks_padding_included():
+    assert wire.ring_allreduce(1000, 4) == Sent(6 * 250, 6)
+    assert wire.ring_allreduce(1001, 4) == Sent(6 * 251, 6)  # the last chunk padded
+    assert wire.ring_allreduce(1000, 1) == NOTHING and wire.ring_allreduce(0, 4) == NOTHING
+
+
+def test_only_a_broadcasts_root_sends_and_to_each_counts_every_peer():
+    assert wire.broadcast(100, 4, root=True) == Sent(300, 3)
+    assert wire.broadcast(100, 4, root=False) == NOTHING
+    assert wire.to_each(100, 2, messages_each=3) == Sent(200, 6)
+    assert wire.to_each(0, 2) == NOTHING
+
+
+def piece(step, sent, messages, kind="comm"):
+    return Span(step, kind, 0.0, 1.0, sent=sent, messages=messages)
+
+
+def test_steps_sum_their_pieces_and_steps_without_any_send_nothing():
+    spans = [piece(4, 10, 1), piece(4, 5, 2), piece(6, 7, 1), piece(5, 99, 9, "wait")]
+    assert wire.per_step(spans, [4, 5, 6]) == [Sent(15, 3), NOTHING, Sent(7, 1)]
+
+
+def test_the_summary_of_a_periodic_strategy_says_what_its_communicating_steps_send():
+    sent = [[Sent(800, 2), NOTHING, NOTHING, NOTHING]] * 2
+    summary = wire.summarize(sent, images_per_step=8)
+    assert summary == {"bytes_per_step": 200.0, "messages_per_step": 0.5,
+                       "bytes_per_image": 25.0, "communicating_steps": 0.25,
+                       "bytes_per_communicating_step": 800.0}
+
+
+def strategy(records_split):
+    return type("Plugin", (), {"records_split": records_split})()
+
+
+def test_an_engine_that_communicates_out_of_sight_records_no_bytes():
+    doc = {"summary": {}, "samples": {}}
+    record.add_wire(doc, strategy(False), [[piece(0, 10, 1)]], None, 8)
+    assert doc == {"summary": {"wire": None}, "samples": {}}
+
+
+def test_a_periodic_strategy_gets_the_split_of_its_two_kinds_of_step():
+    doc = {"summary": {}, "samples": {}}
+    events = [[piece(0, 10, 1), Span(1, "forward", 0.0, 1.0)]] * 2
+    split = [[[1.0, 0.5, 0, 0.5, 0, 0], [0.5, 0.5, 0, 0, 0, 0]]] * 2
+    record.add_wire(doc, strategy(True), events, split, 8)
+    assert doc["samples"] == {"sent_bytes": [[10, 0]] * 2, "sent_messages": [[1, 0]] * 2}
+    by_steps = doc["summary"]["step_split_by_steps"]
+    assert by_steps["communicating"]["step"]["mean"] == 1.0
+    assert by_steps["local"]["step"]["mean"] == 0.5
+
+
+@pytest.mark.parametrize("fp16, sent", [(False, 4 * 6 * 2), (True, 2 * 6 * 2)])
+def test_a_neighbor_exchange_sends_its_buffers_to_each_out_neighbor(fp16, sent):
+    import torch
+
+    from commbench.comm.neighbor_exchange import NeighborExchange
+    from commbench.topology import build_schedule
+
+    schedule = build_schedule("ring", 4, False)  # i sends to i - 1 and i + 1
+    exchange = NeighborExchange([torch.zeros(6)], schedule, 0, fp16=fp16,
+                                chunk_bytes=8)
+    assert exchange.wire() == Sent(sent, 2 * len(exchange.chunks))
+    assert exchange.piece_bytes() == sent
