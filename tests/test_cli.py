@@ -20,7 +20,8 @@ RUN_FLAGS = [
     "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
     "--local-warmup-steps", "--lr", "--machine-size", "--max-epochs", "--model", "--momentum",
     "--no-broadcast-buffers", "--no-cuda", "--num-batches-per-iter", "--num-classes",
-    "--num-iters", "--num-warmup-batches", "--partition", "--reference-iters",
+    "--num-iters", "--num-warmup-batches", "--outer-dtype", "--outer-lr", "--outer-momentum",
+    "--partition", "--reference-iters",
     "--reference-seconds",
     "--results-dir", "--seed", "--tag", "--target-accuracy", "--time-budget", "--timeline",
     "--timeline-steps", "--timeout", "--topology", "--use-adasum", "--warmup-epochs",
@@ -43,7 +44,8 @@ def test_defaults_follow_horovod_and_bluefog_benchmarks():
     config = config_from_args(build_parser().parse_args(["run"]))
     assert config.options == {"use_adasum": False, "hierarchical_allreduce": False,
                               "no_broadcast_buffers": False, "average_every": 8,
-                              "local_warmup_steps": 0}
+                              "local_warmup_steps": 0, "outer_lr": 0.7,
+                              "outer_momentum": 0.9, "outer_dtype": "fp32"}
     assert config == RunConfig(options=config.options)
     assert (config.model, config.batch_size, config.num_warmup_batches,
             config.num_batches_per_iter, config.num_iters) == ("resnet50", 32, 10, 10, 10)
@@ -58,7 +60,7 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
     added_since = {"amp", "reference_seconds", "timeline", "timeline_steps", "data",
                    "partition", "target_accuracy", "eval_every", "time_budget", "max_epochs",
                    "weight_decay", "warmup_epochs", "no_broadcast_buffers", "average_every",
-                   "local_warmup_steps"}
+                   "local_warmup_steps", "outer_lr", "outer_momentum", "outer_dtype"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

@@ -65,7 +65,7 @@ def test_its_flags_mean_nothing_to_another_strategy():
     done = commbench("--dist-optimizer", "allreduce", "--average-every", "4")
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "commbench: error: argument --average-every: means nothing to allreduce; only "
-        "local_sgd reads it"], done.stderr
+        "diloco and local_sgd read it"], done.stderr
 
 
 def test_a_sweep_hands_its_flags_to_its_jobs_only():

@@ -39,11 +39,12 @@ AUTO_BETWEEN_MACHINES = {"auto": "gloo"}
 SHARED_MEMORY = "shared memory"  # commbench.comm.machine_averaging.SHARED_MEMORY
 
 STRATEGIES = ("neighbor_allreduce", "hierarchical_neighbor_allreduce", "gradient_allreduce",
-              "allreduce", "local_sgd")
+              "allreduce", "local_sgd", "diloco")
 FLOAT_TOL = 1e-5
 FP16_TOL = 3e-3  # values in [-1, 1): float16 rounds them to 2^-11 relative
 # Equal models' distance: the mean the measure takes of n equal float32 values rounds.
 CONSENSUS_ROUNDING = 1e-10
+BF16_ROUNDING = 2.0 ** -8  # bfloat16 keeps 8 bits of significand
 
 
 # --- the side that runs under mpiexec ---------------------------------------------
@@ -271,37 +272,56 @@ class Checker:
                          [s - lr * g for s, g in zip(start, mean)], lr * tol + FLOAT_TOL)
 
 
-    def periodic_averaging(self, strategy: str, every: int, warmup: int, steps: int) -> None:
+    def periodic(self, strategy: str, every: int, steps: int, warmup: int = 0,
+                 outer_lr: float = 1.0, momentum: float = 0.0, bf16: bool = False) -> None:
         """Local SGD steps from rank-distinct parameters against the dense reference:
         every worker x_j -= lr g_j(x_j); after the steps the schedule names (each of the
-        first `warmup`, then every `every`-th) all x_j become their mean. Right after an
-        averaging the consensus distance is zero; after a local step it is not."""
+        first `warmup`, then every `every`-th) the shared parameters s of the last
+        meeting take an outer SGD step with Nesterov momentum on the mean
+        pseudo-gradient d = mean_j (s - x_j) (b = m b + d; s -= outer_lr (d + m b)), and
+        every x_j = s: with outer_lr 1 and no momentum, the mean of the x_j (local_sgd).
+        Right after a meeting the consensus distance is zero; after a local step it is
+        not. bf16 pseudo-gradients are off by their rounding at most."""
         import torch
 
         from commbench.measurements import consensus_distance
 
         lr = 0.2
         model = linear_model()
-        plugin = self.plugin(strategy, options={"average_every": every,
-                                                "local_warmup_steps": warmup})
+        options = {"average_every": every}
+        options.update({"local_warmup_steps": warmup} if strategy == "local_sgd" else
+                       {"outer_lr": outer_lr, "outer_momentum": momentum,
+                        "outer_dtype": "bf16" if bf16 else "fp32"})
+        plugin = self.plugin(strategy, options=options)
         step = plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0))
+        shared = [p.detach().double().numpy().copy() for p in model.parameters()]
+        momenta = [np.zeros_like(s) for s in shared]
         x = self.set_distinct(model)  # after wrap's broadcast: workers that drifted apart
-        label = f"H={every} K={warmup}"
+        label = f"H={every} K={warmup} outer lr {outer_lr:g} m {momentum:g}" + \
+            " bf16" * bf16
+        tol, biggest = FLOAT_TOL, 0.0
         for t in range(1, steps + 1):
             grads = [local_gradients([s[j] for s in x], batch(j)) for j in range(self.n)]
             x = [np.stack([s[j] - lr * grads[j][i] for j in range(self.n)])
                  for i, s in enumerate(x)]
-            averaged = t <= warmup or (t - warmup) % every == 0
-            if averaged:
-                x = [np.broadcast_to(s.mean(axis=0), s.shape) for s in x]
+            meets = t <= warmup or (t - warmup) % every == 0
+            if meets:
+                for i, s in enumerate(x):
+                    pseudo = (shared[i] - s).mean(axis=0)
+                    biggest = max(biggest, float(np.abs(pseudo).max()))
+                    momenta[i] = momentum * momenta[i] + pseudo
+                    shared[i] = shared[i] - outer_lr * (pseudo + momentum * momenta[i])
+                x = [np.broadcast_to(s, stack.shape).copy() for s, stack in zip(shared, x)]
+                if bf16:  # each meeting rounds twice (the share, the sum), carried on
+                    tol += 2 * BF16_ROUNDING * biggest * outer_lr * (1 + momentum) / \
+                        (1 - momentum)
             step(*batch(self.rank))
-            self.compare(strategy, f"{label} step {t}", model, [s[self.rank] for s in x],
-                         FLOAT_TOL)
+            self.compare(strategy, f"{label} step {t}", model, [s[self.rank] for s in x], tol)
             distance = consensus_distance(model, self.n)
-            if averaged != (distance < CONSENSUS_ROUNDING):
+            if meets != (distance < CONSENSUS_ROUNDING):
                 self.failures.append((strategy, f"{label} step {t}: rank {self.rank} "
                                       f"consensus distance {distance:.3g} after "
-                                      f"{'an averaging' if averaged else 'a local'} step"))
+                                      f"{'a meeting' if meets else 'a local'} step"))
 
     def large_bucket(self) -> None:
         """allreduce's MPI averager on a bucket of several chunks (and a ragged end):
@@ -416,10 +436,14 @@ def main() -> int:
         checker.transport = "mpi"  # DDP's buckets through the MPI averager (no fp16 on MPI)
         checker.gradient_averaging("allreduce", fp16_cases=(False,))
         checker.large_bucket()
+    checker.transport = "gloo"
     if "local_sgd" in wanted:
-        checker.transport = "gloo"
-        checker.periodic_averaging("local_sgd", every=1, warmup=0, steps=3)
-        checker.periodic_averaging("local_sgd", every=3, warmup=2, steps=8)
+        checker.periodic("local_sgd", every=1, steps=3)
+        checker.periodic("local_sgd", every=3, warmup=2, steps=8)
+    if "diloco" in wanted:
+        checker.periodic("diloco", every=2, steps=4)  # outer lr 1, no momentum: local SGD
+        checker.periodic("diloco", every=2, steps=6, outer_lr=0.7, momentum=0.9)
+        checker.periodic("diloco", every=3, steps=6, outer_lr=0.7, momentum=0.9, bf16=True)
     everyone: List = [None] * ctx.world_size
     dist.all_gather_object(everyone, checker.failures)
     failures = [f for rank in everyone for f in rank]
