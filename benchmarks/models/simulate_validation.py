@@ -30,9 +30,11 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from commbench.comm.machine_averaging import PIPELINE_BYTES
+from validation_report import draw, print_errors, print_fits, print_table
 
 MODEL = ["--model", "resnet18", "--image-size", "32", "--batch-size", "32",
          "--num-warmup-batches", "3", "--num-batches-per-iter", "3", "--num-iters", "6",
@@ -98,163 +100,54 @@ def run(command, env) -> None:
 
 
 def analyse(out: Path) -> None:
-    from dataclasses import replace
-
-    from commbench import units
-    from commbench.results import load_results
-    from commbench.simulate import calibrate, compute, costs, link_costs
-    from commbench.simulate.project import Inputs, project
-    from commbench.simulate.step import Strategy
+    """Every strategy and layout of OUT/runs projected from the calibration alone:
+    OUT/validation.json, the printed table and errors, and OUT/validation.png."""
+    from commbench.simulate import compute
 
     begin = time.monotonic()
+    calibrated = fit_links(out)
+    grads = compute.gradients("resnet18", 32)
+    overlaps = fit_overlaps(out, calibrated, grads)
+    table = [row for rate_dir in sorted((out / "runs").iterdir())
+             for row in rows_at(rate_dir, calibrated, grads, overlaps)]
+    (out / "validation.json").write_text(json.dumps(table, indent=1))
+    print_table(table)
+    print()
+    print_errors(table)
+    print_fits(overlaps, calibrated)
+    print(f"analysed in {time.monotonic() - begin:.1f} s")
+    draw(table, out / "validation.png", CALIBRATION_RATE, HELD_OUT_RATE)
+
+
+def fit_links(out: Path):
+    """The links fitted on the microbench files: on shared memory, and between machines
+    at the calibration rate."""
+    from commbench.results import load_results
+    from commbench.simulate import calibrate, link_costs
+
     benches, _ = load_results([out / "calibration" / "shared-memory",
                                out / "calibration" / CALIBRATION_RATE])
     fitted = calibrate.fit_microbench([b.doc for b in benches], [b.path.name for b in benches])
-    calibrated = link_costs.Network(fitted[("intra", "allreduce")], fitted[("inter", "allreduce")],
-                                 fitted[("intra", "neighbor_allreduce")],
-                                 fitted[("inter", "neighbor_allreduce")])
-    grads = compute.gradients("resnet18", 32)
-    # The overlap efficiency of each network class, fitted at its calibration layout:
-    # between machines 2x1 at the calibration rate; on shared memory, 1x2 (a transfer
+    return link_costs.Network(fitted[("intra", "allreduce")], fitted[("inter", "allreduce")],
+                              fitted[("intra", "neighbor_allreduce")],
+                              fitted[("inter", "neighbor_allreduce")])
+
+
+def fit_overlaps(out: Path, calibrated, grads) -> dict:
+    """{network class: [overlap efficiency per strategy, the same for the model with its
+    straggler term]}, each fitted at the class's calibration layout."""
+    # Between machines 2x1 at the calibration rate; on shared memory, 1x2 (a transfer
     # there is a copy by the same loaded cores, so it hides differently).
-    overlaps = {kind: [fit_overlap_at(out / "runs" / directory, calibrated, grads, slowed)
-                       for slowed in (False, True)]
-                for kind, directory in (("network", f"{CALIBRATION_RATE}/2x1"),
-                                        ("shared-memory", "shared-memory/1x2"))}
-    table = []
-    for rate_dir in sorted((out / "runs").iterdir()):
-        rate = rate_dir.name
-        overlap, overlap_slowed = overlaps["shared-memory" if rate == "shared-memory"
-                                          else "network"]
-        mean, mean_slowed = (statistics.mean(o.values()) for o in (overlap, overlap_slowed))
-        net = calibrated
-        if rate not in (CALIBRATION_RATE, "shared-memory"):
-            factor = units.rate_bits(CALIBRATION_RATE) / units.rate_bits(rate)
-            net = replace(net, inter=replace(net.inter, beta=net.inter.beta * factor),
-                          exchange_inter=replace(net.exchange_inter,
-                                                 beta=net.exchange_inter.beta * factor))
-        for layout_dir in sorted(rate_dir.iterdir()):
-            m, s = map(int, layout_dir.name.split("x"))
-            found, _ = load_results([layout_dir])
-            runs = [r for r in found if r.kind == "run"]
-            for strategy_name in sorted({r.doc["config"]["dist_optimizer"] for r in runs}):
-                mine = [r for r in runs if r.doc["config"]["dist_optimizer"] == strategy_name]
-                n = m * s
-                computes = {n: compute.measured(
-                    [t for r in mine for t in _flat(r.doc["samples"]["reference_batch_seconds"])],
-                    [t for r in mine for t in _flat(r.doc["samples"]["reference_phase_seconds"])],
-                    grads.forward_share, "in-job reference")}
-                inputs = Inputs(32, grads, net, s, computes, ("ring",), overlap=mean,
-                                overlaps=overlap, pipeline_bytes=PIPELINE_BYTES["gloo"])
-                strategy = Strategy(strategy_name)
-                (row,) = project([strategy], [n], inputs)
-                (full,) = project([strategy], [n], replace(inputs, overlap=1.0, overlaps={}))
-                (slowed,) = project([strategy], [n], replace(inputs, overlap=mean_slowed,
-                                                             overlaps=overlap_slowed))
-                totals = [r.doc["summary"]["total_img_sec"]["mean"] for r in mine]
-                measured = statistics.mean(totals)
-                ci = _ci(totals)
-                c = computes[n]
-                linear = n * 32 / c.seconds
-                naive = n * 32 / (c.seconds + _bytes_on_busiest_link(
-                    strategy, costs.Layout(n, s), grads.total) / (units.rate_bits(rate) / 8
-                                                                  if m > 1 else 1 / net.intra.beta))
-                table.append({
-                    "network": rate, "layout": f"{m}x{s}", "strategy": strategy_name,
-                    "measured": measured, "ci95": ci, "runs": len(totals),
-                    "projected": row.img_sec, "band": [row.low, row.high],
-                    "with_stragglers": slowed.with_stragglers,
-                    "error": row.img_sec / measured - 1,
-                    "full_overlap_error": full.img_sec / measured - 1,
-                    "error_with_stragglers": (slowed.with_stragglers / measured - 1
-                                              if slowed.with_stragglers else None),
-                    "linear_error": linear / measured - 1, "naive_error": naive / measured - 1,
-                    "held_out": rate not in (CALIBRATION_RATE, "shared-memory"),
-                    "calibration_point": (rate, m, s) in ((CALIBRATION_RATE, 2, 1),
-                                                          ("shared-memory", 1, 2))})
-    (out / "validation.json").write_text(json.dumps(table, indent=1))
-    print(f"{'network':<14}{'layout':<7}{'strategy':<33}{'measured':>16}{'projected':>10}"
-          f"{'error':>8}{'w/ strag':>9}{'overlap 1':>10}{'linear':>8}{'naive':>8}")
-    for r in table:
-        note = " (calibration point)" if r["calibration_point"] else \
-            " (held-out rate)" if r["held_out"] else ""
-        ci = f"±{r['ci95']:.1f}" if r["ci95"] is not None else ""
-        strag = "-" if r["error_with_stragglers"] is None else f"{100 * r['error_with_stragglers']:+.0f}%"
-        print(f"{r['network']:<14}{r['layout']:<7}{r['strategy']:<33}"
-              f"{r['measured']:>9.1f}{ci:>7}{r['projected']:>10.1f}{100 * r['error']:>+7.0f}%"
-              f"{strag:>9}{100 * r['full_overlap_error']:>+9.0f}%"
-              f"{100 * r['linear_error']:>+7.0f}%{100 * r['naive_error']:>+7.0f}%{note}")
-    print()
-    scored = [r for r in table if not r["calibration_point"]]
-    for strategy_name in sorted({r["strategy"] for r in scored}):
-        errors = [abs(r["error"]) for r in scored if r["strategy"] == strategy_name]
-        linear = [abs(r["linear_error"]) for r in scored if r["strategy"] == strategy_name]
-        naive = [abs(r["naive_error"]) for r in scored if r["strategy"] == strategy_name]
-        slowed = [abs(r["error_with_stragglers"]) for r in scored
-                  if r["strategy"] == strategy_name]
-        print(f"{strategy_name:<33} |error| median {100 * statistics.median(errors):4.1f}% "
-              f"worst {100 * max(errors):4.1f}%; with stragglers median "
-              f"{100 * statistics.median(slowed):4.1f}% worst {100 * max(slowed):4.1f}%; "
-              f"linear median {100 * statistics.median(linear):5.1f}%, naive median "
-              f"{100 * statistics.median(naive):4.1f}% ({len(errors)} points)")
-    for kind, (overlap, overlap_slowed) in overlaps.items():
-        print(f"overlap efficiency fitted at the {kind} calibration point: " + ", ".join(
-            f"{k} {v:.2f} ({overlap_slowed[k]:.2f} with the straggler term)"
-            for k, v in overlap.items()) + "; others their mean")
-    print(f"links fitted: inter {calibrated.inter.describe()}; exchange inter "
-          f"{calibrated.exchange_inter.describe()}; intra {calibrated.intra.describe()}")
-    print(f"analysed in {time.monotonic() - begin:.1f} s")
-    draw(table, out / "validation.png")
-
-
-def draw(table, path: Path) -> None:
-    """Projected against measured img/sec, without and with the straggler term: one
-    marker per strategy, hollow at the calibration point, a colour per network; the
-    measurement's 95% interval as bars."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11.5, 5.4), layout="constrained")
-    markers = {"allreduce": "o", "neighbor_allreduce": "s",
-               "hierarchical_neighbor_allreduce": "D"}
-    colors = {"shared-memory": "C2", CALIBRATION_RATE: "C0", HELD_OUT_RATE: "C3"}
-    top = 1.15 * max(max(r["measured"], r["projected"], r["with_stragglers"] or 0)
-                     for r in table)
-    for ax, key, title in zip(fig.subplots(1, 2), ("projected", "with_stragglers"),
-                              ("the model", "the model with its straggler term")):
-        for r in table:
-            if r[key] is None:
-                continue
-            ax.errorbar(r["measured"], r[key], xerr=min(r["ci95"] or 0, r["measured"]),
-                        fmt=markers[r["strategy"]], color=colors[r["network"]],
-                        mfc="none" if r["calibration_point"] else colors[r["network"]],
-                        capsize=2, elinewidth=0.7)
-            ax.annotate(r["layout"], (r["measured"], r[key]), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points")
-        ax.plot([0, top], [0, top], color="0.5", linewidth=0.8)
-        for bound in (0.8, 1.2):
-            ax.plot([0, top], [0, bound * top], ":", color="0.7", linewidth=0.8)
-        ax.set_xlim(0, top)
-        ax.set_ylim(0, top)
-        ax.set_xlabel("measured total img/sec (bars: 95% CI over repeats)")
-        ax.set_ylabel("projected total img/sec")
-        ax.set_title(title, fontsize=9)
-    for name, marker in markers.items():
-        ax.plot([], [], marker, color="0.3", label=name)
-    for network, color in colors.items():
-        ax.plot([], [], "s", color=color, label=network)
-    ax.plot([], [], "o", mfc="none", color="0.3", label="calibration point")
-    ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle("commbench simulate against emulated-cluster and shared-memory runs "
-                 "(resnet18 32 px, CPU workers on 2 host cores; dotted: ±20%)", fontsize=9)
-    fig.savefig(path, dpi=110)
-    print(f"chart: {path}")
+    return {kind: [fit_overlap_at(out / "runs" / directory, calibrated, grads, slowed)
+                   for slowed in (False, True)]
+            for kind, directory in (("network", f"{CALIBRATION_RATE}/2x1"),
+                                    ("shared-memory", "shared-memory/1x2"))}
 
 
 def fit_overlap_at(directory, net, grads, stragglers: bool):
     """Per strategy, the overlap efficiency that meets its runs in `directory` (a
     calibration layout), for the model with or without its straggler term."""
     from commbench.results import load_results
-    from commbench.simulate import compute
     from commbench.simulate.project import Inputs, fit_overlap
     from commbench.simulate.step import Strategy
 
@@ -262,10 +155,7 @@ def fit_overlap_at(directory, net, grads, stragglers: bool):
     fits = {}
     for name in sorted({r.doc["config"]["dist_optimizer"] for r in found}):
         mine = [r for r in found if r.doc["config"]["dist_optimizer"] == name]
-        c = compute.measured(
-            [t for r in mine for t in _flat(r.doc["samples"]["reference_batch_seconds"])],
-            [t for r in mine for t in _flat(r.doc["samples"]["reference_phase_seconds"])],
-            grads.forward_share, "in-job reference")
+        c = reference_compute(mine, grads)
         measured = statistics.mean(r.doc["summary"]["total_img_sec"]["mean"] for r in mine)
         per_machine = int(mine[0].doc["environment"]["local_size"])
         inputs = Inputs(32, grads, net, per_machine, {2: c}, ("ring",),
@@ -273,6 +163,100 @@ def fit_overlap_at(directory, net, grads, stragglers: bool):
                         pipeline_bytes=PIPELINE_BYTES["gloo"])
         fits.update(fit_overlap([Strategy(name)], 2, inputs, stragglers))
     return fits
+
+
+def network_at(calibrated, rate: str):
+    """The calibrated links at `rate`: at a held-out rate the fitted cost per byte between
+    machines scaled by the ratio of rates, latency kept."""
+    from commbench import units
+
+    if rate in (CALIBRATION_RATE, "shared-memory"):
+        return calibrated
+    factor = units.rate_bits(CALIBRATION_RATE) / units.rate_bits(rate)
+    return replace(calibrated,
+                   inter=replace(calibrated.inter, beta=calibrated.inter.beta * factor),
+                   exchange_inter=replace(calibrated.exchange_inter,
+                                          beta=calibrated.exchange_inter.beta * factor))
+
+
+def rows_at(rate_dir: Path, calibrated, grads, overlaps) -> list:
+    """The table's rows for one network (`rate_dir`: a folder of layouts), one per layout
+    and strategy."""
+    from commbench.results import load_results
+
+    rate = rate_dir.name
+    overlap = overlaps["shared-memory" if rate == "shared-memory" else "network"]
+    net = network_at(calibrated, rate)
+    rows = []
+    for layout_dir in sorted(rate_dir.iterdir()):
+        m, s = map(int, layout_dir.name.split("x"))
+        found, _ = load_results([layout_dir])
+        runs = [r for r in found if r.kind == "run"]
+        for strategy_name in sorted({r.doc["config"]["dist_optimizer"] for r in runs}):
+            mine = [r for r in runs if r.doc["config"]["dist_optimizer"] == strategy_name]
+            rows.append(row_for(rate, (m, s), strategy_name, mine, net, grads, overlap))
+    return rows
+
+
+def row_for(rate: str, layout, strategy_name: str, mine, net, grads, overlap) -> dict:
+    """One row of the table: the strategy's runs `mine` on `layout` (machines, ranks per
+    machine) against the model's projections and the two naive baselines."""
+    from commbench import metrics, units
+    from commbench.simulate import costs
+    from commbench.simulate.step import Strategy
+
+    m, s = layout
+    n = m * s
+    c = reference_compute(mine, grads)
+    strategy = Strategy(strategy_name)
+    row, full, slowed = projections(strategy, n, s, c, net, grads, overlap)
+    totals = [r.doc["summary"]["total_img_sec"]["mean"] for r in mine]
+    measured = statistics.mean(totals)
+    linear = n * 32 / c.seconds
+    naive = n * 32 / (c.seconds + _bytes_on_busiest_link(
+        strategy, costs.Layout(n, s), grads.total) / (units.rate_bits(rate) / 8
+                                                      if m > 1 else 1 / net.intra.beta))
+    return {
+        "network": rate, "layout": f"{m}x{s}", "strategy": strategy_name,
+        "measured": measured, "ci95": metrics.ci95_halfwidth(totals), "runs": len(totals),
+        "projected": row.img_sec, "band": [row.low, row.high],
+        "with_stragglers": slowed.with_stragglers,
+        "error": row.img_sec / measured - 1,
+        "full_overlap_error": full.img_sec / measured - 1,
+        "error_with_stragglers": (slowed.with_stragglers / measured - 1
+                                  if slowed.with_stragglers else None),
+        "linear_error": linear / measured - 1, "naive_error": naive / measured - 1,
+        "held_out": rate not in (CALIBRATION_RATE, "shared-memory"),
+        "calibration_point": (rate, m, s) in ((CALIBRATION_RATE, 2, 1),
+                                              ("shared-memory", 1, 2))}
+
+
+def projections(strategy, n: int, per_machine: int, c, net, grads, overlap):
+    """The model's projections for `strategy` on n workers given the step's compute `c`:
+    with the fitted overlap (a strategy not fitted: the mean), with full overlap, and
+    with the overlap fitted for its straggler term."""
+    from commbench.simulate.project import Inputs, project
+
+    fitted, fitted_slowed = overlap
+    mean, mean_slowed = (statistics.mean(o.values()) for o in (fitted, fitted_slowed))
+    inputs = Inputs(32, grads, net, per_machine, {n: c}, ("ring",), overlap=mean,
+                    overlaps=fitted, pipeline_bytes=PIPELINE_BYTES["gloo"])
+    (row,) = project([strategy], [n], inputs)
+    (full,) = project([strategy], [n], replace(inputs, overlap=1.0, overlaps={}))
+    (slowed,) = project([strategy], [n], replace(inputs, overlap=mean_slowed,
+                                                 overlaps=fitted_slowed))
+    return row, full, slowed
+
+
+def reference_compute(runs, grads):
+    """A step's compute from the runs' own in-job reference (two host cores are shared by
+    every rank, so CPU sharing is measured, not modelled)."""
+    from commbench.simulate import compute
+
+    return compute.measured(
+        [t for r in runs for t in _flat(r.doc["samples"]["reference_batch_seconds"])],
+        [t for r in runs for t in _flat(r.doc["samples"]["reference_phase_seconds"])],
+        grads.forward_share, "in-job reference")
 
 
 def _bytes_on_busiest_link(strategy, layout, nbytes) -> float:
@@ -293,12 +277,6 @@ def _flat(nested):
     import numpy as np
 
     return np.ravel(nested).tolist() if nested else []
-
-
-def _ci(values):
-    from commbench import metrics
-
-    return metrics.ci95_halfwidth(values)
 
 
 def main():

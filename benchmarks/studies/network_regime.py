@@ -71,24 +71,10 @@ def plan(links, name, flags, results, layouts=LAYOUTS, strategies=STRATEGIES):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--link", default="1gbit,200mbit")
-    parser.add_argument("--out", default="network-regime")
-    parser.add_argument("--compare-forced-gloo", action="store_true",
-                        help="beside each job, the same job with --cpu-transport gloo")
-    parser.add_argument("--layouts", default=",".join(f"{m}x{s}" for m, s in LAYOUTS),
-                        help="machines x ranks per machine, e.g. 2x1,4x1")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--draw-only", action="store_true",
-                        help="redraw OUT/network-regime.png (and print the comparison) "
-                        "from OUT/table.json")
-    args = parser.parse_args()
+    args = parse_args()
     out = Path(args.out)
     if args.draw_only:
-        table = json.loads((out / "table.json").read_text())
-        if any("forced_gloo" in row for row in table):
-            compare(table)
-        draw(table, out / "network-regime.png")
+        redraw(out)
         return
     name = f"n{os.getpid() % 10**6}"
     links = args.link.split(",")
@@ -100,36 +86,89 @@ def main():
         if args.compare_forced_gloo else [None] * len(jobs)
     shape = cluster_shape(layouts)
     env = job_environment()
-    rows = []
     started = time.monotonic()
-    for link in links:
-        cluster = namespaces.up(name, *shape, link)
-        try:
-            path = f"{cluster.bin}{os.pathsep}{env['PATH']}"
-            pairs = [(job, other) for job, other in zip(jobs, forced) if job.link == link]
-            for k, (job, other) in enumerate(pairs):
-                arms = [job] if other is None or job.strategy == "none" else \
-                    [job, other][::1 if k % 2 == 0 else -1]  # who goes first alternates
-                moved = {}
-                for arm in arms:
-                    before = sent_bytes(cluster)
-                    output = run_one(arm, 1800, {**env, "PATH": path})
-                    moved[id(arm)] = sent_bytes(cluster) - before
-                    tag = " [--cpu-transport gloo]" if arm is other else ""
-                    if not arm.ok:
-                        print(f"FAILED {arm.strategy}{tag} on {arm.workers}:\n{output[-2000:]}")
-                        continue
-                    print(f"{link} {arm.command[2]:>40} {arm.strategy}{tag}: {arm.headline} "
-                          f"({(time.monotonic() - started) / 60:.0f} min)", flush=True)
-                if job.ok:
-                    rows.append((link, job, moved[id(job)], other if other is not None
-                                 and other.ok and id(other) in moved else None,
-                                 moved.get(id(other), 0)))
-        finally:
-            namespaces.down(name)
+    pairs = list(zip(jobs, forced))
+    rows = [row for link in links for row in run_at(link, name, shape, env, pairs, started)]
     table = [entry(link, job, moved, other, other_moved)
              for link, job, moved, other, other_moved in rows]
     (out / "table.json").write_text(json.dumps(table, indent=1))
+    print_table(table)
+    if args.compare_forced_gloo:
+        compare(table)
+    draw(table, out / "network-regime.png")
+    made = [str(job.result) for _, job, _, _, _ in rows]
+    subprocess.run([sys.executable, "-m", "commbench", "report", *made], check=False)
+    subprocess.run([sys.executable, "-m", "commbench", "plot", *made, "-o",
+                    str(out / "charts")], check=False)
+    print(f"wall time {(time.monotonic() - started) / 60:.0f} min")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--link", default="1gbit,200mbit")
+    parser.add_argument("--out", default="network-regime")
+    parser.add_argument("--compare-forced-gloo", action="store_true",
+                        help="beside each job, the same job with --cpu-transport gloo")
+    parser.add_argument("--layouts", default=",".join(f"{m}x{s}" for m, s in LAYOUTS),
+                        help="machines x ranks per machine, e.g. 2x1,4x1")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--draw-only", action="store_true",
+                        help="redraw OUT/network-regime.png (and print the comparison) "
+                        "from OUT/table.json")
+    return parser.parse_args()
+
+
+def redraw(out: Path) -> None:
+    """--draw-only: the chart, and the comparison where the table has forced-gloo pairs,
+    from OUT/table.json."""
+    table = json.loads((out / "table.json").read_text())
+    if any("forced_gloo" in row for row in table):
+        compare(table)
+    draw(table, out / "network-regime.png")
+
+
+def run_at(link, name, shape, env, pairs, started) -> list:
+    """The jobs at `link` of `pairs` (job, its forced-gloo pair or None) on an emulated
+    cluster built for them: a row (link, job, bytes sent, the pair where it ran well,
+    its bytes sent) per job that ran well."""
+    cluster = namespaces.up(name, *shape, link)
+    rows = []
+    try:
+        path = f"{cluster.bin}{os.pathsep}{env['PATH']}"
+        here = [(job, other) for job, other in pairs if job.link == link]
+        for k, (job, other) in enumerate(here):
+            arms = [job] if other is None or job.strategy == "none" else \
+                [job, other][::1 if k % 2 == 0 else -1]  # who goes first alternates
+            moved = run_arms(link, arms, other, cluster, {**env, "PATH": path}, started)
+            if job.ok:
+                rows.append((link, job, moved[id(job)], other if other is not None
+                             and other.ok and id(other) in moved else None,
+                             moved.get(id(other), 0)))
+    finally:
+        namespaces.down(name)
+    return rows
+
+
+def run_arms(link, arms, other, cluster, env, started) -> dict:
+    """Each arm in turn, its headline printed: {id(arm): the bytes the machines sent
+    during it}."""
+    moved = {}
+    for arm in arms:
+        before = sent_bytes(cluster)
+        output = run_one(arm, 1800, env)
+        moved[id(arm)] = sent_bytes(cluster) - before
+        tag = " [--cpu-transport gloo]" if arm is other else ""
+        if not arm.ok:
+            print(f"FAILED {arm.strategy}{tag} on {arm.workers}:\n{output[-2000:]}")
+            continue
+        print(f"{link} {arm.command[2]:>40} {arm.strategy}{tag}: {arm.headline} "
+              f"({(time.monotonic() - started) / 60:.0f} min)", flush=True)
+    return moved
+
+
+def print_table(table) -> None:
+    """Per job, its img/sec and the bytes its machines sent per step, also as a fraction
+    of the link's rate."""
     print()
     print(f"{'link':<8} {'layout':<7} {'strategy':<44} {'img/s':>7} {'MB/step/machine':>16} "
           f"{'link/step':>9}")
@@ -141,14 +180,6 @@ def main():
     print("MB/step/machine: bytes the machines sent over their links during the job, per "
           "machine and training step: the strategy's own traffic plus start-up and "
           "commbench's once-per-iteration consensus measurement (decentralized strategies).")
-    if args.compare_forced_gloo:
-        compare(table)
-    draw(table, out / "network-regime.png")
-    made = [str(job.result) for _, job, _, _, _ in rows]
-    subprocess.run([sys.executable, "-m", "commbench", "report", *made], check=False)
-    subprocess.run([sys.executable, "-m", "commbench", "plot", *made, "-o",
-                    str(out / "charts")], check=False)
-    print(f"wall time {(time.monotonic() - started) / 60:.0f} min")
 
 
 def entry(link, job, moved, other, other_moved) -> dict:
