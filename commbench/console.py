@@ -160,6 +160,11 @@ def point_line(point) -> str:
             f"{point.training_seconds:.1f} s training, {point.wall_seconds:.1f} s wall")
 
 
+def sent_to_target(outcome: Dict[str, Any]) -> str:
+    sent = outcome.get("bytes_to_target")
+    return "" if sent is None else f", {units.format_bytes(sent)} sent per rank"
+
+
 def trained_line(outcome: Dict[str, Any]) -> str:
     """How a run trained to accuracy ended: its time to the target, or "not reached"
     with its best accuracy (never a time)."""
@@ -168,7 +173,7 @@ def trained_line(outcome: Dict[str, Any]) -> str:
                 f"{outcome['time_to_target']:.1f} s of training "
                 f"({outcome['wall_time_to_target']:.1f} s wall with evaluation), "
                 f"{outcome['steps_to_target']} steps, {outcome['epochs_to_target']:.2f} "
-                f"epochs, {outcome['samples_to_target']} samples")
+                f"epochs, {outcome['samples_to_target']} samples" + sent_to_target(outcome))
     missed = "" if outcome["target_accuracy"] is None else \
         f"Target {outcome['target_accuracy']:g} not reached" + \
         (": diverged; " if outcome["stopped_by"] == "diverged" else "; ")

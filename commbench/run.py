@@ -172,7 +172,8 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     console.training_plan(say, rule, per_epoch, recipe)
     outcome = training_to_accuracy.train(
         train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,
-        lambda point: say(console.point_line(point)), config.timeline_steps)
+        lambda point: say(console.point_line(point)), config.timeline_steps,
+        type(strategy).records_split)
     recorded = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine)
 

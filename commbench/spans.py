@@ -53,6 +53,7 @@ class Recorder:
         self.on = False
         self.step = -1
         self.events: List[Span] = []
+        self.sent = NOTHING  # over every step recorded, those keep_last forgot included
 
     def begin_step(self) -> float:
         self.step += 1
@@ -67,6 +68,7 @@ class Recorder:
         span = Span(self.step, kind, start, end, name, nbytes, list(peers) if peers else None,
                     sent.nbytes, sent.messages)
         self.events.append(span)
+        self.sent += sent
         return span
 
     def add_between(self, kind: str, start: float, end: float) -> None:

@@ -73,6 +73,9 @@ class Point:
     worker_worst: float
     loss: float  # training loss, mean over ranks and the steps since the last evaluation
     consensus_distance: float
+    # bytes each rank put on the wire so far, mean over ranks (commbench.wire); None
+    # where an engine communicates out of sight
+    bytes_sent: Optional[float] = None
 
 
 def check(config: RunConfig) -> None:
@@ -151,10 +154,13 @@ def count_correct(model, images, labels) -> int:
 
 def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: StopRule,
           evaluate: Evaluator, model, ctx, samples_per_step: int, steps_per_epoch: int,
-          report: Callable[[Point], None], keep_steps: int) -> Dict[str, Any]:
+          report: Callable[[Point], None], keep_steps: int,
+          counts_wire: bool = True) -> Dict[str, Any]:
     """Train until the rule stops it; the curve and how it ended. step(index, training
     seconds so far) takes one training step and returns its loss. Every step is a span
-    and so is every evaluation; the spans of the last `keep_steps` steps are kept."""
+    and so is every evaluation; the spans of the last `keep_steps` steps are kept, and
+    what every step put on the wire is counted (unless counts_wire is False: an engine
+    communicates out of commbench's sight)."""
     import torch
     import torch.distributed as dist
 
@@ -176,14 +182,15 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
         shared = torch.tensor([training, time.perf_counter() - started],
                               dtype=torch.float64, device=ctx.device)
         dist.all_reduce(shared, op=dist.ReduceOp.MAX)  # the slowest rank's clocks
-        mean_loss = torch.tensor([sum(losses) / len(losses)], dtype=torch.float64,
-                                 device=ctx.device)
-        dist.all_reduce(mean_loss)
+        mean_loss = torch.tensor([sum(losses) / len(losses), spans.RECORDER.sent.nbytes],
+                                 dtype=torch.float64, device=ctx.device)
+        dist.all_reduce(mean_loss)  # then divided: the means over ranks
         with spans.between("consensus"):
             distance = consensus_distance(model, ctx.world_size)
         point = Point(steps, steps / steps_per_epoch, steps * samples_per_step,
                       float(shared[0]), float(shared[1]), accuracy, sum(own) / len(own),
-                      min(own), float(mean_loss) / ctx.world_size, distance)
+                      min(own), float(mean_loss[0]) / ctx.world_size, distance,
+                      float(mean_loss[1]) / ctx.world_size if counts_wire else None)
         curve.append(point)
         report(point)
         losses = []
@@ -224,6 +231,8 @@ def outcome(curve: List[Point], rule: StopRule, stopped_by: str,
         "steps_to_target": last.step if reached else None,
         "epochs_to_target": last.epoch if reached else None,
         "samples_to_target": last.samples if reached else None,
+        "bytes_to_target": last.bytes_sent if reached else None,
+        "bytes_sent": last.bytes_sent,
         "best_accuracy": best.accuracy,
         "best_at_step": best.step,
         "final_worker_worst": last.worker_worst,

@@ -193,17 +193,18 @@ def test_report_text_rows_combine_the_repeats():
     assert text.index("no target") < text.index("target 0.35")  # one table per group
     rows = table_rows(text, "target 0.35")
     allreduce = rows[("allreduce", "-", "2")]
-    # runs, reached, time s, by, median s, min-max s, steps, epochs, best if missed
+    # runs, reached, time s, by, median s, min-max s, steps, epochs, sent, best if missed
     times = sorted(d["summary"]["time_to_target"] for _, d in docs(TARGET)
                    if d["strategy"]["name"] == "allreduce" and d["summary"]["reached"])
     best = missed_fixture()[1]["summary"]["best_accuracy"]
-    assert allreduce[3:12] == ["3", "2/3", f"{times[1]:.2f}", "olympic", f"{times[1]:.2f}",
-                               f"{times[0]:.2f}-{times[1]:.2f}", "15", "3.00", f"{best:.3f}"]
+    assert allreduce[3:13] == ["3", "2/3", f"{times[1]:.2f}", "olympic", f"{times[1]:.2f}",
+                               f"{times[0]:.2f}-{times[1]:.2f}", "15", "3.00", "-",
+                               f"{best:.3f}"]
     neighbor = rows[("neighbor_allreduce", "exponential-2, dynamic, AWC", "2")]
     times = sorted(d["summary"]["time_to_target"] for _, d in docs(TARGET)
                    if d["strategy"]["name"] == "neighbor_allreduce")
     assert neighbor[3:7] == ["3", "3/3", f"{times[1]:.2f}", "olympic"]
-    assert neighbor[11] == "-"  # no run missed: no best-if-missed
+    assert neighbor[12] == "-"  # no run missed: no best-if-missed
     assert neighbor[-1] == "-"  # three seeds, two cores: nothing to distrust
     untargeted = table_rows(text, "no target")[("allreduce", "-", "2")]
     assert untargeted[3:11] == ["1", "no target"] + ["-"] * 6
@@ -484,3 +485,22 @@ def test_a_repeats_seed_replaces_the_one_given_before_the_results_dir():
 def test_speed_sweep_repeats_keep_one_seed(tmp_path):
     jobs = dry_run(tmp_path, "--batch-size", "8", "--seed", "5")
     assert len(jobs) == 12 and all(seeds == ["5"] for *_, seeds in jobs)
+
+
+def test_the_bytes_each_worker_sent_to_the_target_are_reported(tmp_path):
+    for path in ACC.rglob("*.json"):
+        doc = json.loads(path.read_text())
+        if doc["summary"].get("reached"):
+            doc["summary"]["bytes_to_target"] = 1.5 * 2 ** 20
+        elif doc["summary"].get("reached") is False:  # a miss has none, whatever it says
+            doc["summary"]["bytes_to_target"] = 99.0
+        (tmp_path / path.name).write_text(json.dumps(doc))
+    code, out, err = run_report([tmp_path])
+    assert code == 0 and err == ""
+    rows = [line for line in out.splitlines() if re.match(r"(allreduce|neighbor_allreduce) ", line)]
+    reached = [row for row in rows if re.search(r" \d/\d ", row)]
+    assert reached and all(" 1.5M " in row for row in reached), rows
+    code, out, err = run_report([tmp_path], "json")
+    detail = [run for group in json.loads(out)["accuracy_groups"] for row in group["rows"]
+              for run in row["runs_detail"] if run["reached"] is False]
+    assert detail and all(run["bytes_to_target"] is None for run in detail)

@@ -81,6 +81,7 @@ class AccuracyRun(ResultRun):
     wall_time: Optional[float]  # wall seconds to the target (evaluation included)
     steps: Optional[int]
     epochs: Optional[float]
+    sent: Optional[float]  # bytes each worker put on the wire to the target
     best_accuracy: float
     stopped_by: str
     img_sec: Optional[float]  # all workers, during training

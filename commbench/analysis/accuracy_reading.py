@@ -52,6 +52,7 @@ REACHED_FIELDS = (
     number("summary.wall_time_to_target", 0, above=True, **_MAYBE),
     whole("summary.steps_to_target", 0, **_MAYBE),
     number("summary.epochs_to_target", 0, **_MAYBE),
+    number("summary.bytes_to_target", 0, **_MAYBE),
 )
 
 
@@ -96,6 +97,7 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
         seed=None if seed is None else int(seed), reached=reached,
         time=to_target("time_to_target"), wall_time=to_target("wall_time_to_target"),
         steps=to_target("steps_to_target", int), epochs=to_target("epochs_to_target"),
+        sent=to_target("bytes_to_target"),
         best_accuracy=float(summary["best_accuracy"]), stopped_by=str(summary["stopped_by"]),
         img_sec=_float(summary.get("img_sec")), curve=curve,
         oversubscribed=bool(summary.get("oversubscribed")), diverged=diverged_of(summary))

@@ -9,11 +9,13 @@ from typing import Any, Dict, List, Optional
 from commbench.analysis import tables
 from commbench.analysis import time_to_target as ttt
 from commbench.analysis.accuracy import AccuracyGroup, AccuracyKey, AccuracyRow, AccuracyRun
+from commbench import units
 from commbench.results import to_json
 
 HEADERS = ["strategy", "topology", "N", "runs", "reached", "time s", "by", "median s",
-           "min-max s", "steps", "epochs", "best if missed", "img/sec", "not to be trusted"]
-ALIGN = "llrrrrlrrrrrrl"
+           "min-max s", "steps", "epochs", "sent", "best if missed", "img/sec",
+           "not to be trusted"]
+ALIGN = "llrrrrlrrrrrrrl"
 
 NOTES = [
     "Time to accuracy: training time (the clock paused for evaluation) until the "
@@ -26,8 +28,10 @@ NOTES = [
     f"drop both ends: the median is given instead, marked 'median (<{ttt.OLYMPIC_MIN_RUNS} "
     "runs)'. MLPerf asks for 5 to 10 runs per benchmark; commbench applies the rule from "
     f"{ttt.OLYMPIC_MIN_RUNS}.",
-    "median s, steps, epochs: medians to the target over all the row's runs (none when "
-    "the median falls on a run that missed it); min-max s: over the runs that reached it.",
+    "median s, steps, epochs, sent: medians to the target over all the row's runs (none "
+    "when the median falls on a run that missed it); min-max s: over the runs that reached "
+    "it. sent: bytes each worker put on the wire to the target (binary units; none for "
+    "runs that did not record them, such as an engine's).",
     "reached: runs that reached the target / runs. best if missed: the best accuracy of "
     "the averaged model among runs that missed it. img/sec: total over the workers during "
     "training, mean over the runs. The JSON and CSV also give the wall time to the target "
@@ -42,7 +46,8 @@ ROW_FIELDS = ("strategy", "topology", "workers", "runs", "reached", "target",
               "time_to_target_s", "rule", "rule_detail", "median_time_to_target_s",
               "min_time_to_target_s", "max_time_to_target_s", "wall_time_to_target_s",
               "wall_rule", "median_wall_time_to_target_s", "median_steps_to_target",
-              "median_epochs_to_target", "best_accuracy_missed", "img_sec", "seeds", "flags")
+              "median_epochs_to_target", "median_bytes_to_target", "best_accuracy_missed",
+              "img_sec", "seeds", "flags")
 KEY_COLUMNS = list(AccuracyKey._fields)
 # The CSV's columns after the group's: the row's, less what the group's already give
 # (the target), so that no column name appears twice.
@@ -97,6 +102,7 @@ def row_record(row: AccuracyRow) -> Dict[str, Any]:
         "median_wall_time_to_target_s": row.median_of("wall_time"),
         "median_steps_to_target": row.median_of("steps"),
         "median_epochs_to_target": row.median_of("epochs"),
+        "median_bytes_to_target": row.median_of("sent"),
         "best_accuracy_missed": row.best_missed, "img_sec": row.img_sec,
         "seeds": " ".join(str(r.seed) for r in row.runs),
         "flags": " ".join(row.flags),
@@ -114,6 +120,7 @@ def run_record(run) -> Dict[str, Any]:
     return {"file": str(run.path), "seed": run.seed, "reached": run.reached,
             "time_to_target_s": run.time, "wall_time_to_target_s": run.wall_time,
             "steps_to_target": run.steps, "epochs_to_target": run.epochs,
+            "bytes_to_target": run.sent,
             "best_accuracy": run.best_accuracy, "stopped_by": run.stopped_by,
             "img_sec": run.img_sec, "diverged": run.diverged}
 
@@ -124,7 +131,7 @@ def formatted_row(row: AccuracyRow) -> List[str]:
     tail = [_num(row.best_missed, "{:.3f}"), _num(row.img_sec, "{:.1f}"),
             " ".join(row.flags) or "-"]
     if not row.has_target:
-        return head + ["no target"] + ["-"] * 6 + tail
+        return head + ["no target"] + ["-"] * 7 + tail
     combined = row.combined()
     low_high = ttt.spread(row.times())
     return head + [
@@ -132,6 +139,7 @@ def formatted_row(row: AccuracyRow) -> List[str]:
         _num(row.median_of("time"), "{:.2f}"),
         "-" if low_high is None else f"{low_high[0]:.2f}-{low_high[1]:.2f}",
         _num(row.median_of("steps"), "{:g}"), _num(row.median_of("epochs"), "{:.2f}"),
+        "-" if row.median_of("sent") is None else units.format_bytes(row.median_of("sent")),
     ] + tail
 
 
