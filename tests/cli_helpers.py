@@ -67,6 +67,14 @@ def commbench(*args: Union[str, Path], env: Optional[Dict[str, str]] = None,
                                        err.getvalue())
 
 
+def refused(*args: Union[str, Path]) -> str:
+    """The one line `commbench ARGS...` refuses them with, exit status 2."""
+    done = commbench(*args)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, (done.returncode, done.stderr)
+    return lines[0]
+
+
 def _exit_status(code, err: io.StringIO) -> int:
     """The status a process would exit with after SystemExit(code)."""
     if code is None:

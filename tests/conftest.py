@@ -77,3 +77,17 @@ def processes_only_in_their_tier(request, monkeypatch):
 
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
     yield
+
+
+@pytest.fixture
+def one_worker(tmp_path):
+    """A process group of this test's process alone (gloo, world size 1): a strategy's
+    step taken in-process, with what `wrap` needs of the launcher's context."""
+    import types
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=(tmp_path / "store").as_uri(), rank=0,
+                            world_size=1)
+    yield types.SimpleNamespace(rank=0, world_size=1)
+    dist.destroy_process_group()

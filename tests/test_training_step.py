@@ -189,16 +189,6 @@ def documented_strategy() -> str:
     return blocks[0]
 
 
-@pytest.fixture
-def one_worker(tmp_path):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=(tmp_path / "store").as_uri(), rank=0,
-                            world_size=1)
-    yield types.SimpleNamespace(rank=0, world_size=1)
-    dist.destroy_process_group()
-
-
 def test_the_documented_strategy_is_short_and_runs(recorder, one_worker):
     source = documented_strategy()
     assert len(source.splitlines()) < 40
