@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from typing import Any, Callable, Iterable, List, Optional
+from typing import Any, Callable, Iterable, List, Optional, Union
 
 
 def accepting(what: str) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:
@@ -49,6 +49,17 @@ def non_negative_int(text: str) -> int:
 @accepting("an integer >= 2")
 def int_at_least_2(text: str) -> int:
     return _at_least(2, text)
+
+
+@accepting("a positive integer H, or two, h1,h2, with h1 < h2")
+def periods(text: str) -> Union[int, List[int]]:
+    """Every how many steps: H alone, or h1,h2 (inside each machine, over all)."""
+    found = [_at_least(1, part) for part in text.split(",")]
+    if len(found) == 1:
+        return found[0]
+    if len(found) != 2 or found[0] >= found[1]:
+        raise ValueError
+    return found
 
 
 @accepting("an integer")

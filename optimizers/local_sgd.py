@@ -2,7 +2,10 @@
 average their models over all workers: the parameters and BatchNorm's running
 statistics, in one flat allreduce after the update. --local-warmup-steps K averages
 after each of the first K steps, as post-local SGD does (PyTorch's
-PostLocalSGDOptimizer), then every H-th step counted from the end of the warm-up.
+PostLocalSGDOptimizer), then every H-th step counted from the end of the warm-up. On
+several machines (real, or simulated by --machine-size), --average-every h1,h2 averages
+inside each machine every h1-th step and over all every h2-th (PyTorch's
+HierarchicalModelAverager's idea, over commbench's machine groups).
 
 What it shares with `diloco` (commbench.optimizers.diloco), the steps alone and the
 meeting after every H-th, is PeriodicStrategy. The exchange is torch's own
@@ -16,11 +19,11 @@ the schedule here is one line instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Union
 
 from commbench import spans, wire
 from commbench.errors import UsageError
-from commbench.flags import flag, non_negative_int, positive_int
+from commbench.flags import flag, non_negative_int, periods
 from commbench.optimizers.base import Strategy, TrainStep
 from commbench.optimizers.gradient_allreduce import broadcast_state
 from commbench.training_step import TrainingStep
@@ -30,8 +33,10 @@ AVERAGE_EVERY = 8
 
 @dataclass(frozen=True)
 class PeriodOptions:
-    average_every: int = flag(AVERAGE_EVERY, "average the models over all workers after "
-                              "every H-th step", positive_int, "H")
+    average_every: Union[int, List[int]] = flag(
+        AVERAGE_EVERY, "average the models over all workers after every H-th step; "
+        "local_sgd on several machines: h1,h2 averages inside each machine every h1-th "
+        "and over all every h2-th", periods, "H")
 
 
 @dataclass(frozen=True)
@@ -51,12 +56,21 @@ class PeriodicStrategy(Strategy):
     def check(cls, config, launch) -> None:
         super().check(config, launch)
         every = cls.options_of(config).average_every
+        if isinstance(every, list):
+            cls.check_machine_periods(config, launch)
+            every = every[-1]
         measured = config.num_iters * config.num_batches_per_iter
         if not config.trains_to_accuracy and every > measured:
             raise UsageError(f"argument --average-every: {every} steps is more than the "
                              f"{measured} steps this run measures (--num-iters x "
                              "--num-batches-per-iter), which would then time no averaging; "
                              "measure more steps or average more often")
+
+    @classmethod
+    def check_machine_periods(cls, config, launch) -> None:
+        """--average-every h1,h2: this strategy's averaging inside machines."""
+        raise UsageError(f"argument --average-every: {cls.name} meets over all workers "
+                         "only: give one H")
 
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
@@ -91,12 +105,12 @@ def size_of(tensors: List[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def average(tensors: List[Any]) -> None:
-    """Average tensors over all workers in one flat allreduce (torch's model_averaging
-    helper: flatten, divide, allreduce, copy back)."""
+def average(tensors: List[Any], group: Any = None) -> None:
+    """Average tensors over all workers (or a process group's) in one flat allreduce
+    (torch's model_averaging helper: flatten, divide, allreduce, copy back)."""
     from torch.distributed.algorithms.model_averaging.utils import average_parameters
 
-    average_parameters(iter(tensors), None)
+    average_parameters(iter(tensors), group)
 
 
 class LocalSgd(PeriodicStrategy):
@@ -105,18 +119,51 @@ class LocalSgd(PeriodicStrategy):
                "every H steps (--average-every)")
     Options = LocalSgdOptions
 
+    @classmethod
+    def check_machine_periods(cls, config, launch) -> None:
+        machine_size = config.machine_size or launch.local_size
+        if launch.world_size > 1 and machine_size == launch.world_size:
+            raise UsageError("argument --average-every: h1,h2 averages inside machines, but "
+                             f"all {launch.world_size} ranks are on one; pass --machine-size "
+                             "N to simulate machines of N ranks, or give one H")
+
+    def __init__(self, ctx, config):
+        super().__init__(ctx, config)
+        if isinstance(self.options.average_every, list) and ctx.machine_size == 0:
+            # Every rank sees the same hostnames, so every rank stops here alike.
+            raise UsageError("argument --average-every: h1,h2 needs the same number of ranks "
+                             "on every machine; pass --machine-size N")
+
     def start(self, model) -> None:
+        from commbench.launch.groups import machine_groups
+
         self.tensors = [*model.parameters(), *self.buffers]
+        every = self.options.average_every
+        self.inside, self.everywhere = (every[0], every[1]) if isinstance(every, list) \
+            else (None, every)
+        if self.inside is not None:
+            self.machine = machine_groups(self.ctx.machine_size,
+                                          self.ctx.world_size)[self.ctx.machine]
 
     def meets_after(self, step: int) -> bool:
-        warmup = self.options.local_warmup_steps
-        return step <= warmup or (step - warmup) % self.options.average_every == 0
+        return self.group_after(step) != "none"
+
+    def group_after(self, step: int) -> str:
+        """Over whom the models are averaged after the step-th step: "all", "machine"
+        or "none"."""
+        since = step - self.options.local_warmup_steps
+        if since <= 0 or since % self.everywhere == 0:
+            return "all"
+        return "machine" if self.inside and since % self.inside == 0 else "none"
 
     def meet(self, started: float) -> None:
         nbytes = size_of(self.tensors)
-        piece = spans.record("comm", started, None, "average model", nbytes,
-                             sent=wire.ring_allreduce(nbytes, self.ctx.world_size))
-        average(self.tensors)
+        machine = self.group_after(self.steps) == "machine"
+        ranks = self.ctx.machine_size if machine else self.ctx.world_size
+        piece = spans.record("comm", started, None,
+                             "average model inside the machine" if machine else
+                             "average model", nbytes, sent=wire.ring_allreduce(nbytes, ranks))
+        average(self.tensors, self.machine if machine else None)
         spans.close(piece)
 
     def facts(self) -> Dict[str, Any]:

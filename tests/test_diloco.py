@@ -92,6 +92,8 @@ def test_a_run_takes_outer_steps_every_h_steps(tmp_path):
     (["--outer-momentum", "1"], "argument --outer-momentum: must be below 1, got 1"),
     (["--outer-lr", "0"], "argument --outer-lr: must be a positive, finite number"),
     (["--outer-dtype", "fp16"], "argument --outer-dtype: "),
+    (["--average-every", "2,4"],
+     "argument --average-every: diloco meets over all workers only: give one H"),
     (["--local-warmup-steps", "3"],
      "argument --local-warmup-steps: means nothing to diloco; only local_sgd reads it"),
 ])

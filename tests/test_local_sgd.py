@@ -7,6 +7,7 @@ it refuses."""
 import pytest
 
 from cli_helpers import commbench, refused
+from commbench import wire
 from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
 from programs.commbench_runs import consensus_of, run_commbench
 
@@ -41,6 +42,19 @@ def test_a_run_averages_every_h_steps_and_records_the_drift_between(tmp_path):
     assert split["exposed"]["mean"] > 0, split
 
 
+@pytest.mark.mpi
+def test_on_two_machines_it_averages_inside_each_every_h1_and_over_all_every_h2(tmp_path):
+    # --average-every 1,2 on 2 simulated machines of 2: after the warm-up step (inside
+    # the machines), the measured steps average over all, then inside, in turn.
+    doc = run_commbench(4, STRATEGY, ["--average-every", "1,2", "--machine-size", "2"],
+                        tmp_path)
+    assert doc["strategy"]["average_every"] == [1, 2]
+    model = sum(t.numel() * t.element_size() for t in resnet18_tensors())
+    everyone, machine = wire.ring_allreduce(model, 4), wire.ring_allreduce(model, 2)
+    assert doc["samples"]["sent_bytes"] == [[everyone.nbytes, machine.nbytes] * 3] * 4
+    assert all(distance > 0 for distance in consensus_of(doc))  # machines differ
+
+
 def resnet18_tensors():
     import torch
     import torchvision
@@ -54,6 +68,9 @@ def resnet18_tensors():
     (["--local-warmup-steps", "-1"], "argument --local-warmup-steps: must be an integer >= 0"),
     (["--average-every", "64", "--num-iters", "2"],
      "argument --average-every: 64 steps is more than the 20 steps this run measures"),
+    (["--average-every", "4,2"], "argument --average-every: must be a positive integer H, or "
+     "two, h1,h2, with h1 < h2, got '4,2'"),
+    (["--average-every", "2,4,8"], "argument --average-every: must be a positive integer H"),
 ])
 def test_bad_settings_are_one_line(flags, message):
     assert message in refused("--dist-optimizer", STRATEGY, *flags)

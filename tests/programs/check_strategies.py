@@ -273,7 +273,8 @@ class Checker:
 
 
     def periodic(self, strategy: str, every: int, steps: int, warmup: int = 0,
-                 outer_lr: float = 1.0, momentum: float = 0.0, bf16: bool = False) -> None:
+                 outer_lr: float = 1.0, momentum: float = 0.0, bf16: bool = False,
+                 inside: int = 0, local: int = 0) -> None:
         """Local SGD steps from rank-distinct parameters against the dense reference:
         every worker x_j -= lr g_j(x_j); after the steps the schedule names (each of the
         first `warmup`, then every `every`-th) the shared parameters s of the last
@@ -281,31 +282,37 @@ class Checker:
         pseudo-gradient d = mean_j (s - x_j) (b = m b + d; s -= outer_lr (d + m b)), and
         every x_j = s: with outer_lr 1 and no momentum, the mean of the x_j (local_sgd).
         Right after a meeting the consensus distance is zero; after a local step it is
-        not. bf16 pseudo-gradients are off by their rounding at most."""
+        not. bf16 pseudo-gradients are off by their rounding at most. With `inside` on
+        simulated machines of `local` ranks, the steps that meet every `inside`-th but
+        not every `every`-th average the x_j of each machine only."""
         import torch
 
         from commbench.measurements import consensus_distance
 
         lr = 0.2
         model = linear_model()
-        options = {"average_every": every}
+        options = {"average_every": [inside, every] if inside else every}
         options.update({"local_warmup_steps": warmup} if strategy == "local_sgd" else
                        {"outer_lr": outer_lr, "outer_momentum": momentum,
                         "outer_dtype": "bf16" if bf16 else "fp32"})
-        plugin = self.plugin(strategy, options=options)
+        plugin = self.plugin(strategy, ctx=self.machines(local) if inside else None,
+                             options=options)
         step = plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0))
         shared = [p.detach().double().numpy().copy() for p in model.parameters()]
         momenta = [np.zeros_like(s) for s in shared]
         x = self.set_distinct(model)  # after wrap's broadcast: workers that drifted apart
         label = f"H={every} K={warmup} outer lr {outer_lr:g} m {momentum:g}" + \
-            " bf16" * bf16
+            " bf16" * bf16 + (f" inside machines of {local} every {inside}" if inside else "")
         tol, biggest = FLOAT_TOL, 0.0
         for t in range(1, steps + 1):
             grads = [local_gradients([s[j] for s in x], batch(j)) for j in range(self.n)]
             x = [np.stack([s[j] - lr * grads[j][i] for j in range(self.n)])
                  for i, s in enumerate(x)]
             meets = t <= warmup or (t - warmup) % every == 0
-            if meets:
+            if inside and not meets and (t - warmup) % inside == 0:
+                x = [np.repeat(s.reshape(-1, local, *s.shape[1:]).mean(axis=1), local, axis=0)
+                     for s in x]
+            elif meets:
                 for i, s in enumerate(x):
                     pseudo = (shared[i] - s).mean(axis=0)
                     biggest = max(biggest, float(np.abs(pseudo).max()))
@@ -318,6 +325,8 @@ class Checker:
             step(*batch(self.rank))
             self.compare(strategy, f"{label} step {t}", model, [s[self.rank] for s in x], tol)
             distance = consensus_distance(model, self.n)
+            if inside and not meets:  # machines that agree inside differ between them
+                continue
             if meets != (distance < CONSENSUS_ROUNDING):
                 self.failures.append((strategy, f"{label} step {t}: rank {self.rank} "
                                       f"consensus distance {distance:.3g} after "
@@ -440,6 +449,8 @@ def main() -> int:
     if "local_sgd" in wanted:
         checker.periodic("local_sgd", every=1, steps=3)
         checker.periodic("local_sgd", every=3, warmup=2, steps=8)
+        for local in divisors(ctx.world_size)[1:-1]:  # several simulated machines
+            checker.periodic("local_sgd", every=4, steps=8, warmup=1, inside=2, local=local)
     if "diloco" in wanted:
         checker.periodic("diloco", every=2, steps=4)  # outer lr 1, no momentum: local SGD
         checker.periodic("diloco", every=2, steps=6, outer_lr=0.7, momentum=0.9)
