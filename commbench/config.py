@@ -19,6 +19,7 @@ from commbench.errors import UsageError
 from commbench.flags import (add_flags, flag, flag_fields, fraction, integer,
                              non_negative_float, non_negative_int, one_of, option_name,
                              positive_float, positive_int)
+from commbench.data.local import AUGMENTS
 from commbench.precision import AMP_MODES
 
 CPU_TRANSPORTS = ("auto", "gloo", "mpi")
@@ -42,6 +43,10 @@ class RunConfig:
                      "speed), learnable[:classes=N,noise=X,samples=N] (a classification "
                      "task generated from --seed), cifar10:PATH or imagefolder:PATH (read "
                      "from disk, never downloaded)", metavar="SPEC")
+    augment: str = flag("auto", "a dataset's training augmentation: auto (CIFAR-10 and "
+                        "images of at most 64 px: a padded random crop and a flip; larger "
+                        "images: ImageNet's random-resized crop and a flip), crop-flip, "
+                        "resized-crop or none", one_of(AUGMENTS), "KIND")
     partition: str = flag("iid", "how a dataset's training samples are split among the "
                           "workers: iid, or dirichlet:ALPHA (label skew)", metavar="SPEC")
     target_accuracy: Optional[float] = flag(
@@ -199,6 +204,10 @@ def refuse_data_flags_that_mean_nothing(config: RunConfig) -> None:
         raise UsageError("argument --partition: the synthetic batch is one fixed batch, "
                          "not a dataset to split among workers; give --data learnable, "
                          "cifar10:PATH or imagefolder:PATH, or leave --partition out")
+    if _given(config, "augment") and config.data.split(":")[0] in ("synthetic", "learnable"):
+        raise UsageError("argument --augment: augments the images of a dataset read from "
+                         "disk (--data cifar10:PATH or imagefolder:PATH); generated data "
+                         "has none to augment: leave it out")
     if _given(config, "warmup_epochs") and not config.trains_to_accuracy:
         raise UsageError("argument --warmup-epochs: a speed run keeps its learning rate "
                          "constant; only training to accuracy (--target-accuracy, "

@@ -78,8 +78,10 @@ def run(config: RunConfig) -> Dict[str, Any]:
         if warning:
             say(f"Warning: {warning}")
     if "class_mix" in data.facts:
-        say(f"Data: {data.facts['data']}, {data.facts['steps_per_epoch']} steps per epoch; "
-            f"partition {config.partition}: {partition.describe(data.facts['class_mix'])}")
+        augment = f", {data.facts['augment']} augmentation" if "augment" in data.facts else ""
+        say(f"Data: {data.facts['data']}{augment}, {data.facts['steps_per_epoch']} steps per "
+            f"epoch; partition {config.partition}: "
+            f"{partition.describe(data.facts['class_mix'])}")
 
     if config.trains_to_accuracy:
         return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine)
@@ -185,7 +187,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
 
 
 def _batches(config: RunConfig, ctx) -> batches.Batches:
-    task = batches.parse(config.data, config.seed)
+    task = batches.parse(config.data, config.seed, config.augment)
     if task is None:
         return batches.synthetic(config.batch_size, config.image_size, config.num_classes,
                                  ctx.device, seed=config.seed + 7919 * (ctx.rank + 1))
@@ -204,7 +206,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
                          f"{why_not}")
     strategy_cls.check(config, launch)
     registry.refuse_others_options(strategy_cls, config)
-    batches.parse(config.data, config.seed)
+    batches.parse(config.data, config.seed, config.augment)
     partition.parse(config.partition)
     training_to_accuracy.check(config)
     if config.timeline is not None:

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The run flags, snapshotted: a change here is a change users see. Update it on purpose.
 RUN_FLAGS = [
-    "--amp", "--atc-style", "--average-every", "--batch-size", "--cpu-transport", "--data",
+    "--amp", "--atc-style", "--augment", "--average-every", "--batch-size", "--cpu-transport",
+    "--data",
     "--disable-dynamic-topology", "--dist-optimizer", "--eval-every",
     "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
     "--local-warmup-steps", "--lr", "--machine-size", "--max-epochs", "--model", "--momentum",
@@ -60,7 +61,8 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
     added_since = {"amp", "reference_seconds", "timeline", "timeline_steps", "data",
                    "partition", "target_accuracy", "eval_every", "time_budget", "max_epochs",
                    "weight_decay", "warmup_epochs", "no_broadcast_buffers", "average_every",
-                   "local_warmup_steps", "outer_lr", "outer_momentum", "outer_dtype"}
+                   "local_warmup_steps", "outer_lr", "outer_momentum", "outer_dtype",
+                   "augment"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

@@ -101,7 +101,44 @@ def test_an_image_folder_gives_each_worker_its_shard(tmp_path):
     assert sum(map(sum, mix)) == 24 and mix == shards[1].facts["class_mix"]  # one partition
     assert shards[0].facts["data"] == f"imagefolder:{tmp_path}"
     images, _ = shards[0].next()
-    assert images.shape == (4, 3, 16, 16)  # a random resized crop to --image-size
+    assert images.shape == (4, 3, 16, 16)  # brought to --image-size
+    assert shards[0].facts["augment"] == "crop-flip"  # 16 px: small images
+
+
+def steps(found, image_size, train=True):
+    return [type(step).__name__ for step in found._transforms(image_size, train).transforms]
+
+
+@pytest.mark.parametrize("kind, augment, image_size, train, expected", [
+    ("imagefolder", "auto", 32, True, ["Resize", "CenterCrop", "RandomCrop",
+                                       "RandomHorizontalFlip"]),
+    ("imagefolder", "auto", 32, False, ["Resize", "CenterCrop"]),
+    ("imagefolder", "auto", 224, True, ["RandomResizedCrop", "RandomHorizontalFlip"]),
+    ("imagefolder", "auto", 224, False, ["Resize", "CenterCrop"]),
+    ("imagefolder", "none", 224, True, ["Resize", "CenterCrop"]),
+    ("imagefolder", "resized-crop", 32, True, ["RandomResizedCrop", "RandomHorizontalFlip"]),
+    ("cifar10", "auto", 32, True, ["RandomCrop", "RandomHorizontalFlip"]),
+    ("cifar10", "auto", 224, True, ["Resize", "CenterCrop", "RandomCrop",
+                                    "RandomHorizontalFlip"]),
+    ("cifar10", "none", 32, True, []),
+])
+def test_the_augmentation_fits_the_images_size(kind, augment, image_size, train, expected):
+    found = LocalDataset(kind, "unused", augment)
+    assert steps(found, image_size, train) == expected + ["ToTensor", "Normalize"]
+
+
+def test_large_images_validate_as_imagenets_recipe_does():
+    resize = LocalDataset("imagefolder", "unused")._transforms(224, False).transforms[0]
+    assert resize.size == 256
+
+
+@pytest.mark.parametrize("data", ["synthetic", "learnable"])
+def test_augment_means_nothing_to_generated_data(data):
+    done = commbench("--data", data, "--augment", "none")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "commbench: error: argument --augment: augments the images of a dataset read "
+        "from disk (--data cifar10:PATH or imagefolder:PATH); generated data has none to "
+        "augment: leave it out"], done.stderr
 
 
 @pytest.mark.mpi

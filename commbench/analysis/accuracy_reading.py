@@ -68,7 +68,10 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
     config, summary = doc["config"], doc["summary"]
     env = doc["environment"]
     target = config.get("target_accuracy")
-    data = (doc.get("data") or {}).get("data") or config["data"]
+    facts = doc.get("data") or {}
+    data = facts.get("data") or config["data"]
+    if facts.get("augment"):  # runs augmented otherwise learnt another task
+        data = f"{data}, {facts['augment']} augmentation"
     key = AccuracyKey(str(config["model"]), str(data), str(config.get("partition") or "iid"),
                       int(config["batch_size"]), int(config["image_size"]),
                       "" if target is None else f"{float(target):g}",

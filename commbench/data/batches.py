@@ -23,16 +23,17 @@ FORMS = "synthetic, learnable[:classes=N,noise=X,samples=N], cifar10:PATH, image
 TASK, TRAIN, VALIDATION, PARTITION = 0, 1, 2, 3
 
 
-def parse(spec: str, seed: int) -> Union[None, LearnableTask, LocalDataset]:
+def parse(spec: str, seed: int, augment: str = "auto"
+          ) -> Union[None, LearnableTask, LocalDataset]:
     """None for the synthetic batch; the task of `learnable[:knobs]`; the dataset of
-    `cifar10:PATH` or `imagefolder:PATH`."""
+    `cifar10:PATH` or `imagefolder:PATH` (its training images augmented by augment)."""
     kind, _, knobs = spec.partition(":")
     if kind == "synthetic" and not knobs:
         return None
     if kind == "learnable":
         return LearnableTask.parse(knobs, seed + TASK)
     if kind in local.KINDS:
-        return LocalDataset.parse(kind, knobs)
+        return LocalDataset.parse(kind, knobs, augment)
     raise UsageError(f"argument --data: {spec!r} is not one of {FORMS}")
 
 
@@ -93,7 +94,8 @@ def from_path(found: LocalDataset, partition: str, batch_size: int, image_size: 
     batches = local.loader(train, shards[rank], batch_size, device,
                            seed + PARTITION + 7919 * (rank + 1))
     mix = partitions.class_mix(labels, shards, classes)
-    facts = {"data": found.describe(), "partition": partition, "class_mix": mix,
+    facts = {"data": found.describe(), "augment": found.augmentation(image_size),
+             "partition": partition, "class_mix": mix,
              "steps_per_epoch": max(1, len(labels) // (batch_size * world_size))}
     return Batches(lambda: next(batches), classes, facts, found)
 

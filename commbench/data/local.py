@@ -2,12 +2,17 @@
 read by torchvision and never downloaded: a path without the data is a one-line error.
 
 - cifar10:PATH: torchvision's CIFAR-10 under PATH (the `cifar-10-batches-py` folder
-  that `torchvision.datasets.CIFAR10(PATH, download=True)` leaves there). Training
-  images get the usual augmentation (random crop with 4 pixels of padding, horizontal
-  flip); the 10,000 test images are the validation set.
+  that `torchvision.datasets.CIFAR10(PATH, download=True)` leaves there); the 10,000
+  test images are the validation set.
 - imagefolder:PATH: PATH/train and PATH/val, one folder per class (ImageNet's layout,
-  torchvision's ImageFolder). Training images get a random resized crop and a flip;
-  validation images are resized and centre-cropped.
+  torchvision's ImageFolder); validation images are resized and centre-cropped.
+
+Training images are augmented as the field does by their size (--augment auto): CIFAR-10
+and images of at most SMALL pixels a side get a random crop of the image padded by an
+eighth of its side, and a horizontal flip; larger ones ImageNet's random-resized crop
+and a flip. That crop takes 8-100% of an image and stretches it back: right for
+ImageNet's large photographs, it leaves a 32-pixel image little to learn from.
+--augment crop-flip, resized-crop or none chooses one.
 
 Images are normalised and brought to --image-size. A worker reads its shard through a
 DataLoader: worker processes on GPUs (pinned memory, so copies overlap compute), in
@@ -25,6 +30,8 @@ from typing import Any, List, Tuple
 from commbench.errors import UsageError
 
 KINDS = ("cifar10", "imagefolder")
+AUGMENTS = ("auto", "crop-flip", "resized-crop", "none")
+SMALL = 64  # pixels a side: CIFAR's 32, Tiny ImageNet's 64 and smaller are small
 # Per-channel mean and standard deviation of the images each kind is usually normalised
 # with: CIFAR-10's own, and ImageNet's for image folders.
 NORMALIZE = {"cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
@@ -36,13 +43,14 @@ LOADER_WORKERS_GPU = 4  # DataLoader processes per GPU worker (CPU workers read 
 class LocalDataset:
     kind: str
     path: str
+    augment: str = "auto"  # as --augment gave it
 
     @classmethod
-    def parse(cls, kind: str, path: str) -> "LocalDataset":
+    def parse(cls, kind: str, path: str, augment: str = "auto") -> "LocalDataset":
         """The dataset of `--data KIND:PATH`, after checking that PATH holds it."""
         if not path:
             raise UsageError(f"argument --data: {kind} needs a path: {kind}:PATH")
-        found = cls(kind, path)
+        found = cls(kind, path, augment)
         missing = found.missing()
         if missing:
             raise UsageError(f"argument --data: {missing} (commbench never downloads data)")
@@ -62,19 +70,28 @@ class LocalDataset:
     def describe(self) -> str:
         return f"{self.kind}:{self.path}"
 
+    def augmentation(self, image_size: int) -> str:
+        """The training augmentation: --augment's, or what `auto` picks for the size."""
+        if self.augment != "auto":
+            return self.augment
+        return "crop-flip" if self.kind == "cifar10" or image_size <= SMALL else "resized-crop"
+
     def _transforms(self, image_size: int, train: bool):
         from torchvision import transforms as T
 
         mean, std = NORMALIZE[self.kind]
-        if self.kind == "cifar10":
-            resize = [] if image_size == 32 else [T.Resize(image_size)]
-            augment = [T.RandomCrop(image_size, padding=image_size // 8),
-                       T.RandomHorizontalFlip()] if train else []
-            steps = resize + augment
-        elif train:
+        augment = self.augmentation(image_size)
+        if train and augment == "resized-crop":
             steps = [T.RandomResizedCrop(image_size), T.RandomHorizontalFlip()]
-        else:
-            steps = [T.Resize(round(image_size * 256 / 224)), T.CenterCrop(image_size)]
+        else:  # the image brought to size; the validation images of ImageNet's layout as
+            # its recipe has them (resized to 8/7 of the crop, centre-cropped)
+            large = self.kind == "imagefolder" and augment == "resized-crop"
+            steps = [] if self.kind == "cifar10" and image_size == 32 else \
+                [T.Resize(round(image_size * 256 / 224) if large else image_size),
+                 T.CenterCrop(image_size)]
+            if train and augment == "crop-flip":
+                steps += [T.RandomCrop(image_size, padding=image_size // 8),
+                          T.RandomHorizontalFlip()]
         return T.Compose(steps + [T.ToTensor(), T.Normalize(mean, std)])
 
     def dataset(self, image_size: int, train: bool):
