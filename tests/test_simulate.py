@@ -600,3 +600,26 @@ def test_one_bad_calibration_file_is_skipped_in_one_line(tmp_path, capsys, monke
     warning = f"commbench simulate: skipping {bad}: incomplete or malformed {kind} result: "
     assert [line.startswith(warning) for line in err.splitlines()] == ([] if fine else [True]), \
         err
+
+
+def test_periodic_strategies_send_the_model_once_in_h_steps():
+    from types import SimpleNamespace
+
+    from commbench.simulate import costs
+    from commbench.simulate.step import Strategy, simulate
+
+    compute = SimpleNamespace(seconds=0.1, slowest_of=lambda n: 0.0)
+    grads = SimpleNamespace(total=40e6)
+    layout = costs.Layout(8, 2)
+    net = Network(Link(1e-6, 1 / 100e9), Link(5e-6, 1 / 1e9))
+    every_step, _ = costs.allreduce(40e6, layout, net, ("ring", "tree"))
+    inside, _ = costs.allreduce(40e6, costs.Layout(2, 2), net, ("ring", "tree"))
+    for strategy, exposed in [
+            (Strategy("local_sgd", every=(8,)), every_step / 8),
+            (Strategy("diloco", every=(4,), outer_bf16=True),
+             costs.allreduce(20e6, layout, net, ("ring", "tree"))[0] / 4),
+            (Strategy("local_sgd", every=(2, 8)), every_step / 8 + inside * (1 / 2 - 1 / 8))]:
+        step = simulate(strategy, layout, compute, grads, net, stragglers=False)
+        assert step.compute == 0.1 and step.overlapped == 0.0
+        assert step.exposed == pytest.approx(exposed), strategy
+    assert Strategy("local_sgd", every=(2, 8)).label() == "local_sgd (H=2,8)"

@@ -206,8 +206,10 @@ def strategies_to_project(args, runs) -> List[Strategy]:
                              f"modelled: {', '.join(STRATEGIES)}")
         version = getattr(args, "horovod_version", None) or engines.HOROVOD_DEFAULT
         engines.horovod(version)  # an unknown release is one line, before any work
+        every = args.average_every if isinstance(args.average_every, list) else \
+            [args.average_every]
         return [Strategy(s, args.topology, not args.disable_dynamic_topology, args.atc_style,
-                         args.hierarchical_allreduce and s == "horovod", version)
+                         args.hierarchical_allreduce and s == "horovod", version, tuple(every))
                 for s in names]
     found = {strategy_of(r.doc) for r in runs} - {None}
     if found:
@@ -221,9 +223,12 @@ def strategy_of(doc) -> Optional[Strategy]:
     name = config["dist_optimizer"]
     if name not in STRATEGIES:
         return None
+    every = config.get("average_every") or 8
     return Strategy(name, config.get("topology") or "exponential-2",
                     not config.get("disable_dynamic_topology"), bool(config.get("atc_style")),
-                    name == "horovod" and bool(config.get("hierarchical_allreduce")))
+                    name == "horovod" and bool(config.get("hierarchical_allreduce")),
+                    every=tuple(every) if isinstance(every, list) else (int(every),),
+                    outer_bf16=name == "diloco" and config.get("outer_dtype") == "bf16")
 
 
 def workers_per_machine(runs) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from commbench.errors import UsageError
-from commbench.flags import positive_float, positive_int
+from commbench.flags import periods, positive_float, positive_int
 from commbench.microbench import results as microbench_results
 from commbench.simulate import (calibrate, engines, network_inputs, nccl_tests_output,
                                 projection_file, published, table, transports)
@@ -45,6 +45,9 @@ def add_arguments(parser) -> None:
     add("--disable-dynamic-topology", action="store_true",
         help="the static topology every step instead of the dynamic one-peer schedule")
     add("--atc-style", action="store_true", help="adapt-then-combine (no overlap)")
+    add("--average-every", type=periods, default=8, metavar="H",
+        help="local_sgd and diloco with --dist-optimizer: the models meet every H-th step "
+        "(local_sgd on several machines: h1,h2) (default: 8)")
     add("--fp16-allreduce", action="store_true", help="communication in float16 (default: "
         "as the runs, when all of them did)")
     add("--hierarchical-allreduce", action="store_true", help="horovod: allreduce inside "

@@ -38,8 +38,9 @@ from commbench.simulate.link_costs import Network
 
 STRATEGIES = ("allreduce", "horovod", "gradient_allreduce", "neighbor_allreduce",
               "hierarchical_neighbor_allreduce", "bluefog.neighbor_allreduce",
-              "bluefog.hierarchical_neighbor_allreduce", "none")
+              "bluefog.hierarchical_neighbor_allreduce", "local_sgd", "diloco", "none")
 NEIGHBOR = ("neighbor_allreduce", "hierarchical_neighbor_allreduce")
+PERIODIC = ("local_sgd", "diloco")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class Strategy:
     atc: bool = False
     hierarchical_allreduce: bool = False  # horovod's --hierarchical-allreduce
     horovod_version: str = engines.HOROVOD_DEFAULT  # whose defaults horovod runs with
+    every: Tuple[int, ...] = (8,)  # local_sgd's and diloco's --average-every: H or h1, h2
+    outer_bf16: bool = False  # diloco's --outer-dtype bf16
 
     @property
     def base(self) -> str:
@@ -69,6 +72,9 @@ class Strategy:
                 [] if self.horovod_version == engines.HOROVOD_DEFAULT
                 else [f"{engines.horovod(self.horovod_version).version} defaults"])
             return f"horovod ({', '.join(settings)})" if settings else "horovod"
+        if self.name in PERIODIC:
+            every = ",".join(map(str, self.every))
+            return f"{self.name} (H={every}{', bf16' if self.outer_bf16 else ''})"
         if self.base not in NEIGHBOR:
             return self.name
         settings = [self.topology, "dynamic" if self.dynamic else "static"]
@@ -125,7 +131,29 @@ def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: 
     if name == "hierarchical_neighbor_allreduce":
         return _hierarchical_step(strategy, layout, compute, grads.total * scale, net,
                                   stragglers, pipeline_bytes)
+    if name in PERIODIC:
+        return _periodic_step(strategy, layout, compute, grads.total * scale, net,
+                              stragglers, algorithms)
     raise ValueError(f"no cost model for strategy {name!r}")
+
+
+def _periodic_step(strategy: Strategy, layout: costs.Layout, compute: Compute,
+                   nbytes: float, net: Network, stragglers: bool,
+                   algorithms: Tuple[str, ...]) -> StepTime:
+    """The mean step of a strategy that meets every H-th step: every step computes, and
+    one in H allreduces the model (diloco's pseudo-gradients; half the bytes in bf16)
+    after the update, exposed, waiting then for the slowest worker; with h1,h2 one in h1
+    also allreduces inside each machine, where it does not meet over all."""
+    if strategy.outer_bf16:
+        nbytes /= 2
+    everywhere, algorithm = costs.allreduce(nbytes, layout, net, algorithms)
+    exposed = everywhere / strategy.every[-1]
+    if len(strategy.every) == 2 and layout.local > 1:
+        inside, _ = costs.allreduce(nbytes, costs.Layout(layout.local, layout.local), net,
+                                    algorithms)
+        exposed += inside * (1 / strategy.every[0] - 1 / strategy.every[1])
+    wait = compute.slowest_of(layout.workers) / strategy.every[-1] if stragglers else 0.0
+    return StepTime(compute.seconds, exposed, 0.0, wait, algorithm)
 
 
 def _posted(name: str, grads: Gradients, compute: Compute,

@@ -12,7 +12,7 @@ from commbench.analysis import tables
 from commbench.simulate.answer import verdicts
 from commbench.simulate.link_costs import Network
 from commbench.simulate.project import Inputs, Row
-from commbench.simulate.step import Strategy
+from commbench.simulate.step import PERIODIC, Strategy
 from commbench.simulate.projection_file import rows_of
 
 HEADERS = ["strategy", "N", "machines", "img/sec", "band", "E(N)", "compute ms",
@@ -86,7 +86,12 @@ def notes_of(inputs: Inputs, strategies: Sequence[Strategy] = ()) -> List[str]:
     ] + ([f"hierarchical_neighbor_allreduce between machines: over gloo, a pipeline of "
           f"{units.format_bytes(inputs.pipeline_bytes)}B pieces (exchanges behind the next "
           f"pieces' sums, broadcasts behind the next pieces' exchanges)."]
-         if inputs.pipeline_bytes else [])
+         if inputs.pipeline_bytes else []) + (
+        ["local_sgd, diloco: the mean step, one model allreduce every H-th step (with "
+         "h1,h2 also one inside each machine every h1-th), exposed after the update; "
+         "communicating less often may cost more steps to reach an accuracy, which no "
+         "speed projection shows (train to accuracy: docs/run.md)."]
+        if any(s.name in PERIODIC for s in strategies) else [])
 
 
 # (projected part, the measured part it is set against); the projection has no "other"
