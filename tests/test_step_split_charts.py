@@ -25,6 +25,10 @@ def runs_with_split(tmp_path):
         doc = json.loads(path.read_text())
         doc["summary"]["step_split"] = {k: {"mean": v, "median": v, "p10": v, "p90": v}
                                         for k, v in PARTS.items()}
+        doc["summary"]["wire"] = {"bytes_per_step": 3 * 2 ** 20, "messages_per_step": 6,
+                                  "bytes_per_image": 3 * 2 ** 20 / 32,
+                                  "communicating_steps": 1.0,
+                                  "bytes_per_communicating_step": 3 * 2 ** 20}
         path.write_text(json.dumps(doc))
     return runs
 
@@ -36,13 +40,16 @@ def test_report_adds_the_split_table_where_runs_recorded_it(tmp_path):
     assert tables
     rows = [line.split() for table in tables for line in table.splitlines()
             if line.startswith("allreduce")]
-    assert ["allreduce", "-", "2", "200.0", "150.0", "30.0", "15.0", "5.0", "30.0"] in rows
-    assert ["allreduce", "-", "4", "-", "-", "-", "-", "-", "-"] in rows  # recorded none
+    assert ["allreduce", "-", "2", "200.0", "150.0", "30.0", "15.0", "5.0", "30.0",
+            "3M"] in rows
+    assert ["allreduce", "-", "4", "-", "-", "-", "-", "-", "-", "-"] in rows  # recorded none
     as_json = io.StringIO()
     report.report([runs_with_split(tmp_path / "again")], fmt="json", out=as_json)
     rows = [r for g in json.loads(as_json.getvalue())["groups"] for r in g["rows"]]
     assert {r["workers"]: r["step_split"] is not None for r in rows
             if r["strategy"] == "allreduce"} == {1: False, 2: True, 4: False}
+    assert {r["workers"]: r["bytes_per_step"] for r in rows
+            if r["strategy"] == "allreduce"} == {1: None, 2: 3 * 2 ** 20, 4: None}
 
 
 def test_no_split_table_for_runs_without_one():

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
-from commbench import metrics
+from commbench import metrics, units
 from commbench.analysis import accuracy_tables, reader, runs, tables
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
@@ -114,10 +114,11 @@ def diverged_lines(group: Group) -> List[str]:
 
 
 SPLIT_HEADERS = ["strategy", "topology", "N", "step ms", "compute", "exposed", "waiting",
-                 "other", "hidden"]
+                 "other", "hidden", "sent/step"]
 SPLIT_TITLE = ("Where a step's time goes, ms per step (mean over ranks, steps and runs): "
                "compute + exposed + waiting + other = step; hidden: communication "
-               "overlapped with compute")
+               "overlapped with compute; sent/step: bytes each worker put on the wire per "
+               "step (binary units)")
 
 
 def split_table(group: Group, fmt: str) -> str:
@@ -127,8 +128,9 @@ def split_table(group: Group, fmt: str) -> str:
         rows.append([p.series.strategy, p.series.settings() or "-", str(p.workers)] + (
             ["-"] * 6 if split is None else
             [f"{1e3 * split[part]:.1f}" for part in ("step", "compute", "exposed", "waiting",
-                                                     "other", "overlapped")]))
-    return f"\n{SPLIT_TITLE}\n\n" + tables.render(SPLIT_HEADERS, rows, "llrrrrrrr", fmt)
+                                                     "other", "overlapped")])
+            + ["-" if p.sent is None else units.format_bytes(p.sent["bytes_per_step"])])
+    return f"\n{SPLIT_TITLE}\n\n" + tables.render(SPLIT_HEADERS, rows, "llrrrrrrrr", fmt)
 
 
 def baseline_line(group: Group) -> str:
@@ -147,7 +149,8 @@ ROW_FIELDS = ("strategy", "topology", "workers", "runs", "total_img_sec", "total
               "ci95_over", "img_sec_per_worker", "efficiency", "efficiency_ci95",
               "efficiency_in_job", "efficiency_in_job_ci95", "p50_seconds_per_batch",
               "p90_seconds_per_batch", "communication_overhead", "communication_overhead_ci95",
-              "final_consensus_distance", "oversubscribed", "flags")
+              "final_consensus_distance", "bytes_per_step", "messages_per_step",
+              "bytes_per_image", "oversubscribed", "flags")
 
 
 def point_record(p: Point) -> Dict[str, Any]:
@@ -161,7 +164,10 @@ def point_record(p: Point) -> Dict[str, Any]:
         "p50_seconds_per_batch": p.latency.get("p50"),
         "p90_seconds_per_batch": p.latency.get("p90"),
         "communication_overhead": p.overhead, "communication_overhead_ci95": p.overhead_ci,
-        "final_consensus_distance": p.final_consensus, "oversubscribed": p.oversubscribed,
+        "final_consensus_distance": p.final_consensus,
+        **{key: (p.sent or {}).get(key)
+           for key in ("bytes_per_step", "messages_per_step", "bytes_per_image")},
+        "oversubscribed": p.oversubscribed,
         "flags": " ".join(p.flags),
     }
 

@@ -176,6 +176,17 @@ class Point:
                 for part in splits[0]}
 
     @property
+    def sent(self) -> Optional[Dict[str, float]]:
+        """What each worker put on the wire (summary.wire's bytes and messages per step,
+        bytes per image), mean over the point's runs; None when a run recorded none
+        (older files, engines that communicate out of sight)."""
+        found = [run.doc["summary"].get("wire") for run in self.runs]
+        if not found or any(sent is None for sent in found):
+            return None
+        return {key: sum(sent[key] for sent in found) / len(found)
+                for key in ("bytes_per_step", "messages_per_step", "bytes_per_image")}
+
+    @property
     def flags(self) -> List[str]:
         """What not to trust about this point (metrics.FLAGS codes), judged on its
         combined numbers (a repeat can settle what one run could not)."""
