@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Tuple
 
+from commbench import units
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -113,6 +115,9 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
                     markerfacecolor="white" if hollow else style["color"])
         missed = len(row.runs) - row.reached
         words = f"{row.reached}/{len(row.runs)} reached"
+        sent = row.median_of("sent")
+        if sent is not None:
+            words += f", {units.format_bytes(sent)}B sent per worker"
         if missed:
             words += f"; {missed} missed (best {row.best_missed:.3f})"
         if combined.value is None:
@@ -125,7 +130,8 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
     ax.set_xlim(0, longest * 1.6)  # room on the right for the words
     ax.set_xlabel(wrapped("training time to target (s)", "filled: MLPerf's rule (fastest "
                           "and slowest run dropped, mean of the rest); hollow: the median "
-                          "(too few runs); bar and ticks: the runs that reached the target",
+                          "(too few runs); bar and ticks: the runs that reached the target; "
+                          "sent: the median bytes a worker put on the wire to the target",
                           width=70), fontsize=8)
     ax.grid(True, axis="x", alpha=0.3)
     fig.suptitle(wrapped("Time to target", group.key.heading(), group.key.details(),

@@ -437,3 +437,17 @@ def test_a_field_is_named_by_its_dotted_path_and_what_is_wrong_with_it():
         with pytest.raises(validate.Invalid) as caught:
             validate.check(doc, fields)
         assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("directory, kind", [(RUNS, "run"), (TARGET, "accuracy")])
+def test_a_run_on_a_crowded_machine_is_read_and_flagged(tmp_path, directory, kind):
+    # what a run records when CPU workers outnumber a machine's cores, and a run
+    # trained to accuracy without --eval-every (its interval chosen for it)
+    doc = fixture_doc("*n2*", directory)
+    doc["summary"]["oversubscribed"] = {"machine": "vm", "workers": 4, "physical_cores": 2}
+    if kind == "accuracy":
+        doc["config"]["eval_every"] = None
+    (tmp_path / "crowded.json").write_text(results.to_json(doc))
+    read_in, notes = reader.read([tmp_path])
+    assert notes == [] and len(read_in[kind]) == 1
+    assert read_in[kind][0].oversubscribed is True

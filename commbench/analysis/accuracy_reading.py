@@ -26,7 +26,7 @@ KIND = "accuracy"
 FIELDS = (
     text("config.model"), whole("config.batch_size", 1), whole("config.image_size", 1),
     number("config.target_accuracy", 0, 1, above=True, **_MAYBE),
-    whole("config.eval_every", 1, optional=True), whole("summary.eval_every", 1, **_MAYBE),
+    whole("config.eval_every", 1, **_MAYBE), whole("summary.eval_every", 1, **_MAYBE),
     number("config.lr", **_MAYBE), number("config.momentum"),
     number("config.weight_decay", **_MAYBE), number("config.warmup_epochs", 0, **_MAYBE),
     number("config.max_epochs", 0, above=True, **_MAYBE),
@@ -36,7 +36,7 @@ FIELDS = (
     section("environment"), whole("environment.world_size", 1),
     validate.flag("summary.reached", **_MAYBE), number("summary.best_accuracy", 0, 1),
     text("summary.stopped_by"), number("summary.img_sec", 0, above=True, **_MAYBE),
-    validate.flag("summary.oversubscribed", **_MAYBE),
+    validate.load("summary.oversubscribed", **_MAYBE),
     section("summary.diverged", **_MAYBE), whole("summary.diverged.step", 1),
     whole("summary.diverged.rank", 0),
     items("curve"), section("curve.*"), whole("curve.*.step", 0),

@@ -35,7 +35,7 @@ RUN_FIELDS = (
     number("summary.communication_overhead_ci95", 0, **_MAYBE),
     number("summary.reference_overlap", **_MAYBE), number("summary.reference_drift", **_MAYBE),
     number("summary.final_consensus_distance", finite=False, **_MAYBE),
-    validate.flag("summary.oversubscribed", **_MAYBE),
+    validate.load("summary.oversubscribed", **_MAYBE),
     section("summary.step_split", **_MAYBE),
     *(section(f"summary.step_split.{part}") for part in step_split.PARTS),
     number("summary.step_split.*.mean"),
@@ -167,6 +167,16 @@ def variant_of(strategy: Dict[str, Any]) -> str:
         found.append("Adasum")
     if strategy.get("hierarchical_allreduce"):
         found.append("hierarchical allreduce")
+    if "average_every" in strategy:  # local_sgd's and diloco's meetings
+        every = strategy["average_every"]
+        found.append(f"H={','.join(map(str, every)) if isinstance(every, list) else every}")
+    if strategy.get("local_warmup_steps"):
+        found.append(f"{strategy['local_warmup_steps']} warm-up steps")
+    if "outer_lr" in strategy:
+        found.append(f"outer lr {strategy['outer_lr']:g}, momentum "
+                     f"{strategy['outer_momentum']:g}")
+    if strategy.get("outer_dtype") == "bf16":
+        found.append("bf16 pseudo-gradients")
     return ", ".join(found)
 
 

@@ -27,6 +27,9 @@ KINDS = {  # a field's kind: the Python types that are it, and its name in a mes
     "bool": ((bool,), "true or false"),
     "section": ((dict,), "a section ({...})"),
     "list": ((list,), "a list"),
+    # what a run says of its load: a section naming the crowded machine, or (older
+    # files) true or false
+    "load": ((bool, dict), "true, false or a section ({...})"),
 }
 EACH = "*"  # in a path: every item of a list, every value of a section
 MAYBE = {"optional": True, "nullable": True}  # a field that may be absent or null
@@ -67,6 +70,10 @@ def text(path: str, **options: Any) -> Field:
 
 def flag(path: str, **options: Any) -> Field:
     return Field(path, "bool", **options)
+
+
+def load(path: str, **options: Any) -> Field:
+    return Field(path, "load", **options)
 
 
 def section(path: str, **options: Any) -> Field:
@@ -158,7 +165,8 @@ def _check_value(field: Field, name: str, value: Any) -> None:
             raise Invalid(name, "is null")
         return
     types, called = KINDS[field.kind]
-    if not isinstance(value, types) or (isinstance(value, bool) and field.kind != "bool"):
+    if not isinstance(value, types) or \
+            (isinstance(value, bool) and field.kind not in ("bool", "load")):
         raise Invalid(name, f"is {shown(value)}, not {called}")
     if field.kind not in ("number", "whole"):
         return
