@@ -88,7 +88,7 @@ def sweeps(spec: dict, args, extra) -> None:
 
 
 def repeated(spec: dict, args, extra) -> None:
-    from commbench.analysis.reading import analyse
+    from commbench.analysis.reader import analyse
 
     def sweep(directory: Path, flags) -> float:
         start = time.monotonic()
