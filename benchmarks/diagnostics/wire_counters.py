@@ -19,7 +19,6 @@ hand its transport.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,16 +42,6 @@ MODEL = ["--model", "resnet18", "--image-size", "32", "--batch-size", "16",
          "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--reference-iters", "0"]
 
 
-def sent_bytes(cluster) -> int:
-    """Bytes all machines' interfaces have sent so far."""
-    total = 0
-    for i in range(cluster.machines):
-        out = subprocess.run(["ip", "-n", cluster.netns(i), "-j", "-s", "link", "show",
-                              cluster.nic], capture_output=True, text=True, check=True).stdout
-        total += json.loads(out)[0]["stats64"]["tx"]["bytes"]
-    return total
-
-
 def consensus_bytes(doc) -> int:
     """What measuring the consensus distance sent in a job: per iteration, a ring
     allreduce of the parameters (float32) on every rank, and one of two float64s."""
@@ -71,10 +60,10 @@ def job(cluster, strategy: str, flags, iters: int, scratch: Path):
     """(bytes the interfaces sent, less the consensus measurement's, and bytes the
     result says the ranks sent over their measured steps) of one job."""
     out = scratch / f"{strategy.split()[0]}-{iters}-{time.monotonic_ns()}"
-    before = sent_bytes(cluster)
+    before = namespaces.sent_bytes(cluster)
     mpirun(cluster, [f"--dist-optimizer={strategy.split()[0]}", *MODEL, *flags,
                      "--num-iters", str(iters), "--results-dir", str(out)])
-    counted = sent_bytes(cluster) - before
+    counted = namespaces.sent_bytes(cluster) - before
     (found,) = out.glob("*.json")
     doc = json.loads(found.read_text())
     return (counted - consensus_bytes(doc),

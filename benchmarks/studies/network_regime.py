@@ -51,16 +51,6 @@ LAYOUTS = [(2, 2), (4, 1)]
 STRATEGIES = ["allreduce", "horovod", "neighbor_allreduce", "hierarchical_neighbor_allreduce"]
 
 
-def sent_bytes(cluster) -> int:
-    """Bytes all machines have sent over their links so far."""
-    total = 0
-    for i in range(cluster.machines):
-        out = subprocess.run(["ip", "-n", cluster.netns(i), "-j", "-s", "link", "show",
-                              cluster.nic], capture_output=True, text=True, check=True).stdout
-        total += json.loads(out)[0]["stats64"]["tx"]["bytes"]
-    return total
-
-
 def plan(links, name, flags, results, layouts=LAYOUTS, strategies=STRATEGIES):
     jobs = plan_emulated([(1, 1)], links, name, ["none"], MODEL + flags, results)
     jobs += plan_emulated(layouts, links, name, strategies, MODEL + flags, results)
@@ -154,9 +144,9 @@ def run_arms(link, arms, other, cluster, env, started) -> dict:
     during it}."""
     moved = {}
     for arm in arms:
-        before = sent_bytes(cluster)
+        before = namespaces.sent_bytes(cluster)
         output = run_one(arm, 1800, env)
-        moved[id(arm)] = sent_bytes(cluster) - before
+        moved[id(arm)] = namespaces.sent_bytes(cluster) - before
         tag = " [--cpu-transport gloo]" if arm is other else ""
         if not arm.ok:
             print(f"FAILED {arm.strategy}{tag} on {arm.workers}:\n{output[-2000:]}")

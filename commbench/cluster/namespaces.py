@@ -125,6 +125,15 @@ def _write_launch_files(c: Cluster) -> None:
     write_atomically(c.directory / "env.sh", f"export PATH={c.bin}:$PATH\n")
 
 
+def sent_bytes(cluster: Cluster) -> int:
+    """Bytes all the cluster's machines have sent so far: their interfaces' counters."""
+    total = 0
+    for i in range(cluster.machines):
+        found = tool("ip", "-n", cluster.netns(i), "-j", "-s", "link", "show", cluster.nic)
+        total += json.loads(found.stdout)[0]["stats64"]["tx"]["bytes"]
+    return total
+
+
 def down(name: str) -> List[str]:
     """Remove everything of cluster `name` that exists, in any state; idempotent."""
     check_privileges()
