@@ -33,7 +33,8 @@ def sweep(args, directory: Path) -> None:
         subprocess.run([sys.executable, "-m", "commbench", "sweep", "--np", str(args.workers),
                         "--emulate", f"{args.workers}x1", "--link", args.link, *flags, *MODEL,
                         "--num-batches-per-iter", str(per_iteration), "--num-iters", "3",
-                        "--results-dir", str(directory)], check=True)
+                        "--results-dir", str(directory), "--plots-dir",
+                        str(directory / "charts")], check=True)
 
 
 def summaries(directory: Path):
