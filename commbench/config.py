@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from commbench import compression
 from commbench.errors import UsageError
 from commbench.flags import (add_flags, flag, flag_fields, fraction, integer,
                              non_negative_float, non_negative_int, one_of, option_name,
@@ -86,7 +87,12 @@ class RunConfig:
         "(default: the launcher's local size)", positive_int, "N")
     independent_init: bool = flag(False, "initialise each worker's model with its own seed "
                                   "instead of broadcasting rank 0's parameters")
-    fp16_allreduce: bool = flag(False, "compress communicated tensors to float16")
+    compression: str = flag(
+        "none", "what the strategy's messages travel as: none, fp16, bf16, or (allreduce) "
+        "powersgd:RANK[,start=N][,min_rate=X], torch's PowerSGD; `commbench list` says which "
+        "strategy takes which (commbench.compression)", compression.spec, "KIND")
+    fp16_allreduce: bool = flag(False, "compress communicated tensors to float16 (Horovod's "
+                                "spelling of --compression fp16)")
     amp: str = flag("off", "mixed precision: the forward pass under autocast in bf16 (CPU or "
                     "GPU) or fp16 (GPU, with loss scaling)", one_of(AMP_MODES),
                     "{off,fp16,bf16}")

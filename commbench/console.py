@@ -99,9 +99,10 @@ def split_line(split: Optional[Dict[str, Any]], device: str = "cpu") -> str:
     if split is None:
         return ("Step split: not measured (this strategy's engine communicates inside its "
                 "own optimizer step, out of commbench's sight)")
-    ms = {part: 1000 * split[part]["mean"] for part in PARTS}
+    ms = {part: 1000 * split[part]["mean"] for part in PARTS if part in split}
+    codec = f"compression codec {ms['codec']:.1f} + " if ms.get("codec") else ""
     return (f"Step split (mean per step): {ms['step']:.1f} ms = compute {ms['compute']:.1f} + "
-            f"exposed communication {ms['exposed']:.1f} + waiting for peers "
+            f"{codec}exposed communication {ms['exposed']:.1f} + waiting for peers "
             f"{ms['waiting']:.1f} + other {ms['other']:.1f}; communication hidden behind "
             f"compute {ms['overlapped']:.1f}")
 

@@ -1,5 +1,6 @@
 """Interval arithmetic on small sorted lists of (start, end) pairs: the union of
-spans, its length, the overlap of two unions and what of one lies outside another.
+spans, its length, the overlap of two unions, what of one lies outside another and
+what lies inside both.
 The step split (commbench.step_split) and the GPU's view of a step
 (commbench.device_time) are built from these."""
 
@@ -45,3 +46,8 @@ def minus(a: Sequence[Interval], b: Sequence[Interval]) -> List[Interval]:
         if cursor < end:
             out.append((cursor, end))
     return out
+
+
+def inside(a: Sequence[Interval], b: Sequence[Interval]) -> List[Interval]:
+    """The parts of union a inside union b."""
+    return minus(a, minus(a, b))

@@ -4,8 +4,10 @@ as typed records (`Span`) that one recorder per process collects.
 Kinds of span: step; forward, backward, optimizer (compute); comm (a piece, from its
 posting to its completion, with its bytes, the ranks it involves, and what this rank
 put on the wire for it); post (the
-critical path's cost of handing a piece over); wait (blocked on pieces); on GPUs
-kernel and nccl (commbench.device_time). Between steps, outside every step's split:
+critical path's cost of handing a piece over); wait (blocked on pieces); codec
+(compressing or decompressing messages on the step's own thread) and codec-callback (the
+same in a communication callback, on the transport's thread); on GPUs kernel and nccl
+(commbench.device_time). Between steps, outside every step's split:
 consensus (measuring the consensus distance) and evaluate (scoring the models of a
 run trained to accuracy).
 

@@ -2,24 +2,29 @@
 the spans every rank recorded (commbench.spans), on clocks aligned to rank 0's
 (commbench.clock_alignment); and its summary in the result file.
 
-The parts (docs/run.md, "Where a step's time goes"): compute + exposed + waiting +
-other = the step's wall time, and overlapped is the communication that ran while
-compute did (hidden, so not in the sum). Waiting is the part of a blocked interval
+The parts (docs/run.md, "Where a step's time goes"): compute + codec + exposed +
+waiting + other = the step's wall time, and overlapped is the communication that ran
+while compute did (hidden, so not in the sum). Waiting is the part of a blocked interval
 before the last peer it waits on had even posted its own piece (that peer's lateness,
-as wait-state analysis counts it); exposed is the rest.
+as wait-state analysis counts it); exposed is the rest. Codec is compressing and
+decompressing messages where it holds the step up: on the step's own thread, or in a
+communication callback while the step waits for it (a callback's work beside the
+step's compute is hidden, as overlapped communication is).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
-from commbench.intervals import Interval, length, minus, overlap, union
+from commbench.intervals import Interval, inside, length, minus, overlap, union
 
 if TYPE_CHECKING:
     from commbench.spans import Span
 
 COMPUTE = ("forward", "backward", "optimizer", "kernel")  # kernel: a GPU's (device_time)
-PARTS = ("step", "compute", "overlapped", "exposed", "waiting", "other")
+# codec last: rows written before it existed keep their columns.
+PARTS = ("step", "compute", "overlapped", "exposed", "waiting", "other", "codec")
+LATER = ("codec",)  # parts that results of earlier versions do not have
 # A step's row in the result file: seconds of each of PARTS, in that order.
 Row = List[float]
 
@@ -73,20 +78,25 @@ def split_step(kinds: Kinds, rank: int, step: int, posts: List[Dict[int, List[fl
     whole, = kinds["step"]
     wall = whole.end - whole.start
     blocked = union(intervals(s for k in ("post", "wait") for s in kinds.get(k, [])))
+    codec = inside(union(intervals(kinds.get("codec", []))
+                         + inside(union(intervals(kinds.get("codec-callback", []))), blocked)),
+                   [(whole.start, whole.end)])
     # A phase that blocks inside (DDP's forward and backward) computes only outside its
-    # waits.
-    compute = minus(union(intervals(s for k in COMPUTE for s in kinds.get(k, []))), blocked)
+    # waits, and outside the codec work it runs (DDP's hooks run inside backward).
+    compute = minus(minus(union(intervals(s for k in COMPUTE for s in kinds.get(k, []))),
+                          blocked), codec)
     pieces = sorted(kinds.get("comm", []), key=lambda piece: piece.start)
-    exposed = length(union(intervals(kinds.get("post", []))))
+    exposed = length(minus(union(intervals(kinds.get("post", []))), codec))
     waiting = 0.0
     for start, end in union(intervals(kinds.get("wait", []))):
-        late = lateness(start, end, pieces, rank, posts, step, world)
+        free = length(minus([(start, end)], codec))  # not decoding what arrived
+        late = min(free, lateness(start, end, pieces, rank, posts, step, world))
         waiting += late
-        exposed += (end - start) - late
+        exposed += free - late
     comm = union(intervals(pieces))
-    used = length(compute)
+    used, coding = length(compute), length(codec)
     return [wall, used, overlap(comm, compute), exposed, waiting,
-            wall - used - exposed - waiting]
+            wall - used - coding - exposed - waiting, coding]
 
 
 def lateness(start: float, end: float, pieces: List[Stretch], rank: int,

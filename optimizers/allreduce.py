@@ -5,8 +5,14 @@ On CPU under an MPI launcher on one machine (--cpu-transport auto) or with
 --cpu-transport mpi, each bucket is averaged by MPI's Allreduce instead of gloo's
 (commbench.comm.mpi_averager, installed as DDP's comm hook): DDP and its buckets stay,
 only the wire changes. Between machines `auto` keeps gloo's ring, which fills a TCP
-link, for all but small buckets (commbench.comm.transport). --fp16-allreduce stays on
-gloo: MPI has no float16 sum.
+link, for all but small buckets (commbench.comm.transport).
+
+--compression fp16|bf16|powersgd:RANK installs torch's own hook (fp16_compress_hook,
+bf16_compress_hook, powerSGD_hook with error feedback and warm start), watched
+(commbench.comm.watched_group) so that each allreduce it issues is a piece with the
+bytes it carried and its work between them is codec time. A compressed run stays on
+torch.distributed's backend: MPI has no float16 sum, and the hooks speak only to a
+process group.
 
 As DDP does by default, rank 0's buffers (BatchNorm's running statistics) are broadcast
 before every forward pass, so every worker, and the averaged model that evaluation
@@ -21,8 +27,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Dict
 
-from commbench import spans, wire
+from commbench import compression, spans, wire
 from commbench.comm.mpi_averager import MpiAverager
+from commbench.comm.watched_group import GroupPerBucket, watched
 from commbench.comm.transport import (check_cpu_transport, choose_transport,
                                       small_message_facts, small_messages,
                                       transport_for, transport_reason)
@@ -43,23 +50,28 @@ class Allreduce(Strategy):
     name = "allreduce"
     summary = "average gradients over all workers (torch DDP: bucketed, overlapped with backward)"
     Options = AllreduceOptions
+    compressions = ("fp16", "bf16", "powersgd")
 
     @classmethod
     def check(cls, config, launch) -> None:
         super().check(config, launch)
         check_cpu_transport(config.cpu_transport, launch)
-        if config.cpu_transport == "mpi" and config.fp16_allreduce:
-            raise UsageError("argument --cpu-transport: mpi cannot carry --fp16-allreduce "
-                             "(MPI has no float16 sum); use gloo or auto")
+        codec = compression.of(config)
+        if config.cpu_transport == "mpi" and codec.on:
+            raise UsageError(f"argument --cpu-transport: mpi cannot carry --compression {codec} "
+                             "(MPI has no float16 sum; torch's hooks speak only to a process "
+                             "group); use gloo or auto")
 
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
-        self.transport = ctx.backend if config.fp16_allreduce else \
+        self.codec = compression.of(config)
+        self.transport = ctx.backend if self.codec.on else \
             choose_transport(config.cpu_transport, ctx)
-        self.small_messages = None if config.fp16_allreduce else \
+        self.small_messages = None if self.codec.on else \
             small_messages(config.cpu_transport, ctx, point_to_point=False)
         self.averager = MpiAverager(ctx.world_size) \
             if self.transport == "mpi" or self.small_messages else None
+        self.powersgd = None  # torch's PowerSGDState, with --compression powersgd:RANK
 
     def wrap(self, model, optimizer) -> TrainStep:
         from torch.nn.parallel import DistributedDataParallel
@@ -74,17 +86,38 @@ class Allreduce(Strategy):
             DistributedDataParallel).parameters else "broadcast_buffers"
         ddp = DistributedDataParallel(model, device_ids=[self.ctx.device] if on_gpu else None,
                                       **{sync: not self.options.no_broadcast_buffers})
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        if self.config.fp16_allreduce:
-            hook = default_hooks.fp16_compress_hook
-        elif self.averager is not None:
-            hook = self._hook_by_size
-        else:  # what DDP does without a hook, through a hook so each bucket is seen
-            hook = default_hooks.allreduce_hook
-        ddp.register_comm_hook(None, timed(hook, self.ctx.world_size))
+        ddp.register_comm_hook(None, self._hook(model))
         record_buffer_broadcast(ddp, model, self.ctx.world_size, self.ctx.rank == 0)
         return TrainingStep(ddp, optimizer, waits_after_last_piece=True)
+
+    def _hook(self, model):
+        """DDP's comm hook: torch's compression hook, watched; else the MPI averager or
+        what DDP does without a hook, through a hook so each bucket is seen."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+        ranks = self.ctx.world_size
+        if self.codec.kind == "powersgd":
+            compression.refuse_useless_rank(self.codec, model, self.config.model)
+            self.powersgd = powerSGD_hook.PowerSGDState(
+                None, matrix_approximation_rank=self.codec.rank,
+                start_powerSGD_iter=self.codec.start, min_compression_rate=self.codec.min_rate,
+                use_error_feedback=True, warm_start=True, random_seed=self.config.seed)
+            # NCCL issues each collective as it is called; gloo's callbacks race.
+            groups = GroupPerBucket(ranks) if self.ctx.backend == "gloo" else None
+            return watched(powerSGD_hook.powerSGD_hook, self._powersgd_with, ranks, groups)
+        if self.codec.on:
+            compression.refuse_unsummable(self.codec, self.ctx.device, self.ctx.backend,
+                                          "--compression")
+            hook = default_hooks.fp16_compress_hook if self.codec.kind == "fp16" else \
+                default_hooks.bf16_compress_hook
+            return watched(hook, lambda group: group, ranks)
+        if self.averager is not None:
+            return timed(self._hook_by_size, ranks)
+        return timed(default_hooks.allreduce_hook, ranks)
+
+    def _powersgd_with(self, group):
+        self.powersgd.process_group = group
+        return self.powersgd
 
     def transport_of(self, bucket) -> str:
         """What carries a bucket: the MPI averager, or torch.distributed's backend."""
@@ -114,11 +147,12 @@ class Allreduce(Strategy):
         dist.all_reduce(bucket)
 
     def facts(self) -> Dict[str, Any]:
-        why = "--fp16-allreduce" if self.config.fp16_allreduce else \
+        why = f"--compression {self.codec}" if self.codec.on else \
             transport_reason(self.config.cpu_transport, self.transport, self.ctx)
         return {"transport": self.transport, "transport_reason": why,
                 **small_message_facts(self.small_messages),
-                "fp16": self.config.fp16_allreduce,
+                "fp16": self.codec.kind == "fp16", "compression": str(self.codec),
+                **compression.powersgd_facts(self.powersgd),
                 "broadcast_buffers": not self.options.no_broadcast_buffers}
 
 

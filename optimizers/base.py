@@ -6,9 +6,10 @@ that communicates the way the strategy prescribes. The timed loop calls that ste
 and knows nothing else about the strategy. Heavy imports (horovod, bluefog) belong
 inside `wrap`, so that `commbench list` works everywhere.
 
-A run flag that means something to some strategies only (the topology settings) is
-refused, in one line, when given to a strategy that would ignore it: recorded, it would
-look as if it had acted. A plugin that reads them sets `uses_topology`.
+A run flag that means something to some strategies only (the topology settings,
+--compression) is refused, in one line, when given to a strategy that would ignore it:
+recorded, it would look as if it had acted. A plugin that reads the topology sets
+`uses_topology`; one that can compress its messages lists the kinds in `compressions`.
 
 `wrap` returns commbench.training_step's `TrainingStep` (or a function around one),
 given what the strategy does at the step's points (after forward, before and after the
@@ -24,6 +25,7 @@ import importlib.util
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Optional, Tuple, Type
 
+from commbench import compression
 from commbench.errors import UsageError
 from commbench.flags import option_name
 
@@ -39,6 +41,8 @@ TrainStep = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 # The RunConfig fields that only strategies averaging along a graph read.
 TOPOLOGY_FLAGS = ("topology", "disable_dynamic_topology", "atc_style")
+# Those that only strategies that compress their messages read.
+COMPRESSION_FLAGS = ("compression", "fp16_allreduce")
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class Strategy:
     records_split: ClassVar[bool] = True
     # True when the strategy averages along a graph and so reads TOPOLOGY_FLAGS.
     uses_topology: ClassVar[bool] = False
+    # The --compression kinds the strategy can send (commbench.compression.KINDS).
+    compressions: ClassVar[Tuple[str, ...]] = ()
 
     @classmethod
     def unusable_reason(cls) -> Optional[str]:
@@ -82,11 +88,14 @@ class Strategy:
         """
         if not config.shared_by_plugins:
             cls.refuse_flags_it_ignores(config)
+        if cls.compressions:
+            compression.check(config, cls.name, cls.compressions)
 
     @classmethod
     def ignored_flags(cls) -> Tuple[str, ...]:
         """The RunConfig fields whose flags mean nothing to this strategy."""
-        return () if cls.uses_topology else TOPOLOGY_FLAGS
+        return ((() if cls.uses_topology else TOPOLOGY_FLAGS)
+                + (() if cls.compressions else COMPRESSION_FLAGS))
 
     @classmethod
     def refuse_flags_it_ignores(cls, config: "RunConfig") -> None:
@@ -95,9 +104,12 @@ class Strategy:
         defaults = {f.name: f.default for f in dataclasses.fields(config)}
         for name in cls.ignored_flags():
             if getattr(config, name) != defaults[name]:
+                why = ("compresses nothing; leave it out (`commbench list` says which "
+                       "strategies compress what)" if name in COMPRESSION_FLAGS else
+                       "averages along no topology; leave it out (`commbench list` names "
+                       "the strategies that have one)")
                 raise UsageError(f"argument {option_name(name)}: means nothing to {cls.name}, "
-                                 "which averages along no topology; leave it out (`commbench "
-                                 "list` names the strategies that have one)")
+                                 f"which {why}")
 
     @classmethod
     def options_of(cls, config: "RunConfig") -> Any:

@@ -52,9 +52,6 @@ class _Bluefog(Strategy):
         if launch.launcher not in MPI_WORLDS:
             raise UsageError(f"argument --dist-optimizer: {cls.name} runs only under an MPI "
                              f"launcher (bfrun, mpirun), not {launch.launcher}")
-        if config.fp16_allreduce:
-            raise UsageError(f"argument --fp16-allreduce: {cls.name} has no float16 "
-                             "communication (Bluefog's optimizers send the parameters' dtype)")
         if config.timeline is not None and "BLUEFOG_TIMELINE" not in os.environ:
             # Bluefog's own timeline (per tensor: forward, enqueue, fusion, communicate)
             # beside commbench's, one file per rank; set before bf.init() reads it. One

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List
 
-from commbench import spans, wire
+from commbench import compression, spans, wire
 from commbench.errors import UsageError
 from commbench.flags import flag, non_negative_float, one_of, positive_float
 from commbench.optimizers.local_sgd import PeriodicStrategy, PeriodOptions, average, size_of
@@ -57,7 +57,8 @@ class Diloco(PeriodicStrategy):
         self.outer = torch.optim.SGD(self.shared, lr=self.options.outer_lr,
                                      momentum=momentum, nesterov=momentum > 0)
         self.dtype = torch.bfloat16 if self.options.outer_dtype == "bf16" else torch.float32
-        if self.dtype is torch.bfloat16 and not sums_bfloat16(self.shared[0].device):
+        if self.dtype is torch.bfloat16 and \
+                not compression.backend_sums_bfloat16(self.shared[0].device):
             raise UsageError(f"argument --outer-dtype: this torch's {self.ctx.backend} "
                              f"(torch {torch.__version__}) cannot sum bfloat16; use fp32")
 
@@ -109,16 +110,3 @@ class Diloco(PeriodicStrategy):
                 "outer_lr": self.options.outer_lr,
                 "outer_momentum": self.options.outer_momentum,
                 "outer_dtype": self.options.outer_dtype}
-
-
-def sums_bfloat16(device) -> bool:
-    """Whether the process group's backend can allreduce bfloat16 (torch 1.10's gloo
-    cannot). A collective: every rank asks, and every rank gets the same answer."""
-    import torch
-    import torch.distributed as dist
-
-    try:
-        dist.all_reduce(torch.zeros(1, dtype=torch.bfloat16, device=device))
-    except RuntimeError:
-        return False
-    return True

@@ -4,13 +4,14 @@ The same mathematics as `allreduce`, done on Bluefog's terms rather than DDP's: 
 asynchronous allreduce per parameter, launched from a hook the moment backward has
 accumulated that parameter's gradient, all waited for before the optimizer step.
 No buckets: comparing it with `allreduce` shows what DDP's bucketing buys.
+--compression fp16|bf16 sends each gradient divided and cast, as DDP's hooks do.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from commbench import spans, wire
+from commbench import compression, spans, wire
 from commbench.optimizers.base import Strategy, TrainStep
 from commbench.training_step import TrainingStep
 
@@ -19,6 +20,7 @@ class GradientAllreduce(Strategy):
     name = "gradient_allreduce"
     summary = ("Bluefog's gradient averaging: one asynchronous allreduce per gradient, "
                "launched from hooks during backward")
+    compressions = ("fp16", "bf16")
 
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
@@ -27,12 +29,16 @@ class GradientAllreduce(Strategy):
     def wrap(self, model, optimizer) -> TrainStep:
         # Bluefog's benchmark (like DDP) starts every worker from rank 0's model.
         broadcast_state(model)
-        self.averager = GradientAverager(model, self.ctx.world_size, self.config.fp16_allreduce)
+        codec = compression.of(self.config)
+        compression.refuse_unsummable(codec, self.ctx.device, self.ctx.backend, "--compression")
+        self.averager = GradientAverager(model, self.ctx.world_size, codec.wire_dtype())
         # its hooks launch one allreduce per gradient as backward produces it
         return TrainingStep(model, optimizer, before_update=lambda at: self.averager.wait())
 
     def facts(self) -> Dict[str, Any]:
-        return {"fp16": self.config.fp16_allreduce, "messages": "one per parameter"}
+        codec = compression.of(self.config)
+        return {"fp16": codec.kind == "fp16", "compression": str(codec),
+                "messages": "one per parameter"}
 
 
 def broadcast_state(model) -> None:
@@ -57,9 +63,9 @@ class GradientAverager:
     # exercise the path torch 1.10 takes.
     use_post_accumulate_grad_hook = True
 
-    def __init__(self, model, world_size: int, fp16: bool):
+    def __init__(self, model, world_size: int, narrow=None):
         self.world_size = world_size
-        self.fp16 = fp16
+        self.narrow = narrow  # the torch dtype gradients travel in; None: their own
         self.params = [p for p in model.parameters() if p.requires_grad]
         # id(param) -> (work, sent tensor, its communication piece while recording)
         self._pending: Dict[int, Tuple[Any, Any, Any]] = {}
@@ -80,12 +86,11 @@ class GradientAverager:
         self._keep_alive.append(accumulator)
 
     def _launch(self, p) -> None:
-        import torch
         import torch.distributed as dist
 
-        # In float16, divide before the sum, as DDP's fp16 hook does: a sum of n
+        # In a narrow type, divide before the sum, as DDP's hooks do: a sum of n
         # float16 gradients can overflow where their average does not.
-        sent = p.grad.div(self.world_size).to(torch.float16) if self.fp16 else p.grad
+        sent = p.grad.div(self.world_size).to(self.narrow) if self.narrow else p.grad
         nbytes = sent.numel() * sent.element_size()
         piece = spans.record("comm", spans.now(), None, "allreduce gradient", nbytes,
                              sent=wire.ring_allreduce(nbytes, self.world_size)) \

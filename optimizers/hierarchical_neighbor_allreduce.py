@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from commbench import compression
 from commbench.comm.transport import SMALL_MESSAGE_BYTES
 from commbench.errors import UsageError
 from commbench.optimizers.neighbor_allreduce import NeighborAllreduce
@@ -66,10 +67,14 @@ class HierarchicalNeighborAllreduce(NeighborAllreduce):
             return super().build_mixer(buffers)
         transport = self.transport_for(buffers)
         nbytes = sum(b.numel() * b.element_size() for b in buffers)
+        inside = self.inside_machines(transport, nbytes)
+        if inside is None:  # the machine's process group sums in the narrow type
+            compression.refuse_unsummable(self.codec, buffers[0].device, self.ctx.backend,
+                                          "--compression")
         return MachineAveraging(buffers, self.schedule, self.ctx.rank, self.ctx.machine_size,
-                                self.config.fp16_allreduce,
+                                self.codec.wire_dtype(),
                                 overlapped=not self.config.atc_style, transport=transport,
-                                inside=self.inside_machines(transport, nbytes))
+                                inside=inside)
 
     # Below this many bytes of buffers a step is a few small messages, which latency
     # binds: the shared slots' extra signals would cost more than the copies they save.

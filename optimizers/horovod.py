@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from commbench import trace_file
+from commbench import compression, trace_file
 from commbench.errors import UsageError
 from commbench.flags import flag
 from commbench.launch.detect import MPI_WORLDS
@@ -41,6 +41,7 @@ class Horovod(Strategy):
                "overlapped with backward); --fp16-allreduce, --use-adasum, "
                "--hierarchical-allreduce")
     requires = ("horovod",)
+    compressions = ("fp16",)  # Horovod's own Compression.fp16
     Options = HorovodOptions
 
     @classmethod
@@ -91,12 +92,13 @@ class Horovod(Strategy):
         if self.options.use_adasum and not hvd.mpi_enabled():
             raise UsageError("argument --use-adasum: Horovod's Adasum needs the MPI "
                              "controller (horovodrun --mpi, or mpirun)")
-        compression = hvd.Compression.fp16 if self.config.fp16_allreduce else hvd.Compression.none
+        fp16 = compression.of(self.config).kind == "fp16"
+        codec = hvd.Compression.fp16 if fp16 else hvd.Compression.none
         op = hvd.Adasum if self.options.use_adasum else hvd.Average
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         optimizer = hvd.DistributedOptimizer(optimizer,
                                              named_parameters=model.named_parameters(),
-                                             compression=compression, op=op)
+                                             compression=codec, op=op)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         self._facts = {
             "horovod_version": horovod.__version__,
@@ -104,7 +106,7 @@ class Horovod(Strategy):
             "cpu_operations": "mpi" if hvd.mpi_enabled() else "gloo",
             "cuda_built": bool(hvd.cuda_built()),
             "nccl_built": bool(hvd.nccl_built()),
-            "compression": "fp16" if self.config.fp16_allreduce else "none",
+            "compression": "fp16" if fp16 else "none",
             "op": "adasum" if self.options.use_adasum else "average",
             # Horovod implements the hierarchical switch for NCCL (GPU) allreduce; CPU
             # operations accept it and run their flat allreduce.

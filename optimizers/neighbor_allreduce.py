@@ -7,12 +7,16 @@ Topology per step, as Bluefog's benchmark chooses it: the dynamic one-peer sched
 over --topology by default (each worker sends to one out-neighbor per step); on
 several equal machines with exponential-2, Bluefog's inner-outer schedule; the
 static graph every step with --disable-dynamic-topology.
+
+--compression fp16|bf16 sends the parameters in the narrow type; each worker combines
+what it receives into its own full-precision copy, never rounded itself.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict
 
+from commbench import compression
 from commbench.comm.neighbor_exchange import CHUNK_BYTES
 from commbench.comm.transport import (check_cpu_transport, choose_transport,
                                       small_message_facts, small_messages,
@@ -26,6 +30,7 @@ class NeighborAllreduce(MixingStrategy):
     name = "neighbor_allreduce"
     summary = ("average parameters with in-neighbors (W of --topology) around the local "
                "step; AWC or --atc-style; dynamic one-peer schedule by default")
+    compressions = ("fp16", "bf16")
 
     @classmethod
     def check(cls, config, launch) -> None:
@@ -34,6 +39,7 @@ class NeighborAllreduce(MixingStrategy):
 
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
+        self.codec = compression.of(config)
         self.transport = choose_transport(config.cpu_transport, ctx)
         self.small_messages = small_messages(config.cpu_transport, ctx, point_to_point=True)
         if self.transport == "nccl" and torch_older_than(1, 12):
@@ -47,14 +53,13 @@ class NeighborAllreduce(MixingStrategy):
         from commbench.comm.neighbor_exchange import NeighborExchange
 
         return NeighborExchange(buffers, self.schedule, self.ctx.rank,
-                                fp16=self.config.fp16_allreduce,
+                                narrow=self.codec.wire_dtype(),
                                 transport=self.transport_for(buffers))
 
     def transport_for(self, buffers) -> str:
         """The transport of an exchange of `buffers`: latency binds a small model's. The
-        bytes counted are those sent (float16 copies with --fp16-allreduce)."""
-        nbytes = sum(b.numel() * (2 if self.config.fp16_allreduce else b.element_size())
-                     for b in buffers)
+        bytes counted are those sent (narrow copies with --compression fp16 or bf16)."""
+        nbytes = sum(b.numel() * (2 if self.codec.on else b.element_size()) for b in buffers)
         return transport_for(nbytes, self.transport, self.small_messages)
 
     def facts(self) -> Dict[str, Any]:
@@ -65,7 +70,8 @@ class NeighborAllreduce(MixingStrategy):
         ctx = self.ctx
         return {
             **super().facts(),
-            "fp16": self.config.fp16_allreduce,
+            "fp16": self.codec.kind == "fp16",
+            "compression": str(self.codec),
             "transport": self.transport,
             "transport_reason": transport_reason(self.config.cpu_transport, self.transport, ctx),
             **small_message_facts(self.small_messages),

@@ -1,6 +1,6 @@
 """Where a step's time goes, per strategy and worker count of one group of comparable
-runs: stacked bars of compute, exposed communication, waiting for peers and other
-(they add up to the step), with the communication hidden behind compute outlined
+runs: stacked bars of compute, compression codec, exposed communication, waiting for
+peers and other (they add up to the step), with the communication hidden behind compute outlined
 inside the compute bar."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from commbench.analysis.runs import Group
 
-STACK = [("compute", "compute", "#4c72b0"), ("exposed", "exposed communication", "#dd8452"),
+STACK = [("compute", "compute", "#4c72b0"), ("codec", "compression codec", "#8172b3"),
+         ("exposed", "exposed communication", "#dd8452"),
          ("waiting", "waiting for peers", "#c44e52"), ("other", "other", "0.7")]
 
 
@@ -28,8 +29,9 @@ def figure(group: "Group") -> "Figure":
     for y, (point, split) in enumerate(bars):
         left = 0.0
         for part, _, color in STACK:
-            ax.barh(y, 1e3 * split[part], left=left, color=color, height=0.7)
-            left += 1e3 * split[part]
+            width = 1e3 * split.get(part, 0.0)  # codec: not in results before it
+            ax.barh(y, width, left=left, color=color, height=0.7)
+            left += width
         ax.barh(y, 1e3 * min(split["overlapped"], split["compute"]), height=0.7, fill=False,
                 edgecolor="white", linestyle=":", linewidth=1.2)
         labels.append(f"{point.series.label()}, N={point.workers}")
@@ -37,7 +39,9 @@ def figure(group: "Group") -> "Figure":
     ax.invert_yaxis()
     ax.set_xlabel("ms per step (mean over ranks, steps and runs)")
     fig.suptitle(f"Where a step's time goes\n{group.key.title()}", fontsize=10)
-    handles = [Patch(color=color, label=name) for _, name, color in STACK]
+    shown = [part for part in STACK if any(s.get(part[0]) for _, s in bars)
+             or part[0] != "codec"]
+    handles = [Patch(color=color, label=name) for _, name, color in shown]
     handles.append(Patch(facecolor="#4c72b0", edgecolor="white", linestyle=":",
                          label="of it hidden behind compute (dotted)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)

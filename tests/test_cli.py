@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The run flags, snapshotted: a change here is a change users see. Update it on purpose.
 RUN_FLAGS = [
-    "--amp", "--atc-style", "--augment", "--average-every", "--batch-size", "--cpu-transport",
+    "--amp", "--atc-style", "--augment", "--average-every", "--batch-size", "--compression",
+    "--cpu-transport",
     "--data",
     "--disable-dynamic-topology", "--dist-optimizer", "--eval-every",
     "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
@@ -62,7 +63,7 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
                    "partition", "target_accuracy", "eval_every", "time_budget", "max_epochs",
                    "weight_decay", "warmup_epochs", "no_broadcast_buffers", "average_every",
                    "local_warmup_steps", "outer_lr", "outer_momentum", "outer_dtype",
-                   "augment"}
+                   "augment", "compression"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

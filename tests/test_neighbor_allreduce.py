@@ -114,7 +114,7 @@ def test_facts_and_schedule_follow_bluefogs_benchmark():
     one_machine = NeighborAllreduce(context(8), RunConfig())
     assert one_machine.facts() == dict(
         topology="exponential-2", dynamic=True, schedule="one-peer", schedule_period=3,
-        style="awc", fp16=False, transport="gloo",
+        style="awc", fp16=False, compression="none", transport="gloo",
         transport_reason="--cpu-transport auto without an MPI launcher",
         small_message_transport=None, small_message_bytes=None, message_bytes=1 << 20,
         spectral_gap=pytest.approx(0.5),

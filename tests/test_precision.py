@@ -120,7 +120,7 @@ def test_fp16_gradient_averaging_divides_before_it_sums(one_rank):
     from commbench.optimizers.gradient_allreduce import GradientAverager
 
     model = torch.nn.Linear(1, 1, bias=False)
-    averager = GradientAverager(model, world_size=4, fp16=True)
+    averager = GradientAverager(model, world_size=4, narrow=torch.float16)
     model.weight.grad = torch.full((1, 1), 96000.0)  # beyond float16's range
     averager._launch(model.weight)
     averager.wait()
@@ -133,7 +133,7 @@ def test_fp16_machine_averaging_keeps_updates_below_float16_resolution(one_rank)
 
     x = torch.full((4,), 1000.0) + 0.01  # float16 resolves 0.5 at 1000
     mixer = MachineAveraging([x], build_schedule("exponential-2", 1, dynamic=False), rank=0,
-                             machine_size=1, fp16=True, overlapped=True)
+                             machine_size=1, narrow=torch.float16, overlapped=True)
     mixer.start()
     mixer.finish()
     assert torch.allclose(x, torch.full((4,), 1000.01))

@@ -53,7 +53,7 @@ def test_an_engine_that_communicates_out_of_sight_records_no_bytes():
 def test_a_periodic_strategy_gets_the_split_of_its_two_kinds_of_step():
     doc = {"summary": {}, "samples": {}}
     events = [[piece(0, 10, 1), Span(1, "forward", 0.0, 1.0)]] * 2
-    split = [[[1.0, 0.5, 0, 0.5, 0, 0], [0.5, 0.5, 0, 0, 0, 0]]] * 2
+    split = [[[1.0, 0.5, 0, 0.5, 0, 0, 0], [0.5, 0.5, 0, 0, 0, 0, 0]]] * 2
     record.add_wire(doc, strategy(True), events, split, 8)
     assert doc["samples"] == {"sent_bytes": [[10, 0]] * 2, "sent_messages": [[1, 0]] * 2}
     by_steps = doc["summary"]["step_split_by_steps"]
@@ -61,15 +61,17 @@ def test_a_periodic_strategy_gets_the_split_of_its_two_kinds_of_step():
     assert by_steps["local"]["step"]["mean"] == 0.5
 
 
-@pytest.mark.parametrize("fp16, sent", [(False, 4 * 6 * 2), (True, 2 * 6 * 2)])
-def test_a_neighbor_exchange_sends_its_buffers_to_each_out_neighbor(fp16, sent):
+@pytest.mark.parametrize("narrow, sent", [(None, 4 * 6 * 2), ("float16", 2 * 6 * 2),
+                                         ("bfloat16", 2 * 6 * 2)])
+def test_a_neighbor_exchange_sends_its_buffers_to_each_out_neighbor(narrow, sent):
     import torch
 
     from commbench.comm.neighbor_exchange import NeighborExchange
     from commbench.topology import build_schedule
 
     schedule = build_schedule("ring", 4, False)  # i sends to i - 1 and i + 1
-    exchange = NeighborExchange([torch.zeros(6)], schedule, 0, fp16=fp16,
+    exchange = NeighborExchange([torch.zeros(6)], schedule, 0,
+                                narrow=narrow and getattr(torch, narrow),
                                 chunk_bytes=8)
     assert exchange.wire() == Sent(sent, 2 * len(exchange.chunks))
     assert exchange.piece_bytes() == sent

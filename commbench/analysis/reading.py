@@ -37,7 +37,8 @@ RUN_FIELDS = (
     number("summary.final_consensus_distance", finite=False, **_MAYBE),
     validate.load("summary.oversubscribed", **_MAYBE),
     section("summary.step_split", **_MAYBE),
-    *(section(f"summary.step_split.{part}") for part in step_split.PARTS),
+    *(section(f"summary.step_split.{part}", **(_MAYBE if part in step_split.LATER else {}))
+      for part in step_split.PARTS),
     number("summary.step_split.*.mean"),
     section("summary.diverged", **_MAYBE), whole("summary.diverged.step", 1),
     whole("summary.diverged.rank", 0),

@@ -173,7 +173,7 @@ class Point:
         if not splits or any(split is None for split in splits):
             return None
         return {part: sum(split[part]["mean"] for split in splits) / len(splits)
-                for part in splits[0]}
+                for part in splits[0] if all(part in split for split in splits)}
 
     @property
     def sent(self) -> Optional[Dict[str, float]]:

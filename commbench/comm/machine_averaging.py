@@ -36,14 +36,16 @@ class MachineAveraging:
 
     The machine's sum travels in communication buffers c: x itself when nothing
     reads x meanwhile (ATC in float32), else a copy (AWC: backward still reads x
-    while the allreduce runs; --fp16-allreduce: c holds float16). Only the leader
+    while the allreduce runs; with a narrow type, --compression fp16 or bf16: c holds
+    that type). Only the leader
     (first rank of a machine) talks to other machines, through a NeighborExchange
     whose nodes are machines (over `transport`); its step counter follows the machine
     schedule.
 
-    With --fp16-allreduce, x moves by the change the step makes to what it sent,
-    x <- x + (result - sent), rather than being replaced by the float16 result: an
-    update smaller than float16's resolution would otherwise be rounded away every step.
+    With a narrow type, x moves by the change the step makes to what it sent,
+    x <- x + (result - sent), rather than being replaced by the narrow result: an
+    update smaller than the narrow type's resolution would otherwise be rounded away
+    every step.
 
     Between machines over gloo the step runs in pieces of PIPELINE_BYTES, a pipeline: the
     leaders exchange piece p as soon as the machine's allreduce of it is done, and
@@ -54,14 +56,14 @@ class MachineAveraging:
     inside=SHARED_MEMORY (several machines, over gloo between them): c is this rank's
     slot of the machine's shared buffers, the leader's slot doubles as the result r,
     and a small broadcast per piece tells the others that r's piece is final. Without
-    float16, x itself moves into the slot (`buffers` then names the slots, and the
+    a narrow type, x itself moves into the slot (`buffers` then names the slots, and the
     plugin moves the parameters there): nothing touches the slots between start() and
     finish(), so backward can read x while nothing is copied. Where a machine cannot
     make its slots, every rank falls back to its process group (`inside` then names
     the group's backend).
     """
 
-    def __init__(self, buffers, schedule, rank: int, machine_size: int, fp16: bool,
+    def __init__(self, buffers, schedule, rank: int, machine_size: int, narrow,
                  overlapped: bool, transport: str = "gloo", inside: Optional[str] = None):
         import torch
         import torch.distributed as dist
@@ -70,11 +72,11 @@ class MachineAveraging:
         self.local = machine_size
         machines, machine = schedule.size, rank // machine_size
         self.leader = machine * machine_size
-        self.fp16 = fp16
+        self.narrow = narrow  # the torch dtype the machine's sums travel in; None: x's own
         self.transport = transport  # between machines
         self.group = machine_groups(machine_size, machines * machine_size)[machine]
         self.several_machines = machines > 1
-        dtypes = [torch.float16 if fp16 else b.dtype for b in self.buffers]
+        dtypes = [narrow or b.dtype for b in self.buffers]
         slots = None
         if inside == SHARED_MEMORY and self.several_machines:
             slots = machine_slots([(b.numel(), d) for b, d in zip(self.buffers, dtypes)],
@@ -83,31 +85,34 @@ class MachineAveraging:
         if slots:
             self.slots = slots
             self.comm = [s[rank - self.leader] for s in slots]
-            if not fp16:  # x lives in this rank's slot: nothing to copy in before a step
+            if narrow is None:  # x lives in this rank's slot: nothing to copy in before a step
                 for c, b in zip(self.comm, self.buffers):
                     c.copy_(b)
                 self.buffers = list(self.comm)
-        elif fp16 or overlapped:
+        elif narrow is not None or overlapped:
             self.comm = [torch.empty_like(b, dtype=d) for b, d in zip(self.buffers, dtypes)]
         else:
             self.comm = self.buffers
         # where every rank takes the step's result from
         self.result = [s[0] for s in slots] if slots else self.comm
-        if fp16:
+        if narrow is not None:
             self.sent = [torch.empty_like(c) for c in self.comm]
         self.pieces = pieces(self.comm, PIPELINE_BYTES[transport] if self.several_machines
                              else None)
         # The leader's exchanges with neighbor machines, one per piece (none elsewhere).
         self.exchanges: List[NeighborExchange] = []
         if rank == self.leader and self.several_machines:
-            # With fp16 the leader combines in full precision and sends float16 copies;
+            # With a narrow type the leader combines in full precision and sends narrow
+            # copies;
             # otherwise it combines the machine average in c, without copies.
-            self.work = [torch.empty_like(b) for b in self.buffers] if fp16 else self.comm
+            self.work = [torch.empty_like(b) for b in self.buffers] if narrow is not None \
+                else self.comm
             tag = 0
             for k, lo, hi in self.pieces:
                 exchange = NeighborExchange([self.work[k][lo:hi]], schedule, machine,
                                             [m * machine_size for m in range(machines)],
-                                            fp16=fp16, transport=transport, first_tag=tag)
+                                            narrow=narrow, transport=transport,
+                                            first_tag=tag)
                 tag += len(exchange.chunks)
                 self.exchanges.append(exchange)
         self._works: List = []
@@ -153,7 +158,7 @@ class MachineAveraging:
             c = self.comm[k][lo:hi]
             if self.comm[k] is not self.buffers[k]:
                 c.copy_(self.buffers[k][lo:hi])
-            if self.fp16:
+            if self.narrow is not None:
                 self.sent[k][lo:hi].copy_(c)
             if self.inside != SHARED_MEMORY:
                 self._works.append(dist.all_reduce(c, group=self.group, async_op=True))
@@ -234,23 +239,23 @@ class MachineAveraging:
 
     def _take_result(self, k: int, lo: int, hi: int) -> None:
         """x <- the result r for one piece (the leader too: a machine's ranks end
-        alike), or with float16, x <- x + (r - sent)."""
+        alike), or with a narrow type, x <- x + (r - sent)."""
         r, x = self.result[k][lo:hi], self.buffers[k][lo:hi]
-        if self.fp16:
+        if self.narrow is not None:
             x.sub_(self.sent[k][lo:hi].sub_(r))
         elif self.result[k] is not self.buffers[k]:
             x.copy_(r)
 
     def _before_exchange(self, k: int, lo: int, hi: int) -> None:
         """The machine's average of a piece, into what the leader exchanges."""
-        if self.fp16:  # average and combine in full precision
+        if self.narrow is not None:  # average and combine in full precision
             self.work[k][lo:hi].copy_(self.comm[k][lo:hi]).div_(self.local)
         else:
             self.comm[k][lo:hi].div_(self.local)
 
     def _after_exchange(self, k: int, lo: int, hi: int) -> None:
-        """fp16: round the combined piece into c, to broadcast."""
-        if self.fp16:
+        """A narrow type: round the combined piece into c, to broadcast."""
+        if self.narrow is not None:
             self.comm[k][lo:hi].copy_(self.work[k][lo:hi])
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from commbench import wire
+from commbench import spans, wire
 from commbench.comm.transport import TRANSPORTS
 from commbench.wire import Sent
 
@@ -50,12 +50,13 @@ class NeighborExchange:
     """Neighbor averaging of `buffers` along `schedule`, one step per start/finish."""
 
     def __init__(self, buffers: Sequence["torch.Tensor"], schedule: "Schedule", node: int,
-                 ranks: Optional[Sequence[int]] = None, fp16: bool = False,
+                 ranks: Optional[Sequence[int]] = None, narrow: Optional["torch.dtype"] = None,
                  chunk_bytes: Optional[int] = None, transport: str = "gloo",
                  first_tag: int = 0):
         """node: this process's index in the schedule's graph. ranks[k]: the process-
-        group rank that speaks for node k (default: node k is rank k). fp16: send
-        float16 copies; the combination is still computed in the buffers' dtype.
+        group rank that speaks for node k (default: node k is rank k). narrow: send
+        copies in this dtype (float16, bfloat16); the combination is still computed in
+        the buffers' dtype.
         chunk_bytes: size of one message (every rank must pass the same; default:
         CHUNK_BYTES of the transport; None there: one message per buffer). transport:
         "mpi", or "gloo"/"nccl" for torch.distributed (see
@@ -65,7 +66,7 @@ class NeighborExchange:
         self.schedule = schedule
         self.node = node
         self.ranks = list(ranks) if ranks is not None else list(range(schedule.size))
-        self.fp16 = fp16
+        self.narrow = narrow
         self.transport = TRANSPORTS[transport]
         self.step = 0  # index into the schedule; advanced by finish()
         # (buffer index, start, end) of every chunk; its position is its message tag,
@@ -81,7 +82,7 @@ class NeighborExchange:
                             for s in range(0, b.numel(), per_chunk)]
         self._plans: Dict[int, Plan] = {}
         self._received: Dict[Tuple[int, int], "torch.Tensor"] = {}  # (source slot, buffer)
-        self._half: List["torch.Tensor"] = []
+        self._narrow_copies: List["torch.Tensor"] = []
         self._pending: Optional[Tuple[Plan, List[list]]] = None
 
     def plan(self, step: int) -> Plan:
@@ -101,12 +102,14 @@ class NeighborExchange:
         return [source for source, _ in self.plan(self.step).sources]
 
     def piece_bytes(self) -> int:
-        """Bytes this step sends: the parameters to each out-neighbor (float16 with fp16)."""
+        """Bytes this step sends: the parameters to each out-neighbor (in the narrow type
+        where there is one)."""
         return self.wire().nbytes
 
     def wire(self) -> Sent:
         """This step's sends: each chunk once to each out-neighbor."""
-        per_copy = sum(b.numel() * (2 if self.fp16 else b.element_size()) for b in self.buffers)
+        per_copy = sum(b.numel() * (2 if self.narrow is not None else b.element_size())
+                       for b in self.buffers)
         return wire.to_each(per_copy, len(self.plan(self.step).destinations),
                             len(self.chunks))
 
@@ -140,7 +143,7 @@ class NeighborExchange:
                 x = self.buffers[k][lo:hi]
                 x.mul_(plan.self_weight)
                 for slot, (_, weight) in enumerate(plan.sources):
-                    # float16 messages are promoted to the buffer's dtype by add_.
+                    # narrow messages are promoted to the buffer's dtype by add_.
                     x.add_(self._received[slot, k][lo:hi], alpha=weight)
         self.step += 1
 
@@ -149,16 +152,18 @@ class NeighborExchange:
         self.finish()
 
     def _outgoing(self) -> List["torch.Tensor"]:
-        """The buffers themselves (zero copy), or float16 copies with --fp16-allreduce."""
+        """The buffers themselves (zero copy), or copies in the narrow type (codec time)."""
         import torch
 
-        if not self.fp16:
+        if self.narrow is None:
             return self.buffers
-        if not self._half:
-            self._half = [torch.empty_like(b, dtype=torch.float16) for b in self.buffers]
-        for half, buffer in zip(self._half, self.buffers):
-            half.copy_(buffer)
-        return self._half
+        if not self._narrow_copies:
+            self._narrow_copies = [torch.empty_like(b, dtype=self.narrow) for b in self.buffers]
+        started = spans.now()
+        for copy, buffer in zip(self._narrow_copies, self.buffers):
+            copy.copy_(buffer)
+        spans.record("codec", started, spans.now())
+        return self._narrow_copies
 
     def _receive_buffer(self, slot: int, k: int) -> "torch.Tensor":
         # Allocated on first use and kept: dynamic schedules reuse the same slots.
@@ -166,6 +171,6 @@ class NeighborExchange:
 
         key = (slot, k)
         if key not in self._received:
-            dtype = torch.float16 if self.fp16 else self.buffers[k].dtype
+            dtype = self.narrow or self.buffers[k].dtype
             self._received[key] = torch.empty_like(self.buffers[k], dtype=dtype)
         return self._received[key]

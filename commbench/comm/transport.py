@@ -158,11 +158,21 @@ class MpiTransport:
         for messages in chunks:
             requests = []
             for kind, tensor, peer, tag in messages:
-                memory = memoryview(tensor.detach().numpy()).cast("B")  # any dtype, float16 too
+                memory = _bytes_of(tensor)
                 post = comm.Irecv if kind == "recv" else comm.Isend
                 requests.append(post(memory, peer, tag))
             handles.append(Handle(lambda r=requests: wait_all(r)))
         return handles
+
+
+def _bytes_of(tensor) -> memoryview:
+    """A CPU tensor's memory as bytes, for MPI (numpy has no bfloat16: viewed as int16)."""
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.view(torch.int16)
+    return memoryview(tensor.numpy()).cast("B")
 
 
 TRANSPORTS = {"mpi": MpiTransport, "gloo": TorchTransport, "nccl": TorchTransport}

@@ -454,9 +454,9 @@ def main() -> int:
     if "diloco" in wanted:
         checker.periodic("diloco", every=2, steps=4)  # outer lr 1, no momentum: local SGD
         checker.periodic("diloco", every=2, steps=6, outer_lr=0.7, momentum=0.9)
-        from commbench.optimizers.diloco import sums_bfloat16
+        from commbench.compression import backend_sums_bfloat16
 
-        if sums_bfloat16("cpu"):  # torch 1.10's gloo cannot: diloco refuses bf16 there
+        if backend_sums_bfloat16("cpu"):  # torch 1.10's gloo cannot: diloco refuses bf16 there
             checker.periodic("diloco", every=3, steps=6, outer_lr=0.7, momentum=0.9,
                              bf16=True)
     everyone: List = [None] * ctx.world_size
