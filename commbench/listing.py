@@ -22,6 +22,8 @@ def main(args) -> int:
             print(f"  {'':<{width}}  {r['summary']}")
         if r["options"]:
             print(f"  {'':<{width}}  its flags: {' '.join(r['options'])}")
+        if r["compressions"]:
+            print(f"  {'':<{width}}  --compression: {', '.join(r['compressions'])}")
     _list_topologies()
     from commbench.models import model_names
 

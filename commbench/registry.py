@@ -102,7 +102,8 @@ def usable_reason(cls) -> Optional[str]:
 
 
 def describe_all() -> List[dict]:
-    """Rows for `commbench list`: name, summary, source, usable, why not, its flags."""
+    """Rows for `commbench list`: name, summary, source, usable, why not, its flags, the
+    --compression kinds it takes."""
     from commbench.flags import flag_fields, option_name
 
     rows = []
@@ -112,10 +113,12 @@ def describe_all() -> List[dict]:
             _check_shape(entry.name, cls)
             why, summary = usable_reason(cls), cls.summary
             options = [option_name(f.name) for f in flag_fields(cls.Options)]
+            sends = [k if k != "powersgd" else "powersgd:RANK" for k in cls.compressions]
         except UsageError as e:
-            why, summary, options = str(e), "", []
+            why, summary, options, sends = str(e), "", [], []
         rows.append({"name": entry.name, "summary": summary, "source": entry.source,
-                     "usable": why is None, "why_not": why, "options": options})
+                     "usable": why is None, "why_not": why, "options": options,
+                     "compressions": sends})
     return rows
 
 

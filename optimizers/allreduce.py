@@ -61,6 +61,13 @@ class Allreduce(Strategy):
             raise UsageError(f"argument --cpu-transport: mpi cannot carry --compression {codec} "
                              "(MPI has no float16 sum; torch's hooks speak only to a process "
                              "group); use gloo or auto")
+        if codec.kind == "powersgd" and not config.trains_to_accuracy and \
+                codec.start > config.num_warmup_batches:
+            # A speed run times compressed steps only, or its img/sec mixes two strategies.
+            raise UsageError(f"argument --compression: PowerSGD sends plain allreduce until "
+                             f"step {codec.start} (start={codec.start}), after the "
+                             f"{config.num_warmup_batches} warm-up batches: timed steps would "
+                             f"mix both; give --num-warmup-batches {codec.start} or more")
 
     def __init__(self, ctx, config):
         super().__init__(ctx, config)

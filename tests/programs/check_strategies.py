@@ -45,6 +45,8 @@ FP16_TOL = 3e-3  # values in [-1, 1): float16 rounds them to 2^-11 relative
 # Equal models' distance: the mean the measure takes of n equal float32 values rounds.
 CONSENSUS_ROUNDING = 1e-10
 BF16_ROUNDING = 2.0 ** -8  # bfloat16 keeps 8 bits of significand
+BF16_TOL = 2.0 ** -6  # values in [-1, 1), a few roundings of 2^-9 each
+POWERSGD_TOL = 1e-4  # full rank: exact but for float32 orthogonalization
 
 
 # --- the side that runs under mpiexec ---------------------------------------------
@@ -57,6 +59,7 @@ class Checker:
         self.case = 0  # advances identically on every rank: seeds the values of a case
         self.checked = {s: 0 for s in STRATEGIES}
         self.transport = "gloo"  # --cpu-transport of the strategies built by plugin()
+        self.bf16 = False  # whether the backend sums bfloat16 (torch 1.10's gloo cannot)
         self.failures: List[Tuple[str, str]] = []
 
     # values -------------------------------------------------------------------
@@ -165,6 +168,9 @@ class Checker:
         self.mixing_case(s, "fp16 static exponential-2",
                          self.plugin(s, disable_dynamic_topology=True, fp16_allreduce=True),
                          [w], FP16_TOL)
+        self.mixing_case(s, "bf16 static exponential-2",
+                         self.plugin(s, disable_dynamic_topology=True, compression="bf16"),
+                         [w], BF16_TOL)
         schedule = build_schedule("exponential-2", n, True)
         self.mixing_case(s, "fp16 dynamic exponential-2", self.plugin(s, fp16_allreduce=True),
                          [schedule.at(t).weights for t in range(3)], FP16_TOL)
@@ -209,6 +215,10 @@ class Checker:
                                  f"{'atc' if atc else 'awc'}",
                                  self.plugin(s, ctx=ctx, fp16_allreduce=True, atc_style=atc),
                                  [kron(schedule.at(t).weights) for t in range(2)], FP16_TOL)
+            if self.bf16:
+                self.mixing_case(s, f"bf16 dynamic, machines of {local}",
+                                 self.plugin(s, ctx=ctx, compression="bf16"),
+                                 [kron(schedule.at(t).weights) for t in range(2)], BF16_TOL)
             for atc in (False, True):
                 plugin = self.plugin(s, ctx=ctx, atc_style=atc, disable_dynamic_topology=True)
                 self.semantics_case(s, plugin,
@@ -241,23 +251,26 @@ class Checker:
                     for i, s in enumerate(x)]
         self.compare(strategy, f"{'ATC' if atc else 'AWC'} step", model, want, FLOAT_TOL)
 
-    def gradient_averaging(self, strategy: str, fp16_cases=(False, True)) -> None:
+    def gradient_averaging(self, strategy: str, kinds=("none", "fp16", "bf16")) -> None:
         """After one step every gradient is the mean of the workers' and every worker
-        moved by -lr times it (all start from rank 0's parameters)."""
+        moved by -lr times it (all start from rank 0's parameters); in a narrow type,
+        within its rounding."""
         import torch
 
         lr = 0.5
-        for fp16 in fp16_cases:
+        for kind in kinds:
+            if kind == "bf16" and not self.bf16:
+                continue
             torch.manual_seed(1)
             model = linear_model()
             start = [p.detach().double().numpy().copy() for p in model.parameters()]
-            plugin = self.plugin(strategy, fp16_allreduce=fp16)
+            plugin = self.plugin(strategy, compression=kind)
             step = plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0))
             grads = [local_gradients(start, batch(j)) for j in range(self.n)]
             mean = [np.mean([g[i] for g in grads], axis=0) for i in range(len(start))]
             step(*batch(self.rank))
-            tol = FP16_TOL if fp16 else FLOAT_TOL
-            label = "fp16 " if fp16 else ""
+            tol = {"none": FLOAT_TOL, "fp16": FP16_TOL, "bf16": BF16_TOL}[kind]
+            label = "" if kind == "none" else f"{kind} "
             late = getattr(getattr(plugin, "averager", None), "late", 0)
             if late:  # averaged all the same, but not overlapped with backward
                 self.failures.append((strategy, f"{label}hooks: rank {self.rank} launched "
@@ -271,6 +284,51 @@ class Checker:
             self.compare(strategy, f"{label}step", model,
                          [s - lr * g for s, g in zip(start, mean)], lr * tol + FLOAT_TOL)
 
+    def powersgd(self) -> None:
+        """allreduce --compression powersgd (torch's hook, watched), the same batch four
+        times at lr 0 (plain allreduce for the first two, torch's start_powerSGD_iter):
+        at full rank every gradient is the mean of the workers'; at rank 1 the error
+        feedback carries what the approximation missed, so the two compressed steps
+        and the error left add up to twice the local gradient: o3 + o4 + e4 = 2 g."""
+        import torch
+
+        s = "allreduce"
+        # Linear(6, 4): a 4 x 6 weight; at rank 4 it shrinks only below min_rate 0.6.
+        for label, spec in (("full rank", "powersgd:4,min_rate=0.5"), ("rank 1", "powersgd:1")):
+            torch.manual_seed(1)
+            model = linear_model()
+            start = [p.detach().double().numpy().copy() for p in model.parameters()]
+            plugin = self.plugin(s, compression=spec)
+            step = plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=0.0))
+            mine = local_gradients(start, batch(self.rank))
+            grads = [local_gradients(start, batch(j)) for j in range(self.n)]
+            mean = [np.mean([g[i] for g in grads], axis=0) for i in range(len(start))]
+            out = []
+            for _ in range(4):
+                step(*batch(self.rank))
+                out.append([p.grad.double().numpy().copy() for p in model.parameters()])
+            self.checked[s] += 1
+            if label == "full rank":
+                for t in (2, 3):
+                    self._close(s, f"powersgd {label} step {t + 1}", out[t], mean, POWERSGD_TOL)
+                continue
+            errors = plugin.powersgd.error_dict
+            left = torch.cat([e.flatten() for _, e in sorted(errors.items())]).double().numpy()
+            want = np.concatenate([(2 * g - a - b).ravel()
+                                   for g, a, b in zip(mine, out[2], out[3])])
+            self._close(s, f"powersgd {label} error feedback", [np.sort(left)],
+                        [np.sort(want)], POWERSGD_TOL)
+            if not np.abs(left).max() > 1e-3:
+                self.failures.append((s, f"powersgd {label}: rank {self.rank} kept no error "
+                                      "(a rank-1 approximation of a 4 x 6 gradient is lossy)"))
+
+    def _close(self, strategy: str, label: str, got, want, tol: float) -> None:
+        for i, (a, b) in enumerate(zip(got, want)):
+            error = float(np.max(np.abs(a - b))) if a.size else 0.0
+            if a.shape != b.shape or not error <= tol:
+                self.failures.append((strategy, f"{label}: rank {self.rank} tensor {i} off "
+                                      f"by {error:.3g} (tolerance {tol:g})"))
+                return
 
     def periodic(self, strategy: str, every: int, steps: int, warmup: int = 0,
                  outer_lr: float = 1.0, momentum: float = 0.0, bf16: bool = False,
@@ -417,6 +475,9 @@ def main() -> int:
 
     ctx = init_distributed(detect_launch(), no_cuda=True, timeout=120)
     checker = Checker(ctx)
+    from commbench.compression import backend_sums_bfloat16
+
+    checker.bf16 = backend_sums_bfloat16("cpu")
     wanted = set(sys.argv[1:]) or set(STRATEGIES)  # the strategies named, else all
     for transport in ("gloo", "mpi"):
         checker.transport = transport
@@ -442,8 +503,9 @@ def main() -> int:
     if "allreduce" in wanted:
         checker.transport = "gloo"
         checker.gradient_averaging("allreduce")
+        checker.powersgd()
         checker.transport = "mpi"  # DDP's buckets through the MPI averager (no fp16 on MPI)
-        checker.gradient_averaging("allreduce", fp16_cases=(False,))
+        checker.gradient_averaging("allreduce", kinds=("none",))
         checker.large_bucket()
     checker.transport = "gloo"
     if "local_sgd" in wanted:
@@ -454,9 +516,7 @@ def main() -> int:
     if "diloco" in wanted:
         checker.periodic("diloco", every=2, steps=4)  # outer lr 1, no momentum: local SGD
         checker.periodic("diloco", every=2, steps=6, outer_lr=0.7, momentum=0.9)
-        from commbench.compression import backend_sums_bfloat16
-
-        if backend_sums_bfloat16("cpu"):  # torch 1.10's gloo cannot: diloco refuses bf16 there
+        if checker.bf16:  # torch 1.10's gloo cannot: diloco refuses bf16 there
             checker.periodic("diloco", every=3, steps=6, outer_lr=0.7, momentum=0.9,
                              bf16=True)
     everyone: List = [None] * ctx.world_size
