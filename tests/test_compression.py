@@ -271,3 +271,25 @@ def test_a_powersgd_run_records_its_rate_bytes_and_codec(tmp_path):
      "neighbor_allreduce cannot send powersgd")])
 def test_a_bad_compression_ends_every_rank_in_one_line(flags, message, tmp_path):
     assert_usage_error(2, flags, message, tmp_path)
+
+
+def test_report_shows_a_compressed_allreduce_beside_the_plain_one(tmp_path):
+    import io
+    import json
+    import shutil
+    from pathlib import Path
+
+    from commbench.analysis import report
+
+    runs = tmp_path / "runs"
+    shutil.copytree(Path(__file__).parent / "data" / "runs-new", runs)
+    plain = next(p for p in runs.glob("*-allreduce-n2-*.json")
+                 if not json.loads(p.read_text())["config"].get("fp16_allreduce"))
+    doc = json.loads(plain.read_text())
+    doc["config"]["compression"] = doc["strategy"]["compression"] = "powersgd:4"
+    (runs / ("compressed-" + plain.name)).write_text(json.dumps(doc))
+    out = io.StringIO()
+    assert report.report([runs], out=out, err=io.StringIO()) == 0
+    group = next(g for g in out.getvalue().split("\n\n\n") if "powersgd:4" in g)
+    rows = [line.split()[:3] for line in group.splitlines() if line.startswith("allreduce")]
+    assert ["allreduce", "-", "2"] in rows and ["allreduce", "powersgd:4", "2"] in rows

@@ -81,6 +81,8 @@ def test_results_are_grouped_by_precision():
     assert precision_of({"fp16_allreduce": True}) == "fp16-allreduce"
     assert precision_of({"amp": "bf16"}) == "amp-bf16"
     assert precision_of({"amp": "fp16", "fp16_allreduce": True}) == "amp-fp16+fp16-allreduce"
+    # since --compression, the strategy's variant says it (commbench.analysis.reading)
+    assert precision_of({"fp16_allreduce": True, "compression": "none"}) == "fp32"
 
 
 @pytest.mark.job

@@ -125,9 +125,12 @@ def machine_of(doc: Dict[str, Any]) -> Tuple[str, str, str, str, str]:
 
 
 def precision_of(config: Dict[str, Any]) -> str:
+    """The compute's number format. What the messages travel as is the strategy's
+    variant (variant_of), so compressed and plain runs share a chart; results from
+    before --compression say it here (fp16-allreduce)."""
     amp = config.get("amp") or "off"
     compute = "fp32" if amp == "off" else f"amp-{amp}"
-    if not config.get("fp16_allreduce"):
+    if not config.get("fp16_allreduce") or "compression" in config:
         return compute
     return "fp16-allreduce" if compute == "fp32" else f"{compute}+fp16-allreduce"
 
@@ -162,6 +165,8 @@ def variant_of(strategy: Dict[str, Any]) -> str:
     """The plugin options a strategy recorded that change what it runs, so runs with and
     without them are never pooled."""
     found = []
+    if strategy.get("compression", "none") != "none":
+        found.append(str(strategy["compression"]))
     if strategy.get("broadcast_buffers") is False:
         found.append("own BatchNorm statistics")
     if strategy.get("op") == "adasum":
