@@ -1,7 +1,7 @@
 """What a strategy's messages travel as: `--compression`.
 
 - `fp16`, `bf16`: each message travels in the narrow type. `allreduce` uses DDP's
-  `fp16_compress_hook` / `bf16_compress_hook` (gradients divided, cast, summed, cast
+  `fp16_compress_hook` / `bf16_compress_hook` (gradients cast, divided, summed, cast
   back); the neighbor strategies send narrow copies of the parameters and combine them
   in full precision, each worker's own copy never rounded.
 - `powersgd:RANK[,start=N][,min_rate=X]`: torch's PowerSGD hook for `allreduce` (each
@@ -133,7 +133,7 @@ def refuse_unsummable(chosen: Compression, device, backend: str, flag: str) -> N
 
     if chosen.kind == "bf16" and not backend_sums_bfloat16(device):
         raise UsageError(f"argument {flag}: this torch's {backend} (torch {torch.__version__}) "
-                         "cannot sum bfloat16; use fp16 or fp32")
+                         "cannot sum bfloat16; use fp16, or none")
 
 
 def compresses(shape, rank: int, min_rate: float) -> bool:
@@ -155,7 +155,8 @@ def refuse_useless_rank(chosen: Compression, model, name: str) -> None:
         return
     usable = [r for r in range(1, chosen.rank)
               if any(compresses(shape, r, chosen.min_rate) for shape in shapes)]
-    hint = f"use powersgd:{usable[-1]} or less" if usable else "no rank compresses it"
+    hint = (f"use {Compression('powersgd', usable[-1], chosen.start, chosen.min_rate)} or "
+            "a lower rank" if usable else "no rank compresses it")
     raise UsageError(f"argument --compression: {chosen} compresses no layer of {name} (each "
                      f"would shrink less than min_rate={chosen.min_rate:g} times); {hint}")
 

@@ -20,6 +20,7 @@ them on its own clock (commbench.clock_alignment), splits the steps
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence
@@ -42,12 +43,14 @@ class Span:
     peers: Optional[List[int]] = None  # the ranks a piece involves; None: every rank
     sent: int = 0  # a piece's bytes this rank put on the wire (commbench.wire)
     messages: int = 0  # and the messages that carried them
+    aside: bool = False  # a piece posted from a communication callback, not by the step
 
 
 class Recorder:
     """One rank's spans. Off outside the measured steps, so warm-up leaves nothing."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # pieces are recorded from callback threads too
         self.reset()
 
     def reset(self) -> None:
@@ -63,14 +66,15 @@ class Recorder:
 
     def add(self, kind: str, start: float, end: Optional[float] = None, name: str = "",
             nbytes: int = 0, peers: Optional[Sequence[int]] = None,
-            sent: Sent = NOTHING) -> Optional[Span]:
+            sent: Sent = NOTHING, aside: bool = False) -> Optional[Span]:
         """Record a span; with end None it is open until close(span)."""
         if not self.on:
             return None
         span = Span(self.step, kind, start, end, name, nbytes, list(peers) if peers else None,
-                    sent.nbytes, sent.messages)
-        self.events.append(span)
-        self.sent += sent
+                    sent.nbytes, sent.messages, aside)
+        with self._lock:
+            self.events.append(span)
+            self.sent += sent
         return span
 
     def add_between(self, kind: str, start: float, end: float) -> None:
@@ -91,8 +95,8 @@ RECORDER = Recorder()
 
 def record(kind: str, start: float, end: Optional[float] = None, name: str = "",
            nbytes: int = 0, peers: Optional[Sequence[int]] = None,
-           sent: Sent = NOTHING) -> Optional[Span]:
-    return RECORDER.add(kind, start, end, name, nbytes, peers, sent)
+           sent: Sent = NOTHING, aside: bool = False) -> Optional[Span]:
+    return RECORDER.add(kind, start, end, name, nbytes, peers, sent, aside)
 
 
 def close(span: Optional[Span]) -> None:
@@ -110,10 +114,11 @@ def between(kind: str) -> Iterator[None]:
 
 
 def last_post() -> Optional[float]:
-    """When this step's last communication piece was posted (None: no piece yet)."""
+    """When the step last handed a communication piece over (None: no piece yet); a
+    piece a callback posted later (PowerSGD's P and Q) is no hand-over of the step's."""
     for span in reversed(RECORDER.events):
         if span.step != RECORDER.step:
             return None
-        if span.kind == "comm":
+        if span.kind == "comm" and not span.aside:
             return span.start
     return None

@@ -9,7 +9,9 @@ before the last peer it waits on had even posted its own piece (that peer's late
 as wait-state analysis counts it); exposed is the rest. Codec is compressing and
 decompressing messages where it holds the step up: on the step's own thread, or in a
 communication callback while the step waits for it (a callback's work beside the
-step's compute is hidden, as overlapped communication is).
+step's compute is hidden, as overlapped communication is). On GPUs the split is the
+device's (commbench.device_time): a codec's kernels count as compute there, and its
+host spans are in the timeline only.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def split_step(kinds: Kinds, rank: int, step: int, posts: List[Dict[int, List[fl
     waiting = 0.0
     for start, end in union(intervals(kinds.get("wait", []))):
         free = length(minus([(start, end)], codec))  # not decoding what arrived
-        late = min(free, lateness(start, end, pieces, rank, posts, step, world))
+        late = lateness(start, end, pieces, rank, posts, step, world)
+        late = length(minus([(start, start + late)], codec))
         waiting += late
         exposed += free - late
     comm = union(intervals(pieces))

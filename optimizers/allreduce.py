@@ -59,8 +59,8 @@ class Allreduce(Strategy):
         codec = compression.of(config)
         if config.cpu_transport == "mpi" and codec.on:
             raise UsageError(f"argument --cpu-transport: mpi cannot carry --compression {codec} "
-                             "(MPI has no float16 sum; torch's hooks speak only to a process "
-                             "group); use gloo or auto")
+                             "(torch's compression hooks speak only to a process group); use "
+                             "gloo or auto")
         if codec.kind == "powersgd" and not config.trains_to_accuracy and \
                 codec.start > config.num_warmup_batches:
             # A speed run times compressed steps only, or its img/sec mixes two strategies.

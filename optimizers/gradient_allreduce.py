@@ -4,7 +4,8 @@ The same mathematics as `allreduce`, done on Bluefog's terms rather than DDP's: 
 asynchronous allreduce per parameter, launched from a hook the moment backward has
 accumulated that parameter's gradient, all waited for before the optimizer step.
 No buckets: comparing it with `allreduce` shows what DDP's bucketing buys.
---compression fp16|bf16 sends each gradient divided and cast, as DDP's hooks do.
+--compression fp16|bf16 sends each gradient divided, then cast (DDP's hooks cast first:
+a gradient beyond float16's range becomes inf there, here its average stays finite).
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class GradientAverager:
     def _launch(self, p) -> None:
         import torch.distributed as dist
 
-        # In a narrow type, divide before the sum, as DDP's hooks do: a sum of n
-        # float16 gradients can overflow where their average does not.
+        # In a narrow type, divide before the sum: a sum of n float16 gradients can
+        # overflow where their average does not.
         sent = p.grad.div(self.world_size).to(self.narrow) if self.narrow else p.grad
         nbytes = sent.numel() * sent.element_size()
         piece = spans.record("comm", spans.now(), None, "allreduce gradient", nbytes,

@@ -68,9 +68,10 @@ class HierarchicalNeighborAllreduce(NeighborAllreduce):
         transport = self.transport_for(buffers)
         nbytes = sum(b.numel() * b.element_size() for b in buffers)
         inside = self.inside_machines(transport, nbytes)
-        if inside is None:  # the machine's process group sums in the narrow type
-            compression.refuse_unsummable(self.codec, buffers[0].device, self.ctx.backend,
-                                          "--compression")
+        # The machine's process group sums in the narrow type (shared memory too falls
+        # back to it where a machine cannot make its slots).
+        compression.refuse_unsummable(self.codec, buffers[0].device, self.ctx.backend,
+                                      "--compression")
         return MachineAveraging(buffers, self.schedule, self.ctx.rank, self.ctx.machine_size,
                                 self.codec.wire_dtype(),
                                 overlapped=not self.config.atc_style, transport=transport,

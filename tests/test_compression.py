@@ -109,7 +109,7 @@ def test_powersgd_at_a_rank_no_layer_allows_names_the_largest_that_helps():
     model = torch.nn.Linear(6, 4)  # 4 x 6: shrinks more than 2 times at rank 1 only
     compression.refuse_useless_rank(compression.parse("powersgd:1"), model, "linear")
     with pytest.raises(UsageError, match=r"^argument --compression: powersgd:2 compresses no "
-                                         r"layer of linear .*; use powersgd:1 or less$"):
+                                         r"layer of linear .*; use powersgd:1 or a lower rank$"):
         compression.refuse_useless_rank(compression.parse("powersgd:2"), model, "linear")
     # as torch decides: rows x everything else, the rank capped at the smaller side
     assert compression.compresses((64, 3, 3, 3), 4, 2.0)
@@ -293,3 +293,42 @@ def test_report_shows_a_compressed_allreduce_beside_the_plain_one(tmp_path):
     group = next(g for g in out.getvalue().split("\n\n\n") if "powersgd:4" in g)
     rows = [line.split()[:3] for line in group.splitlines() if line.startswith("allreduce")]
     assert ["allreduce", "-", "2"] in rows and ["allreduce", "powersgd:4", "2"] in rows
+
+
+def test_simulate_refuses_what_it_cannot_model_rather_than_project_it_whole(tmp_path):
+    import json
+    from pathlib import Path
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for path in (Path(__file__).parent / "data" / "runs-new").glob(
+            "*-resnet18-allreduce-n[12]-*.json"):
+        doc = json.loads(path.read_text())
+        if doc["summary"]["workers"] == 2:
+            doc["config"]["compression"] = doc["strategy"]["compression"] = "powersgd:4"
+        (runs / path.name).write_text(json.dumps(doc))
+    done = commbench("simulate", str(runs), "--np", "1,2", "--link", "10gbit",
+                     "--img-sec", "300", "-o", str(tmp_path / "p"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "simulate does not model --compression powersgd:4 yet" in done.stderr
+
+
+def test_a_piece_a_callback_posts_is_no_hand_over_of_the_step():
+    from commbench import spans
+
+    spans.RECORDER.reset()
+    spans.RECORDER.on = True
+    spans.RECORDER.begin_step()
+    try:
+        spans.record("comm", 1.0, 2.0)  # DDP hands a bucket over
+        spans.record("comm", 5.0, 6.0, aside=True)  # PowerSGD's Q, from a callback
+        assert spans.last_post() == 1.0
+    finally:
+        spans.RECORDER.reset()
+
+
+def test_waiting_is_never_also_codec():
+    parts = _split(("step", 0.0, 10.0), ("backward", 0.0, 6.0), ("wait", 6.0, 10.0),
+                   ("codec-callback", 6.0, 7.0))
+    # every peer had posted long before (lateness 0), so the wait is the rank's own
+    assert parts["waiting"] == 0.0 and parts["codec"] == 1.0 and parts["exposed"] == 3.0

@@ -25,6 +25,9 @@ class WatchedGroup:
         self._group = group
         self._ranks = ranks
         self._working_since: Optional[float] = spans.now()  # the hook's own work
+        # DDP calls the hook on the thread running backward (the step's on the CPU, the
+        # autograd engine's device thread on a GPU); what is not on it is a callback's.
+        self._hook_thread = threading.get_ident()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._group, name)
@@ -38,7 +41,8 @@ class WatchedGroup:
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
         piece = spans.record("comm", spans.now(), None, f"allreduce {tensors[0].dtype}"
                              .replace("torch.", ""), nbytes,
-                             sent=wire.ring_allreduce(nbytes, self._ranks))
+                             sent=wire.ring_allreduce(nbytes, self._ranks),
+                             aside=not self._on_hook_thread())
         return _WatchedWork(self._group.allreduce(tensors, opts), self, piece)
 
     def completed(self, piece) -> None:
@@ -51,11 +55,14 @@ class WatchedGroup:
 
     def _codec_until(self, end: float) -> None:
         if self._working_since is not None:
-            # The hook itself runs inside backward, on the step's thread; what follows a
-            # completed allreduce runs in its callback, on the transport's.
-            on_step = threading.current_thread() is threading.main_thread()
-            spans.record("codec" if on_step else "codec-callback", self._working_since, end)
+            # The hook itself runs inside backward; what follows a completed allreduce
+            # runs in its callback, on the transport's thread.
+            kind = "codec" if self._on_hook_thread() else "codec-callback"
+            spans.record(kind, self._working_since, end)
             self._working_since = None
+
+    def _on_hook_thread(self) -> bool:
+        return threading.get_ident() == self._hook_thread
 
 
 class _WatchedWork:

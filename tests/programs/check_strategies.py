@@ -19,6 +19,7 @@ pytest session and parses its output.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -96,6 +97,21 @@ class Checker:
                                       f"{self.rank} parameter {index} off by {error:.3g} "
                                       f"(tolerance {tol:g})"))
                 return
+
+    @staticmethod
+    @contextlib.contextmanager
+    def recording():
+        """One step as a measured step records it (what the watched hooks see), its
+        spans kept for the check; forgotten after."""
+        from commbench import spans
+
+        spans.RECORDER.reset()
+        spans.RECORDER.on = True
+        spans.RECORDER.begin_step()
+        try:
+            yield spans.RECORDER.events
+        finally:
+            spans.RECORDER.reset()
 
     # plugins ------------------------------------------------------------------
 
@@ -268,7 +284,11 @@ class Checker:
             step = plugin.wrap(model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0))
             grads = [local_gradients(start, batch(j)) for j in range(self.n)]
             mean = [np.mean([g[i] for g in grads], axis=0) for i in range(len(start))]
-            step(*batch(self.rank))
+            with self.recording() as events:
+                step(*batch(self.rank))
+                pieces = [e for e in events if e.kind == "comm" and e.end is not None]
+            if kind != "none" and strategy == "allreduce" and not pieces:
+                self.failures.append((strategy, f"{kind}: rank {self.rank} recorded no piece"))
             tol = {"none": FLOAT_TOL, "fp16": FP16_TOL, "bf16": BF16_TOL}[kind]
             label = "" if kind == "none" else f"{kind} "
             late = getattr(getattr(plugin, "averager", None), "late", 0)
@@ -304,9 +324,16 @@ class Checker:
             grads = [local_gradients(start, batch(j)) for j in range(self.n)]
             mean = [np.mean([g[i] for g in grads], axis=0) for i in range(len(start))]
             out = []
-            for _ in range(4):
-                step(*batch(self.rank))
+            for t in range(4):  # recorded as measured steps: the hook is watched
+                with self.recording() as events:
+                    step(*batch(self.rank))
+                    kinds = [e.kind for e in events if e.end is not None]
                 out.append([p.grad.double().numpy().copy() for p in model.parameters()])
+                if t >= 2 and (kinds.count("comm") < 3 or "codec" not in kinds):
+                    self.failures.append((s, f"powersgd {label} step {t + 1}: rank {self.rank} "
+                                          f"recorded {kinds.count('comm')} pieces (want the "
+                                          "whole tensors', P's and Q's) and codec "
+                                          f"{'codec' in kinds}"))
             self.checked[s] += 1
             if label == "full rank":
                 for t in (2, 3):
