@@ -35,6 +35,7 @@ from commbench.comm.transport import (check_cpu_transport, choose_transport,
                                       transport_for, transport_reason)
 from commbench.errors import UsageError
 from commbench.flags import flag
+from commbench.launch.gpus import torch_older_than
 from commbench.optimizers.base import Strategy, TrainStep
 from commbench.training_step import TrainingStep
 
@@ -61,6 +62,10 @@ class Allreduce(Strategy):
             raise UsageError(f"argument --cpu-transport: mpi cannot carry --compression {codec} "
                              "(torch's compression hooks speak only to a process group); use "
                              "gloo or auto")
+        if codec.kind == "powersgd" and torch_older_than(2, 0):
+            raise UsageError(f"argument --compression: {codec} needs torch >= 2.0 here: with "
+                             "torch 1.10's PowerSGD hook a full-rank step did not match the "
+                             "dense reference (tests/programs/check_strategies.py)")
         if codec.kind == "powersgd" and not config.trains_to_accuracy and \
                 codec.start > config.num_warmup_batches:
             # A speed run times compressed steps only, or its img/sec mixes two strategies.

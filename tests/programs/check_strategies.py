@@ -530,7 +530,10 @@ def main() -> int:
     if "allreduce" in wanted:
         checker.transport = "gloo"
         checker.gradient_averaging("allreduce")
-        checker.powersgd()
+        from commbench.launch.gpus import torch_older_than
+
+        if not torch_older_than(2, 0):  # allreduce refuses PowerSGD on torch 1.10
+            checker.powersgd()
         checker.transport = "mpi"  # DDP's buckets through the MPI averager (no fp16 on MPI)
         checker.gradient_averaging("allreduce", kinds=("none",))
         checker.large_bucket()
