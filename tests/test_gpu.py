@@ -45,7 +45,8 @@ def split_adds_up(doc, ranks):
     assert split is not None, "the kernels' times did not lie in their steps"
     for rank in range(ranks):
         batches = [b for iteration in wall[rank] for b in iteration]
-        for (step, compute, _, exposed, waiting, other), measured in zip(split[rank], batches):
+        for (step, compute, _, exposed, waiting, other, _), measured in zip(split[rank],
+                                                                             batches):
             assert abs(compute + exposed + waiting + other - measured) <= 0.02 * measured
             assert compute > 0
 
