@@ -135,8 +135,8 @@ def test_bad_input_and_missing_privileges_are_one_line():
 
 def launch(cluster, cmd, timeout=300, cwd=None):
     """A launcher line typed in a shell that sourced the cluster's env.sh."""
-    env = {"PATH": f"{cluster.bin}:{BIN}:{os.environ['PATH']}"}
-    return run(cmd, timeout, env=env, cwd=cwd)
+    sourced = ['bash', '-c', f'. {cluster.directory / "env.sh"} && exec "$@"', "bash", *cmd]
+    return run(sourced, timeout, env={"PATH": f"{BIN}:{os.environ['PATH']}"}, cwd=cwd)
 
 
 @pytest.mark.mpi
@@ -145,6 +145,11 @@ def launch(cluster, cmd, timeout=300, cwd=None):
 def test_mpirun_places_ranks_on_the_machines_and_commbench_sees_them(name, tmp_path, machines):
     cluster = namespaces.up(name, machines=machines, slots=2, link="1gbit")
     n = 2 * machines
+    # env.sh stops mpirun binding ranks to cores: bound, every machine's ranks would
+    # share the host's first cores
+    cores = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", str(n), "python", "-c",
+                             "import os; print(len(os.sched_getaffinity(0)))"], timeout=120)
+    assert cores.stdout.split() == [str(len(os.sched_getaffinity(0)))] * n, cores.stderr
     done = launch(cluster, ["mpirun", "-H", cluster.hosts, "-np", str(n), "python", "-m",
                             "commbench", "--dist-optimizer=hierarchical_neighbor_allreduce",
                             *TINY_RUN], timeout=600, cwd=tmp_path)

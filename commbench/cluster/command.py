@@ -58,12 +58,10 @@ def describe(c: state.Cluster) -> str:
         f"({', '.join(c.machine(i) for i in range(c.machines))})"
         f" x {c.slots} slots, each linked at {c.link} both ways (no latency added),"
         f" subnet {c.subnet}, host at {c.host_address} on {c.bridge}",
-        "Launch on it from a shell with its ssh first on PATH:",
+        "Launch on it from a shell that sourced its env.sh (its ssh first on PATH, and no "
+        "binding of ranks to cores: the machines share the host's):",
         f"  . {c.directory / 'env.sh'}",
-        f"  mpirun -H {c.hosts} -np {n} --bind-to none python -m commbench "
-        f"--dist-optimizer=allreduce",
-        "  (--bind-to none: every machine's ranks would otherwise be bound to the same "
-        "host cores)",
+        f"  mpirun -H {c.hosts} -np {n} python -m commbench --dist-optimizer=allreduce",
         f"  horovodrun -np {n} -H {c.hosts} python -m commbench --dist-optimizer=horovod",
         f"  bfrun -np {n} -H {c.hosts} python -m commbench --dist-optimizer=neighbor_allreduce",
         f"Remove it: commbench cluster down --name {c.name}",

@@ -122,7 +122,16 @@ def _write_launch_files(c: Cluster) -> None:
                           "# commbench cluster: ssh stand-in, enters the machine's namespaces\n"
                           "from commbench.cluster.ssh import main\nmain()\n")
     ssh.chmod(0o755)
-    write_atomically(c.directory / "env.sh", f"export PATH={c.bin}:$PATH\n")
+    write_atomically(c.directory / "env.sh",
+                     "".join(f"export {k}={v}\n" for k, v in launch_environment(c).items()))
+
+
+def launch_environment(c: Cluster) -> Dict[str, str]:
+    """What env.sh sets: the cluster's ssh first on PATH, and no binding of ranks to
+    cores by Open MPI's launcher. Every machine believes the host's cores are its own,
+    so bound ranks of different machines would share the same first cores, each
+    busy-polling for its messages."""
+    return {"PATH": f"{c.bin}:$PATH", "PRTE_MCA_hwloc_default_binding_policy": "none"}
 
 
 def sent_bytes(cluster: Cluster) -> int:
