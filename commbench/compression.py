@@ -55,6 +55,16 @@ class Compression:
     def on(self) -> bool:
         return self.kind != "none"
 
+    @property
+    def wire_fraction(self) -> Optional[float]:
+        """Bytes sent per float32 byte of payload (None: PowerSGD's depends on the shapes)."""
+        return {"none": 1.0, "fp16": 0.5, "bf16": 0.5}.get(self.kind)
+
+    @property
+    def unit_roundoff(self) -> float:
+        """The relative rounding of one cast to the wire type (float32's where none)."""
+        return {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}.get(self.kind, 2.0 ** -24)
+
     def wire_dtype(self) -> Optional["torch.dtype"]:
         """The narrow type messages travel in (None: their own)."""
         import torch

@@ -120,9 +120,7 @@ class Allreduce(Strategy):
         if self.codec.on:
             compression.refuse_unsummable(self.codec, self.ctx.device, self.ctx.backend,
                                           "--compression")
-            hook = default_hooks.fp16_compress_hook if self.codec.kind == "fp16" else \
-                default_hooks.bf16_compress_hook
-            return watched(hook, lambda group: group, ranks)
+            return watched(narrow_hook(self.codec.kind), lambda group: group, ranks)
         if self.averager is not None:
             return timed(self._hook_by_size, ranks)
         return timed(default_hooks.allreduce_hook, ranks)
@@ -149,7 +147,11 @@ class Allreduce(Strategy):
 
     def average(self, bucket) -> None:
         """Average one flat bucket in place as the training step does (for microbench):
-        DDP's default hook (divide, then all_reduce) or the MPI averager."""
+        DDP's default hook (divide, then all_reduce), the MPI averager, or with
+        --compression fp16|bf16 torch's compression hook."""
+        if self.codec.kind in compression.NARROW:
+            narrow_hook(self.codec.kind)(None, FlatBucket(bucket)).wait()
+            return
         if self.transport_of(bucket) == "mpi":
             self.averager.average(bucket).wait()
             return
@@ -166,6 +168,24 @@ class Allreduce(Strategy):
                 "fp16": self.codec.kind == "fp16", "compression": str(self.codec),
                 **compression.powersgd_facts(self.powersgd),
                 "broadcast_buffers": not self.options.no_broadcast_buffers}
+
+
+def narrow_hook(kind: str):
+    """torch's DDP hook that sends a bucket as fp16 or bf16."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    return {"fp16": default_hooks.fp16_compress_hook,
+            "bf16": default_hooks.bf16_compress_hook}[kind]
+
+
+class FlatBucket:
+    """One flat tensor as DDP's hooks see a bucket (they read only its buffer)."""
+
+    def __init__(self, buffer):
+        self._buffer = buffer
+
+    def buffer(self):
+        return self._buffer
 
 
 def record_buffer_broadcast(ddp, model, ranks: int, root: bool) -> None:

@@ -173,3 +173,39 @@ def test_each_call_on_an_emulated_link_starts_with_the_rate_limiters_bucket_full
     assert link.refill_seconds(None) == 0.0  # a real machine: no pause
     # recorded before bursts were
     assert link.refill_seconds({"link_bits_per_second": 200e6}) == 0.0
+
+
+@pytest.mark.mpi
+def test_two_ranks_compressed_ops_send_half_and_stay_within_its_rounding(tmp_path):
+    """--compression fp16: commbench's rows hold the average within fp16's rounding
+    (checked on every call), count half the bytes on the wire, give their bandwidths in
+    both units, and stand beside the bare fp16 collective."""
+    doc = sweep(tmp_path, 2, "--op", "allreduce,neighbor_allreduce", "--compression", "fp16",
+                "--disable-dynamic-topology", "--machine-size", "1")
+    assert doc["config"]["compression"] == "fp16"
+    for op in ("allreduce", "neighbor_allreduce"):
+        for ours in rows(doc, op, "commbench"):
+            fp32 = rows(doc, op, "torch all_reduce" if op == "allreduce" else "gloo send/recv")
+            fp32 = next(r for r in fp32 if r["bytes"] == ours["bytes"])
+            assert ours["bytes_sent"] == pytest.approx(fp32["bytes_sent"] / 2)
+            s = ours["summary"]
+            assert s["wire_fraction"] == 0.5 and "wire_fraction" not in fp32["summary"]
+            bw = "busbw" if op == "allreduce" else "link_bw"
+            assert s[f"{bw}_sent"] == pytest.approx(s[bw] / 2)
+    narrow = rows(doc, "allreduce", "torch all_reduce fp16")
+    assert narrow and all(r["summary"]["wire_fraction"] == 0.5 for r in narrow)
+    assert all("torch all_reduce fp16" in r["summary"]["ratio_to_raw"]
+               for r in rows(doc, "allreduce", "commbench"))
+
+
+@pytest.mark.job
+def test_powersgd_is_refused_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, *SWEEP, "--op", "allreduce", "--compression",
+                           "powersgd:2", "--results-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "argument --compression: powersgd:2 approximates a model's gradient" in done.stderr
+    assert not list(tmp_path.iterdir())

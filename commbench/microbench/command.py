@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from commbench import units
+from commbench import compression, units
 from commbench.config import RunConfig, config_from_args
 from commbench.errors import UsageError
 from commbench.flags import (accepting, add_flags, flag_fields, int_at_least_2, names_from,
@@ -34,8 +34,8 @@ from commbench.microbench.ops.base import ELEMENT_BYTES
 from commbench.microbench.results import KIND, impl_label
 
 # The flags microbench shares with `commbench run`, declared there.
-RUN_FLAGS = ("topology", "disable_dynamic_topology", "machine_size", "cpu_transport", "no_cuda",
-             "timeout", "results_dir", "tag")
+RUN_FLAGS = ("topology", "disable_dynamic_topology", "machine_size", "cpu_transport",
+             "compression", "no_cuda", "timeout", "results_dir", "tag")
 
 
 @accepting(units.SIZE_FORMS)
@@ -88,6 +88,11 @@ def main(args) -> int:
     steady_malloc()
     launch = detect_launch()
     config = config_from_args(args)  # what the plugins validate and read settings from
+    codec = compression.of(config)
+    if codec.kind == "powersgd":
+        raise UsageError(f"argument --compression: {codec} approximates a model's gradient "
+                         "matrices; microbench times flat buffers: measure it in training "
+                         "(commbench run --compression ...)")
     the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
     plugins = {op: registry.resolve(op) for op in args.op}
     for plugin in plugins.values():  # every rank fails alike, before any communication
@@ -109,6 +114,11 @@ def main(args) -> int:
         f"({'static' if args.disable_dynamic_topology else 'dynamic one-peer'}); "
         f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
         f"check {'on' if args.check else 'off'}")
+    if codec.on:
+        say(f"# --compression {codec}: commbench's rows send {codec.wire_fraction:g} of each "
+            "float32 byte. algbw/busbw/link count the float32 payload (fp32-equivalent); "
+            "sent(B) and recv(B) count the bytes actually sent, as do the result's "
+            "*bw_sent figures")
     say(HEADER)
     # Taken before the measurement: nothing that could fail between it and the write.
     machine = environment.collect(ctx) if ctx.rank == 0 else None
@@ -183,7 +193,8 @@ def result_document(args, ctx, the_sizes, rows, wrong,
                 "raw": not args.no_raw, "dtype": "float32", "topology": args.topology,
                 "disable_dynamic_topology": args.disable_dynamic_topology,
                 "machine_size": args.machine_size, "no_cuda": args.no_cuda,
-                "cpu_transport": args.cpu_transport, "timeout": args.timeout, "tag": args.tag},
+                "cpu_transport": args.cpu_transport, "compression": args.compression,
+                "timeout": args.timeout, "tag": args.tag},
         environment=machine,
         rows=rows,
         summary={"world_size": ctx.world_size, "sizes": the_sizes, "ops": list(args.op),

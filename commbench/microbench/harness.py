@@ -32,13 +32,14 @@ def bench(op_cls, plugin_cls, ctx, config, count: int, args) -> List[Dict[str, A
 class Contender:
     """One implementation: reset() before each call (untimed), run() timed, then
     check(call) -> True when the output is right (commbench rows, with -c 1);
-    traffic(call) -> (bytes sent, bytes received) by this rank."""
+    traffic(call) -> (bytes sent, bytes received) by this rank, of the float32 payload;
+    wire_fraction: what it actually sends per byte of that (--compression)."""
 
     def __init__(self, impl: str, run: Callable[[], None], reset: Callable[[], None],
                  traffic: Callable[[int], Tuple[float, float]],
-                 check: Optional[Callable[[int], bool]] = None):
+                 check: Optional[Callable[[int], bool]] = None, wire_fraction: float = 1.0):
         self.impl, self.run, self.reset, self.check = impl, run, reset, check
-        self.traffic = traffic
+        self.traffic, self.wire_fraction = traffic, wire_fraction
         self.seconds: List[float] = []
         self.wrong = 0
         self.sent: List[float] = []
@@ -50,12 +51,13 @@ def contenders(op, raw: bool, check: bool) -> List[Contender]:
     """The op's commbench call first (the ratios' numerator), then its raw primitives,
     all moving the same bytes (the op's closed form)."""
     def right(call: int) -> bool:
-        return op.data.is_right(op.buffer, op.reference(call))
+        return op.data.is_right(op.buffer, op.reference(call), op.tolerance)
 
     found = [Contender("commbench", op.run, op.data.copy_in(op.buffer), op.traffic,
-                       right if check else None)]
+                       right if check else None, op.wire_fraction)]
     if raw:
-        found += [Contender(p.impl, p.run, p.reset, op.traffic) for p in op.raw()]
+        found += [Contender(p.impl, p.run, p.reset, op.traffic, None, p.wire_fraction)
+                  for p in op.raw()]
     return found
 
 
@@ -94,8 +96,8 @@ def measure(timed: List[Contender], ctx, warmup: int, iters: int,
             if call >= warmup:
                 c.seconds.append(elapsed)
                 sent, received = c.traffic(call)
-                c.sent.append(sent)
-                c.received.append(received)
+                c.sent.append(sent * c.wire_fraction)
+                c.received.append(received * c.wire_fraction)
     barrier()  # the last call's tail has left by now
     if nic and last is not None:
         last.nic_bytes.append(nic.read() - before)
@@ -120,6 +122,10 @@ def rows(op, timed: List[Contender], everyone: List[Any],
         stats = metrics.call_time_stats(seconds)
         algbw = metrics.algbw(op.S, stats["mean"])
         summary: Dict[str, Any] = {"time": stats, "algbw": algbw, **op.bandwidths(algbw)}
+        if c.wire_fraction != 1.0:  # the same figures in the bytes that went on the wire
+            summary["wire_fraction"] = c.wire_fraction
+            summary.update({f"{k}_sent": v * c.wire_fraction for k, v in list(summary.items())
+                            if k.endswith("bw")})
         machines = [(rank[i][4], rank[i][0]) for rank in everyone if rank[i][4]]
         if machines:  # each machine's bytes out over its first rank's time, averaged
             summary["nic_bw"] = float(np.mean([sum(b) / sum(t) for b, t in machines]))

@@ -11,8 +11,12 @@ Result document (kind "microbench"), besides the common header of commbench.resu
                  per rank and call), wrong (commbench rows) and summary: time
                  {mean,p50,p99}, algbw, busbw (allreduce), link_bw (neighbor ops),
                  ratio_to_raw {impl: median of our time / its, call by call}
-                 (commbench rows); on an emulated cluster nic_bw (bytes that left
-                 a machine's interface per second, mean over machines) and
+                 (commbench rows); with --compression (config.compression),
+                 wire_fraction (bytes sent per float32 byte) and algbw_sent,
+                 busbw_sent, link_bw_sent (the same figures in bytes actually
+                 sent; algbw, busbw, link_bw count the float32 payload); on an
+                 emulated cluster nic_bw (bytes that left a machine's interface
+                 per second, mean over machines) and
                  link_fraction (nic_bw / configured rate)
     summary      world_size, sizes, ops, wrong (total)
 """
@@ -79,6 +83,9 @@ def title(doc: Dict[str, Any]) -> str:
         parts.append(f"{config['machine_size']} ranks/machine")
     hardware = env.get("gpu") or env.get("cpu") or "?"
     parts.append(f"{env.get('backend', '?')} on {env.get('device', '?')} ({hardware})")
+    if config.get("compression") not in (None, "none"):
+        parts.append(f"--compression {config['compression']} (bandwidths in fp32-equivalent "
+                     "bytes)")
     if config.get("tag"):
         parts.append(f"tag {config['tag']}")
     return ", ".join(parts)
@@ -96,7 +103,8 @@ NOTES = [
     "algbw = bytes / mean time; busbw = algbw x 2(n-1)/n for allreduce (nccl-tests); "
     "link = bytes / mean time for neighbor ops (links run concurrently).",
     "sent/recv: nominal bytes per rank and call (ring allreduce 2(n-1)/n x S; neighbor "
-    "exchange out/in-degree x S). x raw: the median over ranks and calls of commbench's "
+    "exchange out/in-degree x S), times the wire type's share under --compression. "
+    "x raw: the median over ranks and calls of commbench's "
     "time / the raw primitive's in the same call, one ratio per raw row in the order "
     "listed.",
     "x rate (emulated clusters): bytes that left each machine's interface per second, "

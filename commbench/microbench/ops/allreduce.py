@@ -1,10 +1,13 @@
 """microbench op `allreduce`: one flat bucket of S bytes averaged as the plugin's DDP
 comm hook does (divide by n, then all_reduce: torch.distributed's, or MPI's on CPU
-under an MPI launcher, per --cpu-transport). Not DDP itself: its reducer needs a
-model and a backward pass, and would time those too.
+under an MPI launcher, per --cpu-transport; with --compression fp16|bf16 torch's
+compression hook: cast, divide, all_reduce, cast back). Not DDP itself: its reducer
+needs a model and a backward pass, and would time those too.
 
-Raw rows: torch `all_reduce` of the tensor (a sum, nothing else); mpi4py `Allreduce`
-in place (only under an MPI launcher).
+Raw rows: torch `all_reduce` of the float32 tensor (a sum, nothing else); mpi4py
+`Allreduce` in place (only under an MPI launcher); with --compression, torch
+`all_reduce` of a tensor already in the narrow type (the collective without the
+casts: what the codec costs is the commbench row's time over it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ class Allreduce(Op):
         super().__init__(plugin_cls, ctx, config, data)
         self.buffer = data.fresh()
         self.plugin = plugin_cls(ctx, config)
+        from commbench import compression
+
+        compression.refuse_unsummable(self.codec, ctx.device, ctx.backend, "--compression")
 
     def run(self) -> None:  # the plugin's comm hook on one bucket: divide, then sum
         self.plugin.average(self.buffer)
@@ -48,6 +54,11 @@ class Allreduce(Op):
         summed = self.data.fresh()
         found = [Primitive("torch all_reduce", lambda: dist.all_reduce(summed),
                            self.data.copy_in(summed))]
+        if self.codec.kind != "none":
+            narrow = self.data.fresh().to(self.codec.wire_dtype())
+            found.append(Primitive(f"torch all_reduce {self.codec}",
+                                   lambda: dist.all_reduce(narrow), self.data.copy_in(narrow),
+                                   self.wire_fraction))
         if on_mpi_cpu(self.ctx):
             from mpi4py import MPI
 

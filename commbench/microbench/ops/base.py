@@ -35,13 +35,14 @@ class Data:
         """reset() of a contender that changes its buffer: X_r back in, untimed."""
         return lambda: buffer.copy_(self.pristine)
 
-    def is_right(self, out, weights: Sequence[float]) -> bool:
-        """Whether out holds sum_j weights[j] X_j (the dense reference (W_t X)_r)."""
+    def is_right(self, out, weights: Sequence[float], tolerance: float = 1e-5) -> bool:
+        """Whether out holds sum_j weights[j] X_j (the dense reference (W_t X)_r), within
+        `tolerance` of the largest value it can hold."""
         a = sum(w * self.c[j] for j, w in enumerate(weights))
         b = sum(w * self.d[j] for j, w in enumerate(weights))
         expected = self.base * a + b
         error = float((out - expected).abs().max()) if self.count else 0.0
-        return error <= 1e-5 * (1.0 + abs(a) * 1.8 + abs(b))
+        return error <= tolerance * (1.0 + abs(a) * 1.8 + abs(b))
 
 
 class Op:
@@ -52,15 +53,25 @@ class Op:
     run()              one call of the commbench code path, as training runs it
     traffic(call)      closed form of the (bytes sent, bytes received) by this rank
     reference(call)    weights w of this rank's correct output, sum_j w[j] X_j
+    tolerance          how far from it the output may be (a narrow wire type rounds)
+    wire_fraction      bytes sent per byte of the float32 payload (--compression)
     bandwidths(algbw)  its bandwidth figures besides algbw (commbench.metrics)
     raw()              the raw primitives doing the same exchange (Primitive list)
-    """
+
+    traffic and the bandwidths count the float32 payload; what a contender actually
+    sent is that times its wire fraction."""
 
     name = ""
 
     def __init__(self, plugin_cls, ctx, config, data: Data):
+        from commbench import compression
+
         self.ctx, self.data = ctx, data
         self.n, self.rank, self.S = ctx.world_size, ctx.rank, data.nbytes
+        self.codec = compression.of(config)
+        self.wire_fraction = self.codec.wire_fraction
+        # a cast each way and a rounding per summand, each of the wire type's unit
+        self.tolerance = max(1e-5, (self.n + 2) * self.codec.unit_roundoff)
 
     def transport(self) -> Optional[str]:
         """What carries commbench's call at this size (None: the engine decides)."""
@@ -68,11 +79,13 @@ class Op:
 
 
 class Primitive(NamedTuple):
-    """One raw contender: run() is timed, reset() runs before it, untimed."""
+    """One raw contender: run() is timed, reset() runs before it, untimed; it sends
+    wire_fraction of the op's float32 traffic."""
 
     impl: str
     run: Callable[[], None]
     reset: Callable[[], None]
+    wire_fraction: float = 1.0
 
 
 def no_reset() -> None:  # the payload is only read

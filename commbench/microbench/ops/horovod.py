@@ -1,7 +1,8 @@
 """microbench op `horovod`: one flat bucket averaged by Horovod (`hvd.allreduce_`,
 op Average), the call the `horovod` plugin's DistributedOptimizer makes for each
 gradient: through Horovod's background thread, its negotiation of every tensor, its
-fusion buffer and its cycle. Its raw rows are the `allreduce` op's (torch all_reduce;
+fusion buffer and its cycle; with --compression fp16, `hvd.allreduce` with Horovod's
+own `Compression.fp16`, copied back. Its raw rows are the `allreduce` op's (torch all_reduce;
 mpi4py Allreduce under an MPI launcher), so Horovod is set against the bare collectives
 moving the same bytes. Needs the launch the plugin needs (horovodrun or mpirun).
 """
@@ -28,4 +29,9 @@ class Horovod(Allreduce):
         self.tensor_name = f"microbench.horovod.{data.count}"
 
     def run(self) -> None:
-        self.hvd.allreduce_(self.buffer, op=self.hvd.Average, name=self.tensor_name)
+        hvd = self.hvd
+        if self.codec.kind == "fp16":
+            self.buffer.copy_(hvd.allreduce(self.buffer, op=hvd.Average, name=self.tensor_name,
+                                            compression=hvd.Compression.fp16))
+        else:
+            hvd.allreduce_(self.buffer, op=hvd.Average, name=self.tensor_name)
