@@ -114,8 +114,10 @@ def wire_lines(summary: Dict[str, Any]) -> List[str]:
     if sent is None:
         return ["On the wire: not measured (this strategy's engine communicates inside its "
                 "own optimizer step, out of commbench's sight)"]
+    messages = "messages the engine fused out of sight" if sent["messages_per_step"] is None \
+        else f"{sent['messages_per_step']:.1f} messages"
     lines = [f"On the wire (sent per rank): {units.format_bytes(sent['bytes_per_step'])} in "
-             f"{sent['messages_per_step']:.1f} messages per step, "
+             f"{messages} per step, "
              f"{units.format_bytes(sent['bytes_per_image'])} per image; "
              f"{100 * sent['communicating_steps']:.0f}% of steps communicate"]
     by_steps = summary.get("step_split_by_steps")

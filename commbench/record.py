@@ -142,15 +142,19 @@ def add_wire(doc: Dict[str, Any], strategy, events, split: Optional[List[List[Ro
     rank and step. A strategy that communicates in some steps only also gets the step
     split of those steps and of the others apart (`step_split_by_steps`)."""
     summary = doc["summary"]
-    if not type(strategy).records_split:
+    if not strategy.sees_wire:
         summary["wire"] = None
         return
     steps = sorted({span.step for mine in events for span in mine})
     sent = [wire.per_step(mine, steps) for mine in events]
     summary["wire"] = wire.summarize(sent, images_per_step)
+    counted = type(strategy).counts_messages
+    if not counted:
+        summary["wire"]["messages_per_step"] = None
     if "samples" in doc:
         doc["samples"]["sent_bytes"] = [[s.nbytes for s in rank] for rank in sent]
-        doc["samples"]["sent_messages"] = [[s.messages for s in rank] for rank in sent]
+        doc["samples"]["sent_messages"] = \
+            [[s.messages for s in rank] for rank in sent] if counted else None
     if split and 0 < summary["wire"]["communicating_steps"] < 1 and \
             all(len(rows) == len(steps) for rows in split):
         summary["step_split_by_steps"] = {

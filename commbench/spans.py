@@ -6,7 +6,9 @@ posting to its completion, with its bytes, the ranks it involves, and what this 
 put on the wire for it); post (the
 critical path's cost of handing a piece over); wait (blocked on pieces); codec
 (compressing or decompressing messages on the step's own thread) and codec-callback (the
-same in a communication callback, on the transport's thread); on GPUs kernel and nccl
+same in a communication callback, on the transport's thread); handed (a tensor handed
+to an engine that communicates it out of sight, with what that puts on the wire, at
+the moment it is handed over); on GPUs kernel and nccl
 (commbench.device_time). Between steps, outside every step's split:
 consensus (measuring the consensus distance) and evaluate (scoring the models of a
 run trained to accuracy).

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 # Spans that may overlap each other get tracks of their own (a new one only where they
 # do): kind -> (track name, its first thread id).
 LANES = {"comm": ("communication", 1), "kernel": ("GPU compute", 100),
-         "nccl": ("GPU communication", 200), "codec-callback": ("codec in callbacks", 300)}
+         "nccl": ("GPU communication", 200), "codec-callback": ("codec in callbacks", 300),
+         "handed": ("handed to the engine", 400)}
 
 
 def trace_events(events: Sequence[Sequence["Span"]], offsets: Sequence[float],

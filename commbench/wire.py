@@ -50,11 +50,12 @@ def to_each(nbytes: int, peers: int, messages_each: int = 1) -> Sent:
 
 
 def per_step(spans: Iterable[Any], steps: Sequence[int]) -> List[Sent]:
-    """What one rank sent in each of the steps named, from its recorded spans."""
+    """What one rank sent in each of the steps named, from its recorded spans: pieces,
+    and tensors handed to an engine."""
     index = {step: i for i, step in enumerate(steps)}
     found = [NOTHING] * len(steps)
     for span in spans:
-        if span.kind == "comm" and span.step in index:
+        if span.kind in ("comm", "handed") and span.step in index:
             found[index[span.step]] += Sent(span.sent, span.messages)
     return found
 

@@ -67,6 +67,14 @@ class Strategy:
     # False when the strategy communicates where commbench's spans cannot see it (inside
     # an engine's own step): its steps then get no split rather than a wrong one.
     records_split: ClassVar[bool] = True
+    # False when an engine fuses what it is handed into messages of its own, out of
+    # sight: its results give the bytes on the wire but no count of messages.
+    counts_messages: ClassVar[bool] = True
+
+    @property
+    def sees_wire(self) -> bool:
+        """Whether the recorded pieces tell what this run put on the wire."""
+        return type(self).records_split
     # True when the strategy averages along a graph and so reads TOPOLOGY_FLAGS.
     uses_topology: ClassVar[bool] = False
     # The --compression kinds the strategy can send (commbench.compression.KINDS).

@@ -7,6 +7,12 @@ Options, as Horovod's synthetic benchmark names them: --fp16-allreduce
 --hierarchical-allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE=1: allreduce inside each
 machine, then across machines). Runs under horovodrun (gloo or MPI controller) and
 under mpirun/mpiexec (MPI controller); Horovod reads its settings at hvd.init().
+
+Bytes on the wire: each gradient is recorded as Horovod's compression hands it over
+(in the type it travels in), with what a ring allreduce of it sends; Horovod fuses the
+tensors into messages of its own, which commbench does not see (no message count).
+Adasum, and NCCL's hierarchical allreduce on GPUs, are no ring: their bytes are not
+recorded.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from commbench import compression, trace_file
+from commbench import compression, spans, trace_file, wire
 from commbench.errors import UsageError
 from commbench.flags import flag
 from commbench.launch.detect import MPI_WORLDS
@@ -43,6 +49,7 @@ class Horovod(Strategy):
     requires = ("horovod",)
     compressions = ("fp16",)  # Horovod's own Compression.fp16
     Options = HorovodOptions
+    counts_messages = False  # Horovod's fusion buffer decides them
 
     @classmethod
     def unusable_reason(cls) -> Optional[str]:
@@ -98,7 +105,8 @@ class Horovod(Strategy):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         optimizer = hvd.DistributedOptimizer(optimizer,
                                              named_parameters=model.named_parameters(),
-                                             compression=codec, op=op)
+                                             compression=Handed(codec, self.ctx.world_size),
+                                             op=op)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         self._facts = {
             "horovod_version": horovod.__version__,
@@ -125,5 +133,32 @@ class Horovod(Strategy):
         return TrainingStep(model, optimizer, before_update=lambda at: optimizer.synchronize(),
                             update=update)
 
+    @property
+    def sees_wire(self) -> bool:
+        hierarchical_nccl = self.options.hierarchical_allreduce and \
+            self.ctx.device.type == "cuda"
+        return not (self.options.use_adasum or hierarchical_nccl)
+
     def facts(self) -> Dict[str, Any]:
         return dict(self._facts)
+
+
+class Handed:
+    """Horovod's compression (its Compressor interface), recording each tensor as it
+    hands it to Horovod: its bytes as they travel, and what a ring allreduce of them
+    puts on the wire."""
+
+    def __init__(self, codec, ranks: int):
+        self.codec, self.ranks = codec, ranks
+
+    def compress(self, tensor):
+        compressed, context = self.codec.compress(tensor)
+        if spans.RECORDER.on:
+            nbytes = compressed.numel() * compressed.element_size()
+            at = spans.now()
+            spans.record("handed", at, at, "handed to Horovod", nbytes,
+                         sent=wire.Sent(wire.ring_allreduce(nbytes, self.ranks).nbytes, 0))
+        return compressed, context
+
+    def decompress(self, tensor, context):
+        return self.codec.decompress(tensor, context)

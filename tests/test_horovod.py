@@ -91,6 +91,18 @@ def test_horovodrun_writes_a_normal_result(tmp_path, options, controller, extra)
     assert doc["summary"]["parameters_identical"] is True
     assert doc["summary"]["total_img_sec"]["mean"] > 0
     assert done.stdout.count("Iter #") == 3
+    # On the wire: every gradient as Horovod's compression handed it over (fp16: half),
+    # sent as a ring allreduce; Horovod fuses them into messages it does not show.
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=doc["config"]["num_classes"])
+    handed = sum(p.numel() * (2 if "--fp16-allreduce" in extra else 4)
+                 for p in model.parameters())
+    sent = doc["summary"]["wire"]
+    assert sent["bytes_per_step"] == pytest.approx(2 * (workers - 1) / workers * handed,
+                                                   rel=1e-3)
+    assert sent["messages_per_step"] is None and sent["communicating_steps"] == 1.0
+    assert "messages the engine fused out of sight" in done.stdout
 
 
 @pytest.mark.mpi
@@ -104,6 +116,8 @@ def test_adasum_under_mpiexec(tmp_path):
     assert doc["environment"]["launcher"] == "openmpi"
     assert (doc["strategy"]["op"], doc["strategy"]["controller"]) == ("adasum", "mpi")
     assert doc["summary"]["parameters_identical"] is True
+    assert doc["summary"]["wire"] is None  # Adasum is no ring: not claimed
+    assert "On the wire: not measured" in done.stdout
 
 
 @pytest.mark.mpi

@@ -40,14 +40,29 @@ def test_the_summary_of_a_periodic_strategy_says_what_its_communicating_steps_se
                        "bytes_per_communicating_step": 800.0}
 
 
-def strategy(records_split):
-    return type("Plugin", (), {"records_split": records_split})()
+def strategy(sees_wire, counts_messages=True):
+    return type("Plugin", (), {"sees_wire": sees_wire, "counts_messages": counts_messages})()
 
 
 def test_an_engine_that_communicates_out_of_sight_records_no_bytes():
     doc = {"summary": {}, "samples": {}}
     record.add_wire(doc, strategy(False), [[piece(0, 10, 1)]], None, 8)
     assert doc == {"summary": {"wire": None}, "samples": {}}
+
+
+def test_tensors_handed_to_an_engine_count_their_bytes_but_no_messages():
+    """Horovod's gradients, recorded as its compression hands them over: bytes sent as
+    a ring allreduce; the messages are Horovod's fusion's, not counted."""
+    doc = {"summary": {}, "samples": {}}
+    handed = Span(0, "handed", 1.0, 1.0, "handed to Horovod", 8, None, 12, 0)
+    record.add_wire(doc, strategy(True, counts_messages=False),
+                    [[handed, piece(0, 10, 1), Span(1, "forward", 0.0, 1.0)]], None, 8)
+    assert doc["samples"] == {"sent_bytes": [[22, 0]], "sent_messages": None}
+    sent = doc["summary"]["wire"]
+    assert sent["bytes_per_step"] == 11 and sent["messages_per_step"] is None
+    from commbench.console import wire_lines
+
+    assert "in messages the engine fused out of sight per step" in wire_lines(doc["summary"])[0]
 
 
 def test_a_periodic_strategy_gets_the_split_of_its_two_kinds_of_step():

@@ -5,7 +5,7 @@ interfaces sent (their counters, read before and after each job) differ between 
 by what the extra measured steps sent, which the result's summary.wire says too. Prints
 both per strategy and their ratio (target: within 5%). Needs root.
 
-    python benchmarks/diagnostics/wire_counters.py [--link 1gbit] [--machines 3]
+    python benchmarks/diagnostics/wire_counters.py [--link 1gbit] [--machines 3] [--only S,...]
 
 The difference of two jobs cancels what every job sends once (start-up, the first
 broadcast, warm-up steps, the compute-only reference, the gathering of results). For a
@@ -37,6 +37,8 @@ STRATEGIES = {
     "local_sgd": ["--average-every", "2"],
     "diloco": ["--average-every", "2"],
     "diloco (bf16)": ["--average-every", "2", "--outer-dtype", "bf16"],
+    "horovod": [],  # where Horovod is installed (make engines)
+    "horovod (fp16)": ["--fp16-allreduce"],
 }
 MODEL = ["--model", "resnet18", "--image-size", "32", "--batch-size", "16",
          "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--reference-iters", "0"]
@@ -76,7 +78,12 @@ def main():
     parser.add_argument("--machines", type=int, default=3)
     parser.add_argument("--short", type=int, default=1, help="iterations of the short job")
     parser.add_argument("--long", type=int, default=3, help="iterations of the long job")
+    parser.add_argument("--only", type=lambda text: text.split(","), default=list(STRATEGIES),
+                        metavar="S,...", help="these of the strategies (default: all)")
     args = parser.parse_args()
+    unknown = set(args.only) - set(STRATEGIES)
+    if unknown:
+        parser.error(f"--only: no such strategy here: {', '.join(sorted(unknown))}")
     started = time.monotonic()
     name = f"w{os.getpid() % 10**5}"
     cluster = namespaces.up(name, args.machines, 1, args.link)
@@ -87,7 +94,8 @@ def main():
     worst = 0.0
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            for strategy, flags in STRATEGIES.items():
+            for strategy in args.only:
+                flags = STRATEGIES[strategy]
                 short = job(cluster, strategy, flags, args.short, Path(scratch))
                 long = job(cluster, strategy, flags, args.long, Path(scratch))
                 counted, recorded = long[0] - short[0], long[1] - short[1]

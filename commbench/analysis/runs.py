@@ -183,7 +183,8 @@ class Point:
         found = [run.doc["summary"].get("wire") for run in self.runs]
         if not found or any(sent is None for sent in found):
             return None
-        return {key: sum(sent[key] for sent in found) / len(found)
+        return {key: None if any(sent.get(key) is None for sent in found)
+                else sum(sent[key] for sent in found) / len(found)
                 for key in ("bytes_per_step", "messages_per_step", "bytes_per_image")}
 
     @property
