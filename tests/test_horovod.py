@@ -136,6 +136,8 @@ def test_a_timeline_links_horovods_own_beside_commbenchs(tmp_path):
     ours = json.loads(trace.read_text())["traceEvents"]
     waits = [e for e in ours if e.get("cat") == "wait"]  # its synchronize() before the step
     assert {e["pid"] for e in waits} == {0, 1}
+    handed = [e for e in ours if e.get("cat") == "handed"]  # each gradient, as handed over
+    assert {e["pid"] for e in handed} == {0, 1}
 
 
 @pytest.mark.mpi
