@@ -37,6 +37,26 @@ def ring_allreduce(nbytes: int, ranks: int) -> Sent:
     return Sent(2 * (ranks - 1) * chunk, 2 * (ranks - 1))
 
 
+def halving_doubling_allreduce(nbytes: int, ranks: int, rank: int) -> Sent:
+    """One rank's share of Rabenseifner's allreduce (reduce-scatter by recursive
+    halving, allgather by recursive doubling), which Open MPI's MPI_Allreduce runs on
+    large messages. On a power of two it sends what the ring sends. On others the first
+    2r ranks (r ranks above the power of two p') first pair up: each odd rank sends its
+    halves to its even neighbour, which joins the p' ranks of the halving and doubling
+    and sends the result back at the end."""
+    if ranks < 2 or nbytes <= 0:
+        return NOTHING
+    below = 1 << (ranks.bit_length() - 1)  # p'
+    extra = ranks - below  # r
+    rounds = below.bit_length() - 1  # log2 p'
+    halving = Sent(ring_allreduce(nbytes, below).nbytes, 2 * rounds)
+    if rank >= 2 * extra:
+        return halving
+    if rank % 2:  # one half to its even neighbour, then its sum of the other
+        return Sent(nbytes, 2)
+    return Sent(nbytes // 2, 1) + halving + Sent(nbytes, 1)
+
+
 def broadcast(nbytes: int, ranks: int, root: bool) -> Sent:
     """A broadcast from the root to each other rank: only the root sends."""
     if not root or ranks < 2 or nbytes <= 0:

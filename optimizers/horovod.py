@@ -9,10 +9,11 @@ machine, then across machines). Runs under horovodrun (gloo or MPI controller) a
 under mpirun/mpiexec (MPI controller); Horovod reads its settings at hvd.init().
 
 Bytes on the wire: each gradient is recorded as Horovod's compression hands it over
-(in the type it travels in), with what a ring allreduce of it sends; Horovod fuses the
-tensors into messages of its own, which commbench does not see (no message count).
-Adasum, and NCCL's hierarchical allreduce on GPUs, are no ring: their bytes are not
-recorded.
+(in the type it travels in), with what the allreduce that carries it sends: Open MPI's
+for large messages (recursive halving and doubling) on the CPU under the MPI
+controller, else a ring (gloo's, NCCL's). Horovod fuses the tensors into messages of its
+own, which commbench does not see (no message count). Adasum, and NCCL's hierarchical
+allreduce on GPUs, are neither: their bytes are not recorded.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class Horovod(Strategy):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         optimizer = hvd.DistributedOptimizer(optimizer,
                                              named_parameters=model.named_parameters(),
-                                             compression=Handed(codec, self.ctx.world_size),
+                                             compression=Handed(codec, self.wire_of(hvd)),
                                              op=op)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         self._facts = {
@@ -133,6 +134,13 @@ class Horovod(Strategy):
         return TrainingStep(model, optimizer, before_update=lambda at: optimizer.synchronize(),
                             update=update)
 
+    def wire_of(self, hvd):
+        """What an allreduce of n bytes puts on the wire from this rank."""
+        ranks, rank = self.ctx.world_size, self.ctx.rank
+        if hvd.mpi_enabled() and self.ctx.device.type == "cpu":
+            return lambda n: wire.halving_doubling_allreduce(n, ranks, rank)
+        return lambda n: wire.ring_allreduce(n, ranks)
+
     @property
     def sees_wire(self) -> bool:
         hierarchical_nccl = self.options.hierarchical_allreduce and \
@@ -145,11 +153,11 @@ class Horovod(Strategy):
 
 class Handed:
     """Horovod's compression (its Compressor interface), recording each tensor as it
-    hands it to Horovod: its bytes as they travel, and what a ring allreduce of them
-    puts on the wire."""
+    hands it to Horovod: its bytes as they travel, and what sent_by(bytes) says their
+    allreduce puts on the wire."""
 
-    def __init__(self, codec, ranks: int):
-        self.codec, self.ranks = codec, ranks
+    def __init__(self, codec, sent_by):
+        self.codec, self.sent_by = codec, sent_by
 
     def compress(self, tensor):
         compressed, context = self.codec.compress(tensor)
@@ -157,7 +165,7 @@ class Handed:
             nbytes = compressed.numel() * compressed.element_size()
             at = spans.now()
             spans.record("handed", at, at, "handed to Horovod", nbytes,
-                         sent=wire.Sent(wire.ring_allreduce(nbytes, self.ranks).nbytes, 0))
+                         sent=wire.Sent(self.sent_by(nbytes).nbytes, 0))
         return compressed, context
 
     def decompress(self, tensor, context):

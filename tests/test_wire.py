@@ -90,3 +90,17 @@ def test_a_neighbor_exchange_sends_its_buffers_to_each_out_neighbor(narrow, sent
                                 chunk_bytes=8)
     assert exchange.wire() == Sent(sent, 2 * len(exchange.chunks))
     assert exchange.piece_bytes() == sent
+
+
+@pytest.mark.parametrize("ranks, total", [(2, 2.0), (3, 4.5), (4, 6.0), (5, 8.5), (6, 11.0),
+                                          (8, 14.0)])
+def test_open_mpis_large_allreduce_sends_the_rings_bytes_only_on_a_power_of_two(ranks, total):
+    """Rabenseifner's allreduce: on 3 ranks, rank 1 sends its halves to rank 0 (S), rank
+    0 sends one half to it (S/2), halves and doubles with rank 2 (S) and sends it the
+    sum (S): 4.5 S in all where a ring sends 4 S (emulated links' counters: 4.51 S)."""
+    S = 4800
+    sent = [wire.halving_doubling_allreduce(S, ranks, r).nbytes for r in range(ranks)]
+    assert sum(sent) == total * S
+    if ranks & (ranks - 1) == 0:
+        assert sent == [wire.ring_allreduce(S, ranks).nbytes] * ranks
+    assert wire.halving_doubling_allreduce(0, ranks, 0) == NOTHING
