@@ -175,7 +175,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     outcome = training_to_accuracy.train(
         train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps,
-        type(strategy).records_split)
+        strategy.sees_wire)
     recorded = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine)
 
