@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 import time
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
-from commbench.loop import Timings, barrier, measure, measure_phases, warm_up
+from commbench.loop import PHASES, Timings, barrier, measure, measure_phases, warm_up
 from commbench.training_step import TrainingStep
 
 
@@ -31,12 +32,12 @@ class ComputeOnly:
                  sync: Callable[[], None]):
         self.twin = copy.deepcopy(model)
         twin, optimizer = trainable(self.twin)
-        step = TrainingStep(twin, optimizer)
+        step = TrainingStep(twin, optimizer, slowed=False)
         self.step = lambda: step(images, labels)
         self.sync, self.batches = sync, config.num_batches_per_iter
         warm_up(self.step, sync, config.num_warmup_batches)
         self.iterations = self._iterations_per_half(config)
-        synced_step = TrainingStep(twin, optimizer, sync=sync)
+        synced_step = TrainingStep(twin, optimizer, sync=sync, slowed=False)
         self.phase_seconds = measure_phases(synced_step, images, labels, self.batches)
         self.timings = Timings()
         self.windows: List[List[float]] = []  # [start, end] of each half, wall-clock
@@ -70,3 +71,16 @@ class ComputeOnly:
         self.windows.append([start, time.time()])
         self.timings.iteration_seconds += done.iteration_seconds
         self.timings.batch_seconds += done.batch_seconds
+
+
+def phase_medians(trainable: Callable[[Any], tuple], model, images, labels,
+                  sync: Callable[[], None], batches: int = 5) -> Dict[str, float]:
+    """This rank's median seconds of each compute phase (loop.PHASES) alone, with no
+    communication, on a copy of the model: what a rank slowed on purpose
+    (commbench.straggler) scales its idling by."""
+    twin, optimizer = trainable(copy.deepcopy(model))
+    step = TrainingStep(twin, optimizer, sync=sync, slowed=False)
+    warm_up(lambda: step(images, labels), sync, 2)
+    split = measure_phases(step, images, labels, batches)
+    return {phase: float(statistics.median(row[i] for row in split))
+            for i, phase in enumerate(PHASES)}

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from commbench import compression
+from commbench import compression, straggler
 from commbench.errors import UsageError
 from commbench.flags import (add_flags, flag, flag_fields, fraction, integer,
                              non_negative_float, non_negative_int, one_of, option_name,
@@ -101,6 +101,11 @@ class RunConfig:
         "under an MPI launcher), gloo, or auto (mpi on one machine under an MPI launcher, "
         "gloo between machines)",
         one_of(CPU_TRANSPORTS), "{auto,gloo,mpi}")
+    slow_ranks: str = flag(
+        "none", "stragglers on purpose: these ranks compute FACTOR times slower (before each "
+        "compute phase they idle FACTOR - 1 times its measured time), each step or, with @P, "
+        "with probability P; recorded, and its own part of the step split "
+        "(commbench.straggler)", straggler.spec, "RANKS:FACTOR[@P]")
     no_cuda: bool = flag(False, "run on the CPU even when a GPU is available")
     lr: Optional[float] = flag(
         None, "SGD learning rate (default: 0.01 for a speed run, as Horovod's and Bluefog's "

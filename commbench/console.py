@@ -101,10 +101,11 @@ def split_line(split: Optional[Dict[str, Any]], device: str = "cpu") -> str:
                 "own optimizer step, out of commbench's sight)")
     ms = {part: 1000 * split[part]["mean"] for part in PARTS if part in split}
     codec = f"compression codec {ms['codec']:.1f} + " if ms.get("codec") else ""
+    injected = f"injected delay {ms['injected']:.1f} + " if ms.get("injected") else ""
     return (f"Step split (mean per step): {ms['step']:.1f} ms = compute {ms['compute']:.1f} + "
             f"{codec}exposed communication {ms['exposed']:.1f} + waiting for peers "
-            f"{ms['waiting']:.1f} + other {ms['other']:.1f}; communication hidden behind "
-            f"compute {ms['overlapped']:.1f}")
+            f"{ms['waiting']:.1f} + {injected}other {ms['other']:.1f}; communication hidden "
+            f"behind compute {ms['overlapped']:.1f}")
 
 
 def wire_lines(summary: Dict[str, Any]) -> List[str]:

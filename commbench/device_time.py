@@ -110,7 +110,7 @@ def split_view(events: Sequence[Span]) -> List[Span]:
     out: List[Span] = []
     by_step: dict = {}
     for e in events:
-        if e.kind == "step":
+        if e.kind in ("step", "injected"):
             out.append(replace(e))
         elif e.kind in (KERNEL, NCCL):
             by_step.setdefault(e.step, {KERNEL: [], NCCL: []})[e.kind].append(e)

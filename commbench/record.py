@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Union
 
-from commbench import device_time, metrics, results, spans, trace_file, wire
+from commbench import device_time, metrics, results, spans, straggler, trace_file, wire
 from commbench.clock_alignment import clock_offsets
 from commbench.config import RunConfig
 from commbench.loop import Timings, barrier
@@ -52,17 +52,21 @@ def finish(config: RunConfig, ctx, strategy, measured: Union[Speed, Trained],
     import torch.distributed as dist
 
     offsets, offset_errors = clock_offsets(ctx)
-    mine = {**measured.mine(), "spans": spans.RECORDER.events, "hostname": socket.gethostname()}
+    slowed = straggler.THIS_RANK
+    mine = {**measured.mine(), "spans": spans.RECORDER.events, "hostname": socket.gethostname(),
+            "slowdown": slowed.facts() if slowed is not None else None}
     everyone: List[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, mine)
     if ctx.rank != 0:
         return None
     gathered = {key: [rank[key] for rank in everyone] for key in mine}
     events, hosts = gathered.pop("spans"), gathered.pop("hostname")
+    slowdowns = gathered.pop("slowdown")
     clocks = {"seconds": offsets, "uncertainty": offset_errors}
     split = measured_split(strategy, ctx, events, offsets)
     doc = measured.document(config, ctx, strategy, gathered, split, clocks, machine)
     add_wire(doc, strategy, events, split, config.batch_size)
+    doc["summary"]["slow_ranks"] = straggler.summary(config.slow_ranks, slowdowns, events)
     stem = result_stem(config, ctx, strategy) + measured.stem_suffix
     return write(config, doc, stem, events, hosts, clocks)
 

@@ -14,7 +14,7 @@ import re
 from typing import Any, Callable, Dict, List, Optional
 
 from commbench import (console, device_time, environment, measurements, metrics,
-                       precision, record, registry, results, spans, trace_file,
+                       precision, record, registry, results, spans, straggler, trace_file,
                        training_to_accuracy)
 from commbench.allocator import steady_malloc
 from commbench.config import RunConfig, add_run_arguments, config_from_args
@@ -23,7 +23,7 @@ from commbench.data.local import LocalDataset
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.loop import LossWatch, device_sync, measure, warm_up
-from commbench.compute_only import ComputeOnly
+from commbench.compute_only import ComputeOnly, phase_medians
 from commbench.models import build_model, model_names
 from commbench.recipe import Recipe
 
@@ -77,6 +77,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
         warning = missing_front()
         if warning:
             say(f"Warning: {warning}")
+    _slow_down(config, ctx, model, images, labels, sync, say)
     if "class_mix" in data.facts:
         augment = f", {data.facts['augment']} augmentation" if "augment" in data.facts else ""
         say(f"Data: {data.facts['data']}{augment}, {data.facts['steps_per_epoch']} steps per "
@@ -87,6 +88,22 @@ def run(config: RunConfig) -> Dict[str, Any]:
         return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine)
     return _measure_speed(config, ctx, strategy, model, data, (images, labels), sync, say,
                           machine)
+
+
+def _slow_down(config: RunConfig, ctx, model, images, labels, sync, say) -> None:
+    """Make this rank a straggler where --slow-ranks names it: its compute phases are
+    measured alone first, and its steps then idle in proportion (commbench.straggler)."""
+    slow = straggler.parse(config.slow_ranks)
+    straggler.install(None)
+    if not slow.on:
+        return
+    say(f"Stragglers on purpose (--slow-ranks): {slow.describe()}; the compute-only "
+        "reference is not slowed")
+    if ctx.rank in slow.ranks:
+        seconds = phase_medians(lambda twin: _trainable(twin, config, ctx.device,
+                                                        Recipe.for_speed(config)),
+                                model, images, labels, sync)
+        straggler.install(straggler.Straggler(slow, seconds, config.seed, ctx.rank, sync))
 
 
 def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batches, batch,
@@ -206,6 +223,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
                          f"{why_not}")
     strategy_cls.check(config, launch)
     registry.refuse_others_options(strategy_cls, config)
+    straggler.check(config.slow_ranks, launch.world_size)
     batches.parse(config.data, config.seed, config.augment)
     partition.parse(config.partition)
     training_to_accuracy.check(config)

@@ -46,6 +46,9 @@ class Span:
     sent: int = 0  # a piece's bytes this rank put on the wire (commbench.wire)
     messages: int = 0  # and the messages that carried them
     aside: bool = False  # a piece posted from a communication callback, not by the step
+    # False for a piece whose messages move only while this rank waits inside the
+    # transport (MPI's point-to-point, which has no thread of its own to move them)
+    moves_alone: bool = True
 
 
 class Recorder:
@@ -68,12 +71,13 @@ class Recorder:
 
     def add(self, kind: str, start: float, end: Optional[float] = None, name: str = "",
             nbytes: int = 0, peers: Optional[Sequence[int]] = None,
-            sent: Sent = NOTHING, aside: bool = False) -> Optional[Span]:
+            sent: Sent = NOTHING, aside: bool = False, moves_alone: bool = True
+            ) -> Optional[Span]:
         """Record a span; with end None it is open until close(span)."""
         if not self.on:
             return None
         span = Span(self.step, kind, start, end, name, nbytes, list(peers) if peers else None,
-                    sent.nbytes, sent.messages, aside)
+                    sent.nbytes, sent.messages, aside, moves_alone)
         with self._lock:
             self.events.append(span)
             self.sent += sent
@@ -97,8 +101,9 @@ RECORDER = Recorder()
 
 def record(kind: str, start: float, end: Optional[float] = None, name: str = "",
            nbytes: int = 0, peers: Optional[Sequence[int]] = None,
-           sent: Sent = NOTHING, aside: bool = False) -> Optional[Span]:
-    return RECORDER.add(kind, start, end, name, nbytes, peers, sent, aside)
+           sent: Sent = NOTHING, aside: bool = False, moves_alone: bool = True
+           ) -> Optional[Span]:
+    return RECORDER.add(kind, start, end, name, nbytes, peers, sent, aside, moves_alone)
 
 
 def close(span: Optional[Span]) -> None:

@@ -3,15 +3,19 @@ the spans every rank recorded (commbench.spans), on clocks aligned to rank 0's
 (commbench.clock_alignment); and its summary in the result file.
 
 The parts (docs/run.md, "Where a step's time goes"): compute + codec + exposed +
-waiting + other = the step's wall time, and overlapped is the communication that ran
+waiting + injected + other = the step's wall time, and overlapped is the communication that ran
 while compute did (hidden, so not in the sum). Waiting is the part of a blocked interval
 before the last peer it waits on had even posted its own piece (that peer's lateness,
-as wait-state analysis counts it); exposed is the rest. Codec is compressing and
+as wait-state analysis counts it), or, where the piece's messages move only while that
+peer waits for them too (MPI's point-to-point), before the peer began to wait; exposed
+is the rest. Codec is compressing and
 decompressing messages where it holds the step up: on the step's own thread, or in a
 communication callback while the step waits for it (a callback's work beside the
 step's compute is hidden, as overlapped communication is). On GPUs the split is the
 device's (commbench.device_time): a codec's kernels count as compute there, and its
-host spans are in the timeline only.
+host spans are in the timeline only. Injected is a rank slowed on purpose idling
+(--slow-ranks, commbench.straggler): its own part, so that a straggler made on purpose
+is never read as compute, waiting or communication.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ if TYPE_CHECKING:
     from commbench.spans import Span
 
 COMPUTE = ("forward", "backward", "optimizer", "kernel")  # kernel: a GPU's (device_time)
-# codec last: rows written before it existed keep their columns.
-PARTS = ("step", "compute", "overlapped", "exposed", "waiting", "other", "codec")
-LATER = ("codec",)  # parts that results of earlier versions do not have
+# the later parts last: rows written before they existed keep their columns.
+PARTS = ("step", "compute", "overlapped", "exposed", "waiting", "other", "codec", "injected")
+LATER = ("codec", "injected")  # parts that results of earlier versions do not have
 # A step's row in the result file: seconds of each of PARTS, in that order.
 Row = List[float]
 
@@ -37,6 +41,7 @@ class Stretch(NamedTuple):
     start: float
     end: float
     peers: Optional[List[int]]
+    moves_alone: bool = True  # a piece's: commbench.spans.Span.moves_alone
 
 
 Kinds = Dict[str, List[Stretch]]  # a step's stretches by kind of span
@@ -50,11 +55,25 @@ def split_steps(events: Sequence[Sequence["Span"]], offsets: Sequence[float]
     by_step = [on_rank_0s_clock(mine, offsets[rank]) for rank, mine in enumerate(events)]
     # Every rank posts a step's pieces in the same order (DDP's buckets, the gradients,
     # the one averaging step), so the k-th piece of a step is the same piece everywhere.
-    posts = [{step: sorted(piece.start for piece in kinds.get("comm", []))
-              for step, kinds in steps.items()} for steps in by_step]
+    posts = [{step: ready_times(kinds) for step, kinds in steps.items()} for steps in by_step]
     world = range(len(events))
     return [[split_step(steps[step], rank, step, posts, world) for step in sorted(steps)]
             for rank, steps in enumerate(by_step)]
+
+
+def ready_times(kinds: Kinds) -> List[float]:
+    """When each of a rank's pieces of a step, in the order posted, could move: when it
+    was posted; for one whose messages move only while the rank waits (MPI's
+    point-to-point), when the rank began the wait it completes in. A peer blocked on it
+    before then waits for that rank, not for the network."""
+    waits = sorted(kinds.get("wait", []), key=lambda wait: wait.start)
+    ready = []
+    for piece in sorted(kinds.get("comm", []), key=lambda piece: piece.start):
+        at = piece.start
+        if not piece.moves_alone:
+            at = max(at, next((w.start for w in waits if w.end > piece.start), at))
+        ready.append(at)
+    return ready
 
 
 def on_rank_0s_clock(mine: Sequence["Span"], offset: float) -> Dict[int, Kinds]:
@@ -64,7 +83,8 @@ def on_rank_0s_clock(mine: Sequence["Span"], offset: float) -> Dict[int, Kinds]:
         if span.end is None:
             continue
         steps.setdefault(span.step, {}).setdefault(span.kind, []).append(
-            Stretch(span.start + offset, span.end + offset, span.peers))
+            Stretch(span.start + offset, span.end + offset, span.peers,
+                    span.moves_alone))
     return steps
 
 
@@ -98,14 +118,16 @@ def split_step(kinds: Kinds, rank: int, step: int, posts: List[Dict[int, List[fl
         exposed += free - late
     comm = union(intervals(pieces))
     used, coding = length(compute), length(codec)
+    injected = length(union(intervals(kinds.get("injected", []))))
     return [wall, used, overlap(comm, compute), exposed, waiting,
-            wall - used - coding - exposed - waiting, coding]
+            wall - used - coding - exposed - waiting - injected, coding, injected]
 
 
 def lateness(start: float, end: float, pieces: List[Stretch], rank: int,
              posts: List[Dict[int, List[float]]], step: int, world: range) -> float:
     """How much of a wait from start to end came before the last peer it waits on had
-    posted its own piece of those awaited (the k-th piece of the step everywhere)."""
+    posted its own piece of those awaited (the k-th piece of the step everywhere), or,
+    for a piece that moves only while its rank waits, before that peer began waiting."""
     awaited = [piece for piece in pieces if piece.start <= end]  # posted by its end
     peers = {rank}
     for piece in awaited:
@@ -128,4 +150,4 @@ def summarize(split: Optional[Sequence[Sequence[Row]]]) -> Optional[Dict[str, An
     return {part: {"mean": float(rows[:, i].mean()), "median": float(np.median(rows[:, i])),
                    "p10": float(np.percentile(rows[:, i], 10)),
                    "p90": float(np.percentile(rows[:, i], 90))}
-            for i, part in enumerate(PARTS)}
+            for i, part in enumerate(PARTS[:rows.shape[1]])}

@@ -14,13 +14,16 @@ The points, in the order a step reaches them:
 
 Each is called with the clock reading (`spans.now()`) at which its span starts, so a
 communication piece it posts there starts exactly where the step's time for it does.
+
+On a rank slowed on purpose (--slow-ranks, commbench.straggler) each compute phase is
+preceded by the idling it is given, recorded as an "injected" phase.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional
 
-from commbench import spans
+from commbench import spans, straggler
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -45,7 +48,9 @@ class TrainingStep:
     communication piece was posted is a wait, not compute: DDP hands its last bucket
     over when the gradients are complete and then only waits for the averages. With
     sync, every phase ends with it (a device sync), so the phases are the device's and
-    not the launch queue's; `phases` holds the last step's phases in order.
+    not the launch queue's; `phases` holds the last step's phases in order. With slowed
+    False, a rank slowed on purpose does not idle in this step (the compute-only
+    reference measures the machine's own speed).
     """
 
     def __init__(self, model: "torch.nn.Module", optimizer: "torch.optim.Optimizer",
@@ -53,7 +58,7 @@ class TrainingStep:
                  after_update: Optional[Hook] = None,
                  update: Optional[Callable[[], None]] = None,
                  waits_after_last_piece: bool = False,
-                 sync: Optional[Callable[[], None]] = None):
+                 sync: Optional[Callable[[], None]] = None, slowed: bool = True):
         # imported here: `commbench list` and `--help` load no torch
         from torch.nn.functional import cross_entropy
 
@@ -61,23 +66,29 @@ class TrainingStep:
         self.after_forward, self.before_update = after_forward, before_update
         self.after_update, self.update = after_update, update
         self.waits_after_last_piece, self.sync = waits_after_last_piece, sync
+        self.slowed = slowed
         self.cross_entropy = cross_entropy
         self.phases: List[Phase] = []
 
     def __call__(self, images: "torch.Tensor", labels: "torch.Tensor") -> "torch.Tensor":
         self.phases = []
+        slow = straggler.THIS_RANK if self.slowed else None
+        if slow is not None:
+            slow.begin_step()
         self.optimizer.zero_grad()
-        start = spans.now()
+        start = self._idle(slow, "forward", spans.now())
         loss = self.cross_entropy(self.model(images), labels)
         start = self._end("forward", start)
         if self.after_forward is not None:
             self.after_forward(start)
             start = self._end("post", start)
+        start = self._idle(slow, "backward", start)
         loss.backward()
         start = self._end("backward", start)
         if self.before_update is not None:
             self.before_update(start)
             start = self._end("wait", start)
+        start = self._idle(slow, "optimizer", start)
         (self.update or self.optimizer.step)()
         self._end("optimizer", start)
         self._record(self.phases)
@@ -88,6 +99,14 @@ class TrainingStep:
             self._end("wait", start)
             self._record(self.phases[-1:])
         return loss
+
+    def _idle(self, slow: Optional["straggler.Straggler"], phase: str, start: float) -> float:
+        """A slowed rank's idling before a compute phase; returns when it ended."""
+        seconds = slow.seconds(phase) if slow is not None else 0.0
+        if seconds <= 0.0:
+            return start
+        slow.idle(seconds)
+        return self._end("injected", start)
 
     def _end(self, kind: str, start: float) -> float:
         """End the phase begun at start; returns the clock reading that ends it."""

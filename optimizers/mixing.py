@@ -44,6 +44,11 @@ class Mixer:
         """What this rank puts on the wire in the next averaging step."""
         return NOTHING
 
+    def moves_alone(self) -> bool:
+        """Whether its messages move while this rank computes (False: only while it
+        waits in finish(), as MPI's point-to-point messages do)."""
+        return True
+
 
 class MixingStrategy(Strategy):
     """A strategy that averages parameters along W of --topology (static, or a
@@ -167,7 +172,8 @@ class Averaging:
         if not nbytes:  # not recording, or a step that sends nothing (one node)
             return None
         return spans.record("comm", at, None, "neighbor averaging", nbytes,
-                            self.mixer.peers(), self.mixer.wire())
+                            self.mixer.peers(), self.mixer.wire(),
+                            moves_alone=self.mixer.moves_alone())
 
 
 def checked_schedule(topology: str, size: int, dynamic: bool,

@@ -1,7 +1,7 @@
 """Where a step's time goes, per strategy and worker count of one group of comparable
 runs: stacked bars of compute, compression codec, exposed communication, waiting for
-peers and other (they add up to the step), with the communication hidden behind compute outlined
-inside the compute bar."""
+peers, injected delay (--slow-ranks) and other (they add up to the step), with the
+communication hidden behind compute outlined inside the compute bar."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STACK = [("compute", "compute", "#4c72b0"), ("codec", "compression codec", "#8172b3"),
          ("exposed", "exposed communication", "#dd8452"),
-         ("waiting", "waiting for peers", "#c44e52"), ("other", "other", "0.7")]
+         ("waiting", "waiting for peers", "#c44e52"),
+         ("injected", "injected delay (stragglers on purpose)", "#937860"),
+         ("other", "other", "0.7")]
+LATER = ("codec", "injected")  # parts older results lack: in the legend only where drawn
 
 
 def figure(group: "Group") -> "Figure":
@@ -29,7 +32,7 @@ def figure(group: "Group") -> "Figure":
     for y, (point, split) in enumerate(bars):
         left = 0.0
         for part, _, color in STACK:
-            width = 1e3 * split.get(part, 0.0)  # codec: not in results before it
+            width = 1e3 * split.get(part, 0.0)  # LATER parts: not in older results
             ax.barh(y, width, left=left, color=color, height=0.7)
             left += width
         ax.barh(y, 1e3 * min(split["overlapped"], split["compute"]), height=0.7, fill=False,
@@ -40,7 +43,7 @@ def figure(group: "Group") -> "Figure":
     ax.set_xlabel("ms per step (mean over ranks, steps and runs)")
     fig.suptitle(f"Where a step's time goes\n{group.key.title()}", fontsize=10)
     shown = [part for part in STACK if any(s.get(part[0]) for _, s in bars)
-             or part[0] != "codec"]
+             or part[0] not in LATER]
     handles = [Patch(color=color, label=name) for _, name, color in shown]
     handles.append(Patch(facecolor="#4c72b0", edgecolor="white", linestyle=":",
                          label="of it hidden behind compute (dotted)"))

@@ -65,6 +65,8 @@ def test_zero_is_refused_where_a_positive_value_is_needed(field, capsys):
      "argument --topology: unknown topology 'hypercube'"),
     (["--dist-optimizer", "neighbor_allreduce", "--topology", "star"],
      "argument --topology: topology 'star' has no dynamic schedule"),
+    (["--slow-ranks", "1,2:2"], "argument --slow-ranks: rank 2 does not exist; this job has "
+     "ranks 0 to 1"),
 ])
 def test_impossible_requests_fail_on_every_rank_under_mpiexec(args, message, tmp_path):
     done = mpiexec(2, ["-m", "commbench", *TINY_RUN, *args, "--results-dir", str(tmp_path)],

@@ -92,6 +92,7 @@ BAD_RUNS = [
      "summary.step_split.compute"),
     ("img/sec missing", setting("summary.total_img_sec", DELETE), "summary.total_img_sec"),
     ("model missing", setting("config.model", DELETE), "config.model"),
+    ("slow ranks garbled", setting("config.slow_ranks", "1:0.5"), "config.slow_ranks"),
     ("schema_version missing", setting("schema_version", DELETE), "schema_version"),
     ("schema_version text", setting("schema_version", "1"), "schema_version"),
     ("schema_version true", setting("schema_version", True), "schema_version"),
@@ -272,6 +273,7 @@ BAD_ACCURACY = [
     ("training seconds text", setting("curve.1.training_seconds", "3"),
      "curve[1].training_seconds"),
     ("curve missing", setting("curve", DELETE), "curve"),
+    ("slow ranks a number", setting("config.slow_ranks", 2), "config.slow_ranks"),
 ]
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from commbench.analysis import time_to_target as ttt
-from commbench.analysis.runs import ResultRun, Series, emulated, matching, slug_of
+from commbench.analysis.runs import ResultRun, Series, emulated, matching, slowed, slug_of
 
 
 class AccuracyKey(NamedTuple):
@@ -35,6 +35,7 @@ class AccuracyKey(NamedTuple):
     device: str
     backend: str
     network: str
+    stragglers: str
     hardware: str
     tag: str
 
@@ -55,6 +56,8 @@ class AccuracyKey(NamedTuple):
                  f"{self.device} ({self.hardware}), {self.backend}"]
         if self.network:
             parts.append(emulated(self.network))
+        if self.stragglers:
+            parts.append(slowed(self.stragglers))
         if self.tag:
             parts.append(f"tag {self.tag}")
         return "; ".join(parts)

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from commbench.analysis import tables
 from commbench.analysis import time_to_target as ttt
 from commbench.analysis.accuracy import AccuracyRow, AccuracyRun, rows_by_match
-from commbench.analysis.runs import emulated
+from commbench.analysis.runs import emulated, slowed
 
 TEST = ("Mann-Whitney U test on the runs' training times to the target, two-sided, exact "
         "for small arms; a run that missed the target ranks slowest")
@@ -32,12 +32,13 @@ def _order(match_key: Tuple) -> Tuple:
 
 def title(matching: Tuple) -> str:
     (model, data, partition, batch, image, target, every, budget, training, precision,
-     device, backend, network) = matching
+     device, backend, network, stragglers) = matching
     parts = [model, data, f"partition {partition}", f"batch {batch} per worker",
              f"{image}x{image} images", f"target {target}" if target else "no target",
              f"evaluated every {every} steps", f"budget {budget}", training, precision,
              device, backend]
-    return ", ".join(parts + ([emulated(network)] if network else []))
+    return ", ".join(parts + ([emulated(network)] if network else [])
+                     + ([slowed(stragglers)] if stragglers else []))
 
 
 class AccuracyComparison:

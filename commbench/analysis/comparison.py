@@ -19,7 +19,7 @@ from commbench import metrics
 from commbench.analysis import accuracy, grouping
 from commbench.analysis import tables
 from commbench.analysis.compare_accuracy import AccuracyComparison
-from commbench.analysis.runs import Point, Run, emulated
+from commbench.analysis.runs import Point, Run, emulated, slowed
 from commbench.results import to_json
 
 TEST = "Welch's t-test on per-iteration total img/sec (S_i), two-sided"
@@ -187,11 +187,12 @@ def _arm(runs: int, trained: int) -> str:
 
 
 def _title(matching: Tuple) -> str:
-    model, batch, image, classes, precision, device, backend, network = matching
+    model, batch, image, classes, precision, device, backend, network, stragglers = matching
     parts = [model, f"batch {batch} per worker", f"{image}x{image} images"]
     parts += [f"{classes} classes"] if classes != 1000 else []
     parts += [precision, device, backend]
-    return ", ".join(parts + ([emulated(network)] if network else []))
+    return ", ".join(parts + ([emulated(network)] if network else [])
+                     + ([slowed(stragglers)] if stragglers else []))
 
 
 def _row(p: Dict[str, Any]) -> List[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from commbench import metrics, step_split
+from commbench import metrics, step_split, straggler
 from commbench.analysis import validate
 from commbench.analysis.runs import GroupKey, Run, Series
 from commbench.analysis.validate import MAYBE as _MAYBE
@@ -113,15 +113,28 @@ def oversubscribed(doc: Dict[str, Any]) -> bool:
     return max(hosts.count(h) for h in hosts) > cores
 
 
-def machine_of(doc: Dict[str, Any]) -> Tuple[str, str, str, str, str]:
+def machine_of(doc: Dict[str, Any]) -> Tuple[str, str, str, str, str, str]:
     """Where and in which number format a result ran, as every kind's group key spells
-    it: precision, device, backend, network and hardware (the GPU's name, else the
-    CPU's: results from different machines never pool)."""
+    it: precision, device, backend, network, stragglers made on purpose (--slow-ranks)
+    and hardware (the GPU's name, else the CPU's: results from different machines
+    never pool)."""
     config, env = doc["config"], doc.get("environment") or {}
     device = str(env.get("device") or ("cpu" if config.get("no_cuda") else "unknown"))
     hardware = env.get("gpu") if device == "cuda" else env.get("cpu")
     return (precision_of(config), device, str(env.get("backend") or "unknown"),
-            network_of(env), str(hardware or "unknown"))
+            network_of(env), stragglers_of(config), str(hardware or "unknown"))
+
+
+def stragglers_of(config: Dict[str, Any]) -> str:
+    """The --slow-ranks a run was given, as the flag records it; "" for none (and for
+    results from before the flag)."""
+    given = config.get("slow_ranks") or "none"
+    try:
+        slow = straggler.parse(str(given))
+    except ValueError:
+        raise validate.Invalid("config.slow_ranks", f"is {validate.shown(given)}, not "
+                               "--slow-ranks' none or RANKS:FACTOR[@P]") from None
+    return str(slow) if slow.on else ""
 
 
 def precision_of(config: Dict[str, Any]) -> str:

@@ -113,12 +113,15 @@ def diverged_lines(group: Group) -> List[str]:
             "img/sec stand" for p in group.points for run in p.diverged]
 
 
-SPLIT_HEADERS = ["strategy", "topology", "N", "step ms", "compute", "exposed", "waiting",
-                 "other", "hidden", "sent/step"]
+SPLIT_PARTS = ("step", "compute", "codec", "exposed", "waiting", "injected", "other",
+               "overlapped")
+SPLIT_HEADERS = ["strategy", "topology", "N", "step ms", "compute", "codec", "exposed",
+                 "waiting", "injected", "other", "hidden", "sent/step"]
 SPLIT_TITLE = ("Where a step's time goes, ms per step (mean over ranks, steps and runs): "
-               "compute + exposed + waiting + other = step; hidden: communication "
-               "overlapped with compute; sent/step: bytes each worker put on the wire per "
-               "step (binary units)")
+               "compute + codec + exposed + waiting + injected + other = step; codec: "
+               "compressing and decompressing messages; injected: stragglers made on purpose "
+               "(--slow-ranks); hidden: communication overlapped with compute; sent/step: "
+               "bytes each worker put on the wire per step (binary units); '-': not measured")
 
 
 def split_table(group: Group, fmt: str) -> str:
@@ -126,11 +129,10 @@ def split_table(group: Group, fmt: str) -> str:
     for p in group.points:
         split = p.split
         rows.append([p.series.strategy, p.series.settings() or "-", str(p.workers)] + (
-            ["-"] * 6 if split is None else
-            [f"{1e3 * split[part]:.1f}" for part in ("step", "compute", "exposed", "waiting",
-                                                     "other", "overlapped")])
+            ["-"] * len(SPLIT_PARTS) if split is None else
+            [f"{1e3 * split[part]:.1f}" if part in split else "-" for part in SPLIT_PARTS])
             + ["-" if p.sent is None else units.format_bytes(p.sent["bytes_per_step"])])
-    return f"\n{SPLIT_TITLE}\n\n" + tables.render(SPLIT_HEADERS, rows, "llrrrrrrrr", fmt)
+    return f"\n{SPLIT_TITLE}\n\n" + tables.render(SPLIT_HEADERS, rows, "ll" + "r" * 10, fmt)
 
 
 def baseline_line(group: Group) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from commbench import metrics
+from commbench import metrics, straggler
 
 
 class GroupKey(NamedTuple):
@@ -33,6 +33,7 @@ class GroupKey(NamedTuple):
     device: str  # "cpu" or "cuda"
     backend: str
     network: str  # "" on real machines; the link rate (tc's spelling) on an emulated cluster
+    stragglers: str  # "" without; else --slow-ranks as recorded ("1:2")
     hardware: str  # GPU name, else CPU name: runs from different machines never pool
     tag: str
 
@@ -44,6 +45,8 @@ class GroupKey(NamedTuple):
         parts += [self.precision, f"{self.device} ({self.hardware})", self.backend]
         if self.network:
             parts.append(emulated(self.network))
+        if self.stragglers:
+            parts.append(slowed(self.stragglers))
         if self.tag:
             parts.append(f"tag {self.tag}")
         return ", ".join(parts)
@@ -60,10 +63,13 @@ class GroupKey(NamedTuple):
 
 def slug_of(key, parts: List[str]) -> str:
     """A group key's name in file names: its own parts, then where it ran (every kind's
-    key ends in precision, device, backend, network, hardware and tag)."""
+    key ends in precision, device, backend, network, stragglers, hardware and tag)."""
     parts = parts + [key.precision, key.device, key.backend]
     if key.network:
         parts.append(f"emulated-{key.network}")
+    if key.stragglers:
+        parts.append("slow-" + key.stragglers.replace(":", "x").replace(",", "+")
+                     .replace("@", "p"))
     if key.tag:
         parts.append(key.tag)
     return "-".join(parts)
@@ -263,3 +269,8 @@ class Group:
 def emulated(link: str) -> str:
     """How titles name an emulated network."""
     return f"emulated, {link} links network"
+
+
+def slowed(stragglers: str) -> str:
+    """How titles name the stragglers a run was given on purpose (--slow-ranks)."""
+    return f"{straggler.parse(stragglers).describe()} (on purpose)"

@@ -129,6 +129,11 @@ class MachineAveraging:
         machine's broadcast, so a late rank anywhere can hold this step back."""
         return None
 
+    def moves_alone(self) -> bool:
+        """Only the allreduce inside a lone machine moves before finish(): shared memory
+        meets there, and the leaders' exchanges between machines start there."""
+        return self.inside != SHARED_MEMORY and not self.several_machines
+
     def piece_bytes(self) -> int:
         """Bytes of the machine's allreduce (what every rank hands over)."""
         return sum(c.numel() * c.element_size() for c in self.comm)

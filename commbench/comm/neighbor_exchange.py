@@ -67,7 +67,7 @@ class NeighborExchange:
         self.node = node
         self.ranks = list(ranks) if ranks is not None else list(range(schedule.size))
         self.narrow = narrow
-        self.transport = TRANSPORTS[transport]
+        self.transport, self.transport_name = TRANSPORTS[transport], transport
         self.step = 0  # index into the schedule; advanced by finish()
         # (buffer index, start, end) of every chunk; its position is its message tag,
         # so buffers and chunks of one step can never be confused (gloo matches
@@ -105,6 +105,10 @@ class NeighborExchange:
         """Bytes this step sends: the parameters to each out-neighbor (in the narrow type
         where there is one)."""
         return self.wire().nbytes
+
+    def moves_alone(self) -> bool:
+        """MPI's point-to-point messages move only inside MPI's calls: in finish()."""
+        return self.transport_name != "mpi"
 
     def wire(self) -> Sent:
         """This step's sends: each chunk once to each out-neighbor."""
