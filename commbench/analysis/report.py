@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
 from commbench import metrics, units
-from commbench.analysis import accuracy_tables, reader, runs, tables
+from commbench.analysis import accuracy_tables, reader, runs, tables, winner_map
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
 from commbench.results import to_json
@@ -66,8 +66,9 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
     if found is None:
         return 1
     groups, trained, benches, projections = found
-    parts = [(render, groups), (accuracy_tables.render, trained), (microbench.render, benches)]
-    texts = [draw(items, fmt) for draw, items in parts if items]
+    parts = [(render, groups), (accuracy_tables.render, trained), (winner_map.render, trained),
+             (microbench.render, benches)]
+    texts = [text for text in (draw(items, fmt) for draw, items in parts if items) if text]
     if fmt == "json" and (projections or len(texts) > 1):  # one JSON document
         doc: Dict[str, Any] = {}
         for text in texts:

@@ -1,0 +1,96 @@
+"""The winner map (commbench.analysis.winner_map): from runs trained to accuracy on
+several networks and straggler settings, the first to the target in each cell, its lead,
+"too close to call" where the runs' ranges overlap, and misses shown; through `report`."""
+
+import copy
+import io
+import json
+from pathlib import Path
+
+from commbench import results
+from commbench.analysis import report, winner_map
+from commbench.analysis.accuracy import group
+from commbench.analysis.accuracy_reading import usable
+from commbench.results import load_results
+
+TARGET = Path(__file__).parent / "data" / "accuracy" / "target"
+
+
+def cell_runs(directory: Path, network: str, stragglers: str, times: dict) -> None:
+    """The fixture's runs (2 strategies x seeds 42, 43, 44) as if run on `network` ("":
+    shared memory) with `stragglers`, each strategy's times to target as given (None:
+    not reached)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in sorted(TARGET.glob("*.json")):
+        doc = copy.deepcopy(json.loads(path.read_text()))
+        strategy, seed = doc["strategy"]["name"], doc["config"]["seed"]
+        time = times[strategy][seed - 42]
+        doc["summary"].update(reached=time is not None, time_to_target=time,
+                              bytes_to_target=None if time is None else 1e6 * time)
+        if network:
+            doc["environment"]["emulated_network"] = {"link": network}
+        doc["config"]["slow_ranks"] = stragglers or "none"
+        name = f"{network or 'shm'}-{stragglers or 'none'}-{path.name}".replace(":", "x")
+        (directory / name).write_text(results.to_json(doc))
+
+
+def the_map(directory: Path):
+    runs, notes = usable(load_results([directory])[0])
+    assert not notes
+    found = winner_map.maps(group(runs))
+    assert len(found) == 1
+    return found[0]
+
+
+def test_each_cell_names_the_first_its_lead_and_says_when_it_is_too_close(tmp_path):
+    cell_runs(tmp_path, "200mbit", "", {"allreduce": [30, 31, 32],
+                                        "neighbor_allreduce": [20, 21, 22]})
+    cell_runs(tmp_path, "", "", {"allreduce": [10, 12, 14],
+                                 "neighbor_allreduce": [11, 13, 15]})
+    cell_runs(tmp_path, "200mbit", "1:2", {"allreduce": [None, None, 40],
+                                           "neighbor_allreduce": [None, None, None]})
+    found = the_map(tmp_path)
+    assert found.networks == ["200mbit", ""]  # slowest link first, shared memory last
+    assert found.stragglers == ["", "1:2"]
+    clear = found.cells[("", "200mbit")]
+    assert clear.verdict == winner_map.CLEAR and clear.lead == 10.0
+    assert clear.text() == ("neighbor_allreduce (exponential-2, dynamic, AWC, 2 ranks/machine) "
+                            "by 10.0 s over allreduce (2 ranks/machine)")
+    close = found.cells[("", "")]
+    assert close.verdict == winner_map.TOO_CLOSE and close.lead == 1.0
+    assert close.text().startswith("too close to call: allreduce ~ neighbor_allreduce")
+    # allreduce missed twice (MLPerf's rule: invalid), neighbor_allreduce every time
+    missed = found.cells[("1:2", "200mbit")]
+    assert missed.verdict == winner_map.NONE and len(missed.missed) == 2
+    assert ("1:2", "") not in found.cells
+
+
+def test_report_prints_the_map_with_its_misses_and_unrun_cells(tmp_path):
+    cell_runs(tmp_path, "200mbit", "", {"allreduce": [30, 31, 32],
+                                        "neighbor_allreduce": [20, 21, 22]})
+    cell_runs(tmp_path, "200mbit", "1:2", {"allreduce": [50, 51, 52],
+                                           "neighbor_allreduce": [None, 25, 26]})
+    cell_runs(tmp_path, "", "", {"allreduce": [None, None, None],
+                                 "neighbor_allreduce": [None, None, None]})
+    out = io.StringIO()
+    assert report.report([tmp_path], out=out, err=io.StringIO()) == 0
+    text = out.getvalue().split("Winner map: ")[1]
+    firsts, sent = text.split("Bytes each worker sent to the target")
+    rows = {line.split("  ")[0]: line for line in firsts.splitlines()}
+    assert "neighbor_allreduce (exponential-2, dynamic, AWC, 2 ranks/machine) by 10.0 s" in \
+        rows["no straggler"]
+    assert "none reached it" in rows["no straggler"]
+    assert "rank 1 2x slower" in rows and "not run" in rows["rank 1 2x slower"]
+    assert "by 25.0 s" in rows["rank 1 2x slower"]
+    assert "shared memory" in text
+    bytes_rows = {line.split("  ")[0]: line.split() for line in sent.splitlines()}
+    # the first's median bytes (1e6 x its median time); none where none reached
+    assert bytes_rows["no straggler"][-2:] == ["20M", "-"]
+
+
+def test_one_network_and_one_setting_make_no_map(tmp_path):
+    cell_runs(tmp_path, "", "", {"allreduce": [10, 12, 14],
+                                 "neighbor_allreduce": [11, 13, 15]})
+    runs, _ = usable(load_results([tmp_path])[0])
+    assert winner_map.maps(group(runs)) == []
+    assert winner_map.render(group(runs)) == ""
