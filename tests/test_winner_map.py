@@ -88,6 +88,20 @@ def test_report_prints_the_map_with_its_misses_and_unrun_cells(tmp_path):
     assert bytes_rows["no straggler"][-2:] == ["20M", "-"]
 
 
+def test_plot_draws_the_map_beside_the_accuracy_charts(tmp_path):
+    from commbench.analysis import plot_command
+
+    runs = tmp_path / "runs"
+    cell_runs(runs, "200mbit", "", {"allreduce": [30, 31, 32],
+                                    "neighbor_allreduce": [20, 21, 22]})
+    cell_runs(runs, "", "0:1.5@0.5", {"allreduce": [10, 12, 14],
+                                      "neighbor_allreduce": [None, None, None]})
+    out = io.StringIO()
+    assert plot_command.plot([runs], tmp_path / "charts", out=out, err=io.StringIO()) == 0
+    maps = [line for line in out.getvalue().splitlines() if "winner-map-" in line]
+    assert len(maps) == 1 and maps[0].endswith("-n2.png") and Path(maps[0]).stat().st_size
+
+
 def test_one_network_and_one_setting_make_no_map(tmp_path):
     cell_runs(tmp_path, "", "", {"allreduce": [10, 12, 14],
                                  "neighbor_allreduce": [11, 13, 15]})

@@ -99,6 +99,24 @@ def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path]
         if accuracy.has_times(group):
             written += scaling.save_named(accuracy.time_figure(group, styles), out_dir,
                                           f"time-to-target-{name}", formats)
+    return written + write_winner_maps(groups, out_dir, formats)
+
+
+def write_winner_maps(groups: List[AccuracyGroup], out_dir: Union[str, Path],
+                      formats: Sequence[str] = ()) -> List[Path]:
+    """winner-map-<task>-n<N>: where the groups' runs span several networks or straggler
+    settings, the first to the target in each (commbench.analysis.winner_map)."""
+    from commbench.analysis import winner_map
+    from commbench.plots import scaling
+    from commbench.plots import winner_map as chart
+
+    found = winner_map.maps(groups)
+    names = unique_names([f"{m.key.slug()}-n{m.workers}" for m in found],
+                         [m.key.hardware for m in found])
+    written = []
+    for each, name in zip(found, names):
+        written += scaling.save_named(chart.figure(each), out_dir, f"winner-map-{name}",
+                                      formats)
     return written
 
 

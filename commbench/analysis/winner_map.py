@@ -51,17 +51,21 @@ class Cell:
         """Seconds the first reached the target before the next (None: no next)."""
         return self.ranked[1][1] - self.ranked[0][1] if len(self.ranked) > 1 else None
 
-    def text(self) -> str:
+    def lines(self) -> List[str]:
+        """What the cell says, in short lines (the chart stacks them)."""
         if not self.ranked:
-            return NONE
+            return [NONE]
         first = self.ranked[0][0].series.label()
         if self.verdict == ALONE:
-            return f"{first} ({ALONE})"
+            return [first, f"({ALONE})"]
         second = self.ranked[1][0].series.label()
         if self.verdict == TOO_CLOSE:
-            return f"{TOO_CLOSE}: {first} ~ {second} ({self.lead:.1f} s)"
-        single = "; single runs, no interval" if self.verdict == SINGLE else ""
-        return f"{first} by {self.lead:.1f} s over {second}{single}"
+            return [f"{TOO_CLOSE}:", first, f"~ {second} ({self.lead:.1f} s)"]
+        single = ["(single runs: no interval)"] if self.verdict == SINGLE else []
+        return [first, f"by {self.lead:.1f} s over", second] + single
+
+    def text(self) -> str:
+        return " ".join(self.lines())
 
     def bytes_text(self) -> str:
         """The first's median bytes each worker sent to the target."""
