@@ -84,6 +84,29 @@ def test_up_makes_machines_with_their_own_names_and_capped_links_and_down_remove
     assert namespaces.down(name) == []  # idempotent
 
 
+@pytest.mark.job
+def test_uneven_links_cap_each_machine_at_its_own_rate_and_each_knows_its_own(name):
+    cluster = namespaces.up(name, machines=3, slots=1, link="1gbit",
+                            link_of=["m2=100mbit", "m1=300Mbit/s"])
+    assert cluster.link_of == {"m2": "100mbit", "m1": "300mbit"}
+    for i, rate in ((0, "1Gbit"), (1, "300Mbit"), (2, "100Mbit")):
+        for where, dev in ((["-n", cluster.netns(i)], cluster.nic), ([], cluster.netns(i))):
+            qdisc = subprocess.run(["tc", *where, "qdisc", "show", "dev", dev],
+                                   capture_output=True, text=True).stdout
+            assert f"rate {rate}" in qdisc, (i, qdisc)
+    # what a rank on m2 records, and the rate its microbench sets its bytes against
+    probe = ("import json, os; from commbench.microbench import link; "
+             "n = json.loads(os.environ['COMMBENCH_EMULATED_NETWORK']); "
+             "import socket; me = socket.gethostname(); "
+             "print(me, n['links'][me], link.own_rate(n))")
+    found = on_machine(cluster, cluster.machine(2), f"{sys.executable} -c \"{probe}\"")
+    assert found.stdout.split() == [cluster.machine(2), "100mbit", "100000000.0"], found.stderr
+    assert state.load(name).link_of == cluster.link_of  # kept for `down` and `status`
+    listed = subprocess.run([sys.executable, "-m", "commbench", "cluster", "status"],
+                            capture_output=True, text=True, timeout=60).stdout
+    assert f"1gbit links but {name}-m1 at 300mbit, {name}-m2 at 100mbit" in listed
+
+
 def test_two_clusters_at_once_stay_apart(name):
     first = namespaces.up(name, machines=2, slots=1, link="1gbit")
     other = f"{name}x"
@@ -128,9 +151,16 @@ def test_bad_input_and_missing_privileges_are_one_line():
     assert "needs root (or CAP_NET_ADMIN)" in done.stderr
     for args, says in ((["--link", "fast"], "give a rate as tc spells it"),
                        (["--name", "Bad-Name"], "1-8 lowercase letters"),
-                       (["--machines", "0"], "--machines must be")):
-        done = cluster("up", *args)
-        assert done.returncode == 2 and says in done.stderr and done.stderr.count("\n") == 1
+                       (["--machines", "0"], "--machines must be"),
+                       (["--link-of", "m2=100mbit"], "m2 is not a machine of this cluster"),
+                       (["--link-of", "m1"], "'m1' is not MACHINE=RATE"),
+                       (["--link-of", "m1=100mbit,m1=1gbit"], "m1 is given twice"),
+                       (["--link-of", "m1="], "'m1=' is not MACHINE=RATE"),
+                       (["--link-of", "m1=slow"], "'slow' is not a rate")):
+        done = cluster("up", "--name", "tbad", *args)
+        assert done.returncode == 2 and says in done.stderr and done.stderr.count("\n") == 1, \
+            done.stderr
+        assert state.load("tbad") is None and not ours("tbad")  # nothing made
 
 
 def launch(cluster, cmd, timeout=300, cwd=None):

@@ -153,8 +153,9 @@ def test_a_contender_is_set_against_the_emulated_links_rate_and_flagged():
     from commbench.microbench import link
 
     network = {"nic": "eth0", "link_bits_per_second": 200e6}
-    assert link.fraction_of_rate(20e6, network) == pytest.approx(0.8)
-    assert link.fraction_of_rate(20e6, None) is None  # not an emulated cluster
+    assert link.own_rate(network) == 200e6 and link.own_rate(None) is None
+    assert link.fraction_of_rate([(20e6, 200e6)]) == pytest.approx(0.8)
+    assert link.fraction_of_rate([(20e6, None)]) is None  # not an emulated cluster
     assert link.flag(None) == "-"
     assert link.flag(0.46) == "0.46 (slow)"
     assert link.flag(0.93) == "0.93"
@@ -173,6 +174,23 @@ def test_each_call_on_an_emulated_link_starts_with_the_rate_limiters_bucket_full
     assert link.refill_seconds(None) == 0.0  # a real machine: no pause
     # recorded before bursts were
     assert link.refill_seconds({"link_bits_per_second": 200e6}) == 0.0
+    # uneven links: the slowest machine's bucket takes longest to refill
+    uneven = Cluster("cb-t", 2, 1, "1gbit", "10.213.7.0/24", {"m1": "100mbit"}).describe()
+    assert link.refill_seconds(uneven) == pytest.approx(64 * 1024 * 8 / 100e6)
+
+
+def test_on_uneven_links_each_machine_is_set_against_its_own_rate():
+    from commbench.cluster.state import Cluster
+    from commbench.microbench import link
+
+    network = Cluster("cb-t", 3, 1, "1gbit", "10.213.7.0/24", {"m2": "100mbit"}).describe()
+    assert network["links"] == {"cb-t-m0": "1gbit", "cb-t-m1": "1gbit", "cb-t-m2": "100mbit"}
+    assert network["link_of"] == {"m2": "100mbit"}
+    assert link.own_rate(network, "cb-t-m2") == 100e6
+    assert link.own_rate(network, "cb-t-m0") == 1e9
+    # the fast machines at half their rate, the slow one at all of its own
+    machines = [(62.5e6, 1e9), (62.5e6, 1e9), (12.5e6, 100e6)]
+    assert link.fraction_of_rate(machines) == pytest.approx((0.5 + 0.5 + 1.0) / 3)
 
 
 @pytest.mark.mpi

@@ -108,3 +108,14 @@ def test_one_network_and_one_setting_make_no_map(tmp_path):
     runs, _ = usable(load_results([tmp_path])[0])
     assert winner_map.maps(group(runs)) == []
     assert winner_map.render(group(runs)) == ""
+
+
+def test_uneven_links_are_a_network_of_their_own_after_the_even_one_of_their_rate():
+    from commbench.analysis.reading import network_of
+
+    uneven = network_of({"emulated_network": {"link": "1gbit", "link_of": {"m3": "100mbit"}}})
+    assert uneven == "1gbit (m3 at 100mbit)"
+    assert network_of({"emulated_network": {"link": "1gbit", "link_of": {}}}) == "1gbit"
+    assert network_of({}) == ""
+    ordered = sorted(["", uneven, "1gbit", "200mbit"], key=winner_map.network_order)
+    assert ordered == ["200mbit", "1gbit", uneven, ""]

@@ -150,9 +150,15 @@ def precision_of(config: Dict[str, Any]) -> str:
 
 def network_of(env: Dict[str, Any]) -> str:
     """The network runs must share to be compared: '' for real machines, else the
-    emulated cluster's link rate."""
+    emulated cluster's link rate, and the machines with a rate of their own (uneven
+    links: "1gbit (m3 at 100mbit)")."""
     found = env.get("emulated_network")
-    return str(found.get("link")) if isinstance(found, dict) else ""
+    if not isinstance(found, dict):
+        return ""
+    own = found.get("link_of")
+    uneven = ", ".join(f"{m} at {rate}" for m, rate in own.items()) \
+        if isinstance(own, dict) else ""
+    return str(found.get("link")) + (f" ({uneven})" if uneven else "")
 
 
 def series_of(doc: Dict[str, Any]) -> Series:

@@ -115,14 +115,15 @@ def cell_of(rows: List[AccuracyRow]) -> Cell:
     return Cell(ranked, [row for row, t in timed if t is None])
 
 
-def network_order(network: str) -> Tuple[int, float]:
-    """Slowest link first, shared memory (no emulated network) last."""
+def network_order(network: str) -> Tuple[int, float, str]:
+    """Slowest link first (by the cluster's rate; uneven links after even ones of the
+    same rate), shared memory (no emulated network) last."""
     if not network:
-        return (1, 0.0)
+        return (1, 0.0, network)
     try:
-        return (0, units.rate_bits(network))
+        return (0, units.rate_bits(network.split(" ")[0]), network)
     except UsageError:  # a rate this version cannot read: after the ones it can
-        return (0, float("inf"))
+        return (0, float("inf"), network)
 
 
 def column_name(network: str) -> str:

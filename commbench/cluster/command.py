@@ -18,6 +18,9 @@ def add_arguments(parser) -> None:
     up.add_argument("--link", default="1gbit",
                     help="each machine's NIC rate, both directions, as tc spells it "
                          "(default 1gbit; e.g. 200mbit, 10gbit)")
+    up.add_argument("--link-of", action="append", default=[], metavar="MACHINE=RATE,...",
+                    help="a rate of its own for a machine, by index from 0 (e.g. m3=100mbit: "
+                         "uneven links); repeatable or comma-separated")
     down = sub.add_parser("down", help="remove a cluster and all it made")
     for action in (up, down):
         action.add_argument("--name", default=DEFAULT_NAME,
@@ -30,7 +33,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     if args.action == "up":
-        cluster = namespaces.up(args.name, args.machines, args.slots, args.link)
+        cluster = namespaces.up(args.name, args.machines, args.slots, args.link, args.link_of)
         print(describe(cluster))
         return 0
     if args.action == "down":
@@ -45,7 +48,7 @@ def main(args) -> int:
         print("no emulated cluster is up")
     for cluster in found:
         print(f"cluster {cluster.name}: {cluster.machines} machines x {cluster.slots} slots, "
-              f"{cluster.link} links, subnet {cluster.subnet}")
+              f"{cluster.link} links{uneven(cluster)}, subnet {cluster.subnet}")
         for piece, there in namespaces.status(cluster).items():
             print(f"  {piece}: {'up' if there else 'MISSING'}")
     return 0
@@ -56,7 +59,7 @@ def describe(c: state.Cluster) -> str:
     return "\n".join([
         f"cluster {c.name}: {c.machines} machines "
         f"({', '.join(c.machine(i) for i in range(c.machines))})"
-        f" x {c.slots} slots, each linked at {c.link} both ways (no latency added),"
+        f" x {c.slots} slots, each linked at {c.link} both ways{uneven(c)} (no latency added),"
         f" subnet {c.subnet}, host at {c.host_address} on {c.bridge}",
         "Launch on it from a shell that sourced its env.sh (its ssh first on PATH, and no "
         "binding of ranks to cores: the machines share the host's):",
@@ -66,3 +69,12 @@ def describe(c: state.Cluster) -> str:
         f"  bfrun -np {n} -H {c.hosts} python -m commbench --dist-optimizer=neighbor_allreduce",
         f"Remove it: commbench cluster down --name {c.name}",
     ])
+
+
+def uneven(c: state.Cluster) -> str:
+    """The machines whose link differs, as the cluster's lines name them."""
+    if not c.link_of:
+        return ""
+    return " but " + ", ".join(f"{c.machine(int(m[1:]))} at {rate}"
+                               for m, rate in sorted(c.link_of.items(),
+                                                     key=lambda kv: int(kv[0][1:])))

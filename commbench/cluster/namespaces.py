@@ -9,7 +9,8 @@ What one cluster named NAME is made of, all of it under its own names:
   persistent UTS namespace (hostname NAME-mi) bound to a file in the state directory;
   /etc/netns/NAME-mi/hosts, which `ip netns exec` puts in place of /etc/hosts, so
   machines find each other by name;
-- a tbf qdisc on both ends of every link (commbench.cluster.shaping);
+- a tbf qdisc on both ends of every link (commbench.cluster.shaping), at the cluster's
+  rate or, for machines given one of their own (--link-of), at that: uneven links;
 - the state directory (commbench.cluster.state) with the `ssh` stand-in in bin/ and
   env.sh.
 
@@ -29,12 +30,12 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 from commbench import units
 from commbench.cluster.host import check_privileges, existing_links, existing_netns, tool
 from commbench.cluster.shaping import tbf
-from commbench.cluster.state import Cluster, clusters, load, write_atomically
+from commbench.cluster.state import Cluster, clusters, load, parse_link_of, write_atomically
 from commbench.errors import UsageError
 
 NETNS_ETC = Path("/etc/netns")
@@ -59,8 +60,11 @@ def free_subnet() -> str:
     raise UsageError(f"no free /24 left in {SUBNETS} for another cluster")
 
 
-def up(name: str, machines: int, slots: int, link: str) -> Cluster:
-    """Make the cluster; on any failure remove what was made and raise."""
+def up(name: str, machines: int, slots: int, link: str,
+       link_of: Sequence[str] = ()) -> Cluster:
+    """Make the cluster, every machine's NIC at `link` but those `link_of` gives a rate of
+    their own (--link-of's MACHINE=RATE texts); on any failure remove what was made and
+    raise."""
     check_privileges()
     if not NAME.match(name):
         raise UsageError(f"cluster name {name!r}: 1-8 lowercase letters and digits, "
@@ -68,9 +72,10 @@ def up(name: str, machines: int, slots: int, link: str) -> Cluster:
     if not 1 <= machines <= 200 or slots < 1:
         raise UsageError("--machines must be 1..200 and --slots at least 1")
     link = units.tc_rate(link, "--link")
+    own_rates = parse_link_of(link_of, machines)
     if load(name) is not None:
         raise UsageError(f"cluster {name} is already up (commbench cluster down --name {name})")
-    cluster = Cluster(name, machines, slots, link, free_subnet())
+    cluster = Cluster(name, machines, slots, link, free_subnet(), own_rates)
     ours = {cluster.bridge} | {cluster.netns(i) for i in range(machines)}
     taken = ours & (existing_links() | existing_netns())
     if taken:
@@ -106,7 +111,7 @@ def _make(c: Cluster) -> None:
         tool("ip", "link", "set", outside, "up")
         for where in (["-n", ns, "qdisc", "add", "dev", c.nic],  # the machine's sending
                       ["qdisc", "add", "dev", outside]):  # and receiving
-            tool("tc", *where, "root", "tbf", *tbf(c.link))
+            tool("tc", *where, "root", "tbf", *tbf(c.link_at(i)))
         c.uts(i).touch()
         tool("unshare", f"--uts={c.uts(i)}", "hostname", c.machine(i))
         (NETNS_ETC / ns).mkdir(parents=True, exist_ok=True)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from commbench import units
 from commbench.cluster import shaping
+from commbench.errors import UsageError
 
 STATE_ROOT = Path(os.environ.get("COMMBENCH_CLUSTER_STATE", "/run/commbench/clusters"))
 HOST_OCTET = 254
@@ -27,6 +29,8 @@ class Cluster:
     slots: int
     link: str  # tc rate, e.g. "1gbit"
     subnet: str  # e.g. "10.213.7.0/24"
+    # machines whose NIC has a rate of its own ("m3" -> "100mbit"): uneven links
+    link_of: Dict[str, str] = field(default_factory=dict)
 
     @property
     def directory(self) -> Path:
@@ -76,12 +80,47 @@ class Cluster:
     def link_bits(self) -> float:
         return units.rate_bits(self.link, "--link")
 
+    def link_at(self, i: int) -> str:
+        """Machine i's NIC rate: its own where --link-of gave it one, else the cluster's."""
+        return self.link_of.get(f"m{i}", self.link)
+
     def describe(self) -> Dict[str, object]:
-        """What results record as the emulated network."""
+        """What results record as the emulated network: the cluster's rate, the machines
+        whose rate differs (`link_of`, by machine index) and every machine's own rate
+        (`links`, by hostname)."""
         return {"cluster": self.name, "machines": self.machines, "slots": self.slots,
                 "link": self.link, "link_bits_per_second": self.link_bits, "nic": self.nic,
                 "burst_bytes": shaping.burst_bytes(self.link_bits),
+                "link_of": dict(sorted(self.link_of.items(), key=lambda kv: int(kv[0][1:]))),
+                "links": {self.machine(i): self.link_at(i) for i in range(self.machines)},
+                "refill_seconds": max(shaping.burst_bytes(bits) * 8 / bits for bits in
+                                      (units.rate_bits(self.link_at(i))
+                                       for i in range(self.machines))),
                 "latency": "none added (host's own; netem is not used)"}
+
+
+MACHINE_RATE = re.compile(r"m(\d+)=(.+)$")
+
+
+def parse_link_of(texts: Sequence[str], machines: int) -> Dict[str, str]:
+    """--link-of MACHINE=RATE[,MACHINE=RATE...] (repeatable) as {"m3": tc rate}; a
+    malformed pair, a machine the cluster does not have, or one named twice is a
+    UsageError."""
+    found: Dict[str, str] = {}
+    for text in texts:
+        for pair in text.split(","):
+            matched = MACHINE_RATE.match(pair.strip())
+            if not matched:
+                raise UsageError(f"argument --link-of: {pair.strip()!r} is not MACHINE=RATE "
+                                 "(e.g. m3=100mbit)")
+            index, rate = int(matched.group(1)), matched.group(2)
+            if index >= machines:
+                raise UsageError(f"argument --link-of: m{index} is not a machine of this "
+                                 f"cluster (m0 to m{machines - 1})")
+            if f"m{index}" in found:
+                raise UsageError(f"argument --link-of: m{index} is given twice")
+            found[f"m{index}"] = units.tc_rate(rate, "--link-of")
+    return found
 
 
 def load(name: str) -> Optional[Cluster]:

@@ -25,8 +25,8 @@ def bench(op_cls, plugin_cls, ctx, config, count: int, args) -> List[Dict[str, A
     network = emulated_network()
     nic = link.counter(network, ctx.launch.local_rank)
     measured = measure(timed, ctx, args.warmup_iters, args.iters, nic,
-                       settle=link.refill_seconds(network))
-    return rows(op, timed, measured, network)
+                       settle=link.refill_seconds(network), rate=link.own_rate(network))
+    return rows(op, timed, measured)
 
 
 class Contender:
@@ -62,10 +62,12 @@ def contenders(op, raw: bool, check: bool) -> List[Contender]:
 
 
 def measure(timed: List[Contender], ctx, warmup: int, iters: int,
-            nic: Optional[link.NicCounter] = None, settle: float = 0.0) -> List[Any]:
+            nic: Optional[link.NicCounter] = None, settle: float = 0.0,
+            rate: Optional[float] = None) -> List[Any]:
     """Interleaved calls of every contender; every rank's samples (on every rank).
     The clock stops after a device sync: a GPU collective returns when it is queued.
-    `nic`: this machine's interface counter, read before each call (untimed).
+    `nic`: this machine's interface counter, read before each call (untimed); `rate`:
+    its link's rate (bits/s), recorded beside what it counted.
     `settle`: seconds to pause before each call (untimed; an emulated link's refill)."""
     import torch.distributed as dist
 
@@ -101,14 +103,13 @@ def measure(timed: List[Contender], ctx, warmup: int, iters: int,
     barrier()  # the last call's tail has left by now
     if nic and last is not None:
         last.nic_bytes.append(nic.read() - before)
-    mine = [(c.seconds, c.wrong, c.sent, c.received, c.nic_bytes) for c in timed]
+    mine = [(c.seconds, c.wrong, c.sent, c.received, c.nic_bytes, rate) for c in timed]
     everyone: List[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, mine)
     return everyone
 
 
-def rows(op, timed: List[Contender], everyone: List[Any],
-         network: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+def rows(op, timed: List[Contender], everyone: List[Any]) -> List[Dict[str, Any]]:
     """One row per contender from every rank's samples (rank 0; [] elsewhere)."""
     import numpy as np
 
@@ -126,10 +127,11 @@ def rows(op, timed: List[Contender], everyone: List[Any],
             summary["wire_fraction"] = c.wire_fraction
             summary.update({f"{k}_sent": v * c.wire_fraction for k, v in list(summary.items())
                             if k.endswith("bw")})
-        machines = [(rank[i][4], rank[i][0]) for rank in everyone if rank[i][4]]
-        if machines:  # each machine's bytes out over its first rank's time, averaged
-            summary["nic_bw"] = float(np.mean([sum(b) / sum(t) for b, t in machines]))
-            summary["link_fraction"] = link.fraction_of_rate(summary["nic_bw"], network)
+        machines = [(sum(rank[i][4]) / sum(rank[i][0]), rank[i][5]) for rank in everyone
+                    if rank[i][4]]  # each machine's bytes out over its first rank's time
+        if machines:
+            summary["nic_bw"] = float(np.mean([bw for bw, _ in machines]))
+            summary["link_fraction"] = link.fraction_of_rate(machines)
         found.append({
             "op": op.name, "impl": c.impl, "commbench": c.impl == "commbench",
             "transport": op.transport() if c.impl == "commbench" else None,

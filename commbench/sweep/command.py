@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Tuple
 
 from commbench import units
+from commbench.cluster.state import parse_link_of
 from commbench.config import RunConfig
 from commbench.errors import UsageError
 from commbench.flags import (accepting, add_flags, flag_fields, positive_float, positive_int,
@@ -57,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link", type=link_rates, default=["1gbit"], metavar="RATE,...",
                         help="with --emulate: each machine's link rate, one cluster per rate "
                              "(default: 1gbit)")
+    parser.add_argument("--link-of", action="append", default=[], metavar="MACHINE=RATE,...",
+                        help="with --emulate: a rate of its own for a machine of every "
+                             "cluster, by index from 0 (e.g. m3=100mbit: uneven links)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the launcher commands, run nothing")
     parser.epilog = ("Any other `commbench run` flag is passed to every job whose strategy "
@@ -93,7 +97,11 @@ def main(args) -> int:
     flags = (QUICK if args.quick else []) + args.run_flags
     strategies = [s for s in args.dist_optimizer.split(",") if s]
     cluster = f"s{os.getpid() % 10**6}"  # this sweep's own: two sweeps never share one
-    if args.emulate:
+    if args.link_of and not args.emulate:
+        raise UsageError("argument --link-of: gives emulated machines their own rates; "
+                         "only with --emulate")
+    if args.emulate:  # a machine the cluster will not have: refused before anything runs
+        parse_link_of(args.link_of, cluster_shape(args.emulate)[0])
         jobs = plan_emulated(args.emulate, args.link, cluster, strategies, flags,
                              args.results_dir, args.repeat)
     else:
@@ -110,7 +118,8 @@ def main(args) -> int:
     # running job and an emulated cluster are ended with the sweep.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.emulate:
-        run_emulated(jobs, args.job_timeout, env, cluster, cluster_shape(args.emulate))
+        run_emulated(jobs, args.job_timeout, env, cluster, cluster_shape(args.emulate),
+                     args.link_of)
     else:
         run_jobs(jobs, args.job_timeout, env)
     made = [str(j.result) for j in jobs if j.result]
@@ -133,7 +142,8 @@ def print_commands(jobs: List[Job], args, cluster: str) -> None:
         if link:
             machines, slots = cluster_shape(args.emulate)
             print(f"# commbench cluster up --name {cluster} --machines {machines} "
-                  f"--slots {slots} --link {link}")
+                  f"--slots {slots} --link {link}"
+                  + "".join(f" --link-of {own}" for own in args.link_of))
         for job in (j for j in jobs if j.link == link and not j.skip_reason):
             print(shell_line(job.command)
                   + (f"  # repeat {job.repeat}/{args.repeat}" if args.repeat > 1 else ""))

@@ -5,14 +5,14 @@ rate's jobs and removed after them, whatever happened.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from commbench.sweep.execute import run_jobs
 from commbench.sweep.plan import Job
 
 
 def run_emulated(jobs: List[Job], timeout: float, env: Dict[str, str], name: str,
-                 shape: Tuple[int, int]) -> None:
+                 shape: Tuple[int, int], link_of: Sequence[str] = ()) -> None:
     """run_jobs on one emulated cluster per link rate, each removed at the end: on
     success, failure, Ctrl-C or SIGTERM (after a SIGKILL: `commbench cluster down
     --name NAME`)."""
@@ -20,10 +20,11 @@ def run_emulated(jobs: List[Job], timeout: float, env: Dict[str, str], name: str
 
     host.check_privileges()
     for link in dict.fromkeys(j.link for j in jobs):
-        print(f"Emulated cluster {name}: {shape[0]} machines x {shape[1]} slots at {link} "
+        uneven = f" ({', '.join(link_of)} their own)" if link_of else ""
+        print(f"Emulated cluster {name}: {shape[0]} machines x {shape[1]} slots at {link}{uneven} "
               f"(if this sweep is killed: commbench cluster down --name {name})", flush=True)
         try:
-            cluster = namespaces.up(name, shape[0], shape[1], link)
+            cluster = namespaces.up(name, shape[0], shape[1], link, link_of)
             run_jobs([j for j in jobs if j.link == link], timeout,
                      {**env, "PATH": f"{cluster.bin}{os.pathsep}{env.get('PATH', '')}"})
         finally:
