@@ -109,6 +109,78 @@ def emulated_network() -> Optional[Dict[str, Any]]:
     return found if isinstance(found, dict) else None
 
 
+SYS_CLASS = Path("/sys/class")
+
+
+def machine_facts(use_cuda: bool, sys_class: Path = SYS_CLASS) -> Dict[str, Any]:
+    """What this machine says of its network and GPUs, as PyTorch's DDP benchmark records
+    `nvidia-smi topo -m`: its network interfaces with their speed, its RDMA devices and
+    their ports (sysfs), and on GPUs the topology matrix (None without one). Inside an
+    emulated machine, that machine's own interfaces."""
+    return {"nics": network_interfaces(sys_class), "rdma": rdma_devices(sys_class),
+            "gpu_topology": gpu_topology() if use_cuda else None}
+
+
+def network_interfaces(sys_class: Path = SYS_CLASS) -> Dict[str, Dict[str, Any]]:
+    """Each interface but loopback: its speed in Mbit/s (None where the driver gives
+    none, as virtual interfaces do), state, MTU, and whether it is a device or virtual."""
+    found = {}
+    for nic in sorted((sys_class / "net").glob("*")):
+        if nic.name == "lo":
+            continue
+        speed = _sysfs_int(nic / "speed")
+        found[nic.name] = {"speed_mbit": speed if speed and speed > 0 else None,
+                           "state": _sysfs(nic / "operstate"), "mtu": _sysfs_int(nic / "mtu"),
+                           "virtual": not (nic / "device").exists()}
+    return found
+
+
+def rdma_devices(sys_class: Path = SYS_CLASS) -> Dict[str, Dict[str, Any]]:
+    """Each RDMA device (InfiniBand, RoCE, EFA) with its ports' rate, state and link
+    layer, as sysfs spells them ("100 Gb/sec (4X EDR)", "4: ACTIVE", "InfiniBand")."""
+    found = {}
+    for device in sorted((sys_class / "infiniband").glob("*")):
+        found[device.name] = {port.name: {"rate": _sysfs(port / "rate"),
+                                          "state": _sysfs(port / "state"),
+                                          "link_layer": _sysfs(port / "link_layer")}
+                              for port in sorted((device / "ports").glob("*"))}
+    return found
+
+
+def gpu_topology() -> Optional[str]:
+    """`nvidia-smi topo -m`: how the GPUs, NICs and CPUs are connected; None where it
+    cannot be had."""
+    try:
+        out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def _sysfs(path: Path) -> Optional[str]:
+    try:
+        return path.read_text().strip()
+    except OSError:  # absent, or a driver that refuses the read (EINVAL)
+        return None
+
+
+def _sysfs_int(path: Path) -> Optional[int]:
+    text = _sysfs(path)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def machines(ctx) -> Dict[str, Dict[str, Any]]:
+    """Every machine's own facts (machine_facts), by hostname, as its first rank said them."""
+    found: Dict[str, Dict[str, Any]] = {}
+    for host, facts in zip(ctx.hostnames, ctx.machine_facts):
+        found.setdefault(host, facts)
+    return found
+
+
 def collect(ctx) -> Dict[str, Any]:
     import torch
 
@@ -133,6 +205,7 @@ def collect(ctx) -> Dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "physical_cores": list(ctx.cores),
         "emulated_network": emulated_network(),
+        "machines": machines(ctx),
         "malloc": allocator.applied,
         "torch_threads": torch.get_num_threads(),
         "gpu": None,

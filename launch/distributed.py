@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from commbench.failure import mpi_deadline, name_ranks, patience_for_rank_0, startup_failed
 from commbench.launch import gpus
@@ -39,6 +39,8 @@ class DistContext:
     # the real machine of each rank: its hostname, or on an emulated cluster the host
     # all emulated machines share
     physical_hosts: Tuple[str, ...] = ()
+    # what each rank's machine says of its network and GPUs (environment.machine_facts)
+    machine_facts: Tuple[Dict[str, Any], ...] = ()
 
     def machine_load(self) -> List[Tuple[str, int, int]]:
         """(machine, workers on it, its physical cores) of every real machine: the host,
@@ -95,9 +97,9 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
     # MPI calls (mpi4py transports) and subgroups get the same patience as the job's group.
     mpi_deadline.seconds = timeout
     SUBGROUPS.timeout = timedelta(seconds=timeout)
-    hosts, group = _exchange_hosts(backend)
-    hostnames = [h for h, _, _ in hosts]
-    physical_hosts = tuple(p for _, _, p in hosts)
+    hosts, group = _exchange_hosts(backend, use_cuda)
+    hostnames = [h for h, _, _, _ in hosts]
+    physical_hosts = tuple(p for _, _, p, _ in hosts)
     info = _fill_node_layout(info, hostnames)
     gpu_names: Tuple[Optional[str], ...] = ()
     if use_cuda:
@@ -118,7 +120,8 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
     else:
         machine_size = _real_machine_size(info, hostnames)
     return DistContext(info, device, backend, tuple(hostnames), machine_size, simulated,
-                       gpu_names, tuple(c for _, c, _ in hosts), physical_hosts)
+                       gpu_names, tuple(c for _, c, _, _ in hosts), physical_hosts,
+                       tuple(f for _, _, _, f in hosts))
 
 
 def _roll_call(meeting: Meeting, info: LaunchInfo, timeout: float) -> Any:
@@ -181,21 +184,24 @@ def _store(meeting: Meeting, info: LaunchInfo, timeout: float, where: str) -> An
     return store
 
 
-def _exchange_hosts(backend: str) -> Tuple[List[Tuple[str, int, str]], Any]:
-    """Every rank's hostname, its machine's physical cores and its real machine,
-    gathered over gloo: a rank must be on its own GPU before the first NCCL operation,
-    and which GPU is its own follows from these hostnames when the launcher did not
-    say. Also the gloo group used (None: the job's own)."""
+def _exchange_hosts(backend: str, use_cuda: bool
+                    ) -> Tuple[List[Tuple[str, int, str, Dict[str, Any]]], Any]:
+    """Every rank's hostname, its machine's physical cores, its real machine and what
+    the machine says of its network and GPUs, gathered over gloo: a rank must be on its
+    own GPU before the first NCCL operation, and which GPU is its own follows from these
+    hostnames when the launcher did not say. Also the gloo group used (None: the job's
+    own)."""
     import torch.distributed as dist
 
-    from commbench.environment import emulated_network, physical_cores
+    from commbench.environment import emulated_network, machine_facts, physical_cores
 
     group = None
     if backend != "gloo":
         group = dist.new_group(backend="gloo", timeout=SUBGROUPS.timeout)
     name = socket.gethostname()
     real = (emulated_network() or {}).get("host", name)
-    return [tuple(h) for h in _gather((name, physical_cores(), real), group)], group
+    mine = (name, physical_cores(), real, machine_facts(use_cuda))
+    return [tuple(h) for h in _gather(mine, group)], group
 
 
 def _gather(mine: Any, group: Any) -> List[Any]:

@@ -185,3 +185,37 @@ def test_a_stopped_sweep_ends_its_running_job(tmp_path, signal_name):
         proc.kill()
         for pid in job_processes(results):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_stragglers_and_shared_memory_are_axes_of_one_emulated_study(tmp_path):
+    done = in_process(tmp_path, "--dry-run", "--emulate", "2x1", "--link", "200mbit,shm",
+                      "--slow-ranks", "none", "--slow-ranks", "1:2", "--slow-ranks", "3:2",
+                      "--link-of", "m1=100mbit", "--dist-optimizer", "allreduce")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    up = next(line for line in lines if "cluster up" in line)
+    assert up.endswith("--link 200mbit --link-of m1=100mbit")
+    jobs = [line for line in lines if not line.startswith("#")]
+    on_cluster = [j for j in jobs if "/mpirun -H" in j]
+    on_shm = [j for j in jobs if "/mpiexec -n 2" in j]
+    assert len(on_cluster) == len(on_shm) == 2  # none and 1:2; rank 3 is not in 2 ranks
+    for found in (on_cluster, on_shm):
+        assert ["--slow-ranks" in j for j in found] == [False, True]
+        assert found[1].split("--slow-ranks ")[1].split()[0] == "1:2"
+    shm_at = lines.index("# on this machine's shared memory (no cluster)")
+    assert all(lines.index(j) > shm_at for j in on_shm)
+    skipped = [line for line in lines if line.startswith("# skipped")]
+    assert len(skipped) == 2 and all("rank 3 does not exist" in s for s in skipped)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--np", "2", "--link-of", "m1=100mbit"], "--link-of: gives emulated machines"),
+    (["--emulate", "2x1", "--link-of", "m2=100mbit"], "m2 is not a machine of this cluster"),
+    (["--emulate", "2x1", "--link", "shm,fast"], "argument --link: must be link rates"),
+    (["--np", "2", "--slow-ranks", "1:0.5"], "argument --slow-ranks: must be none or"),
+])
+def test_bad_axes_are_one_line_before_anything_runs(tmp_path, args, says):
+    done = in_process(tmp_path, "--dry-run", *args)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, \
+        done.stderr
+    assert not (tmp_path / "results").exists()

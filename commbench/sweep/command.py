@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import List, Tuple
 
-from commbench import units
+from commbench import straggler, units
 from commbench.cluster.state import parse_link_of
 from commbench.config import RunConfig
 from commbench.errors import UsageError
@@ -21,7 +21,8 @@ from commbench.flags import (accepting, add_flags, flag_fields, positive_float, 
                              positive_ints)
 from commbench.sweep.emulate import run_emulated
 from commbench.sweep.execute import job_environment, run_jobs
-from commbench.sweep.plan import Job, cluster_shape, plan, plan_emulated, shell_line
+from commbench.sweep.plan import (SHARED_MEMORY, Job, cluster_shape, plan, plan_emulated,
+                                  shell_line)
 
 # A few minutes for 1,2,4 workers x 3 strategies on 2 cores, each job measured long
 # enough that its own interval is narrow; whether two sweeps then agree is up to how
@@ -56,8 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "cluster`): each layout M machines x S ranks per machine, e.g. "
                              "1x1,2x2,4x1; takes the place of --np")
     parser.add_argument("--link", type=link_rates, default=["1gbit"], metavar="RATE,...",
-                        help="with --emulate: each machine's link rate, one cluster per rate "
-                             "(default: 1gbit)")
+                        help="with --emulate: each machine's link rate, one cluster per rate; "
+                             f"{SHARED_MEMORY}: no cluster, the layout's ranks on this "
+                             "machine's shared memory (default: 1gbit)")
+    parser.add_argument("--slow-ranks", type=straggler.spec, action="append",
+                        metavar="RANKS:FACTOR[@P]",
+                        help="stragglers made on purpose (`commbench run --slow-ranks`); "
+                             "repeat it for an axis of the sweep, `none` for no straggler "
+                             "(e.g. --slow-ranks none --slow-ranks 1:2)")
     parser.add_argument("--link-of", action="append", default=[], metavar="MACHINE=RATE,...",
                         help="with --emulate: a rate of its own for a machine of every "
                              "cluster, by index from 0 (e.g. m3=100mbit: uneven links)")
@@ -81,13 +88,14 @@ def layouts(text: str) -> List[Tuple[int, int]]:
     return list(dict.fromkeys(found))
 
 
-@accepting(f"link rates, comma-separated, each {units.RATE_FORMS}")
+@accepting(f"link rates, comma-separated, each {units.RATE_FORMS}, or {SHARED_MEMORY} "
+           "(no cluster: shared memory)")
 def link_rates(text: str) -> List[str]:
     found = [r.strip() for r in text.split(",") if r.strip()]
     if not found:
         raise ValueError
     try:
-        rates = [units.tc_rate(r) for r in found]
+        rates = [r if r == SHARED_MEMORY else units.tc_rate(r) for r in found]
     except UsageError:
         raise ValueError from None
     return list(dict.fromkeys(rates))
@@ -100,12 +108,15 @@ def main(args) -> int:
     if args.link_of and not args.emulate:
         raise UsageError("argument --link-of: gives emulated machines their own rates; "
                          "only with --emulate")
-    if args.emulate:  # a machine the cluster will not have: refused before anything runs
+    stragglers = list(dict.fromkeys(args.slow_ranks or ["none"]))
+    if args.emulate:
+        # a machine the cluster will not have: refused before anything runs
         parse_link_of(args.link_of, cluster_shape(args.emulate)[0])
         jobs = plan_emulated(args.emulate, args.link, cluster, strategies, flags,
-                             args.results_dir, args.repeat)
+                             args.results_dir, args.repeat, stragglers)
     else:
-        jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir, args.repeat)
+        jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir, args.repeat,
+                    stragglers)
     skipped, never = [j for j in jobs if j.skip_reason], never_run(jobs)
     if args.dry_run:
         print_commands(jobs, args, cluster)
@@ -139,7 +150,9 @@ def print_commands(jobs: List[Job], args, cluster: str) -> None:
     """The launcher line of every job that can run, in order, each emulated link's
     between the commands that make and remove its cluster."""
     for link in dict.fromkeys(j.link for j in jobs):
-        if link:
+        if link == SHARED_MEMORY:
+            print("# on this machine's shared memory (no cluster)")
+        elif link:
             machines, slots = cluster_shape(args.emulate)
             print(f"# commbench cluster up --name {cluster} --machines {machines} "
                   f"--slots {slots} --link {link}"
@@ -147,7 +160,7 @@ def print_commands(jobs: List[Job], args, cluster: str) -> None:
         for job in (j for j in jobs if j.link == link and not j.skip_reason):
             print(shell_line(job.command)
                   + (f"  # repeat {job.repeat}/{args.repeat}" if args.repeat > 1 else ""))
-        if link:
+        if link and link != SHARED_MEMORY:
             print(f"# commbench cluster down --name {cluster}")
 
 

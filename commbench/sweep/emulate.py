@@ -1,5 +1,6 @@
 """A sweep on emulated clusters (--emulate): one cluster per link rate, made for that
-rate's jobs and removed after them, whatever happened.
+rate's jobs and removed after them, whatever happened; the jobs of `--link shm` on this
+machine's shared memory, with no cluster.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import os
 from typing import Dict, List, Sequence, Tuple
 
 from commbench.sweep.execute import run_jobs
-from commbench.sweep.plan import Job
+from commbench.sweep.plan import SHARED_MEMORY, Job
 
 
 def run_emulated(jobs: List[Job], timeout: float, env: Dict[str, str], name: str,
@@ -20,6 +21,10 @@ def run_emulated(jobs: List[Job], timeout: float, env: Dict[str, str], name: str
 
     host.check_privileges()
     for link in dict.fromkeys(j.link for j in jobs):
+        if link == SHARED_MEMORY:
+            print("On this machine's shared memory (no cluster)", flush=True)
+            run_jobs([j for j in jobs if j.link == link], timeout, env)
+            continue
         uneven = f" ({', '.join(link_of)} their own)" if link_of else ""
         print(f"Emulated cluster {name}: {shape[0]} machines x {shape[1]} slots at {link}{uneven} "
               f"(if this sweep is killed: commbench cluster down --name {name})", flush=True)

