@@ -1,9 +1,9 @@
 """The winner map as a picture (commbench.analysis.winner_map): a grid with a network per
 column (slowest link first, shared memory last) and a straggler setting per row. Left,
-each cell in the colour of the strategy first to the target, with its lead over the
-next; a cell too close to call is hatched and names both, a cell where none reached the
-target or that was never run says so in grey. Right, the bytes each worker of the
-first sent to the target.
+each cell in the colour of the strategy that did best (first to the target, or the most
+images per second), with its lead over the next; a cell too close to call is hatched and
+names both, a cell where none reached the target or that was never run says so in grey.
+Right, the bytes each worker of the best sent (to the target, or per step).
 
 Built like commbench.plots.scaling: matplotlib's object API, saved by its save_named.
 """
@@ -30,20 +30,17 @@ def figure(found: "wm.WinnerMap") -> "Figure":
                  layout="constrained")
     first, sent = fig.subplots(1, 2)
     colors = strategy_colors(found)
-    for ax, title, text_of in ((first, "first to the target (lead over the next)",
-                                lambda cell: "\n".join(cell.lines())),
-                               (sent, "bytes each worker of the first sent to the target",
-                                wm.Cell.bytes_text)):
+    for ax, title, text_of in ((first, found.kind.what, lambda cell: "\n".join(cell.lines())),
+                               (sent, found.kind.sent, wm.Cell.bytes_text)):
         _grid(ax, found, colors, text_of)
-        ax.set_title(title, fontsize=9)
-    fig.suptitle("Winner map\n" + textwrap.fill(found.title(), 150), fontsize=9)
+        ax.set_title(textwrap.fill(title, 90), fontsize=8)
+    fig.suptitle("Winner map\n" + textwrap.fill(found.title, 150), fontsize=9)
     return fig
 
 
 def strategy_colors(found: "wm.WinnerMap") -> Dict[str, str]:
     """A colour per strategy that is first somewhere, the same in both panels."""
-    labels = sorted({cell.ranked[0][0].series.label() for cell in found.cells.values()
-                     if cell.ranked})
+    labels = sorted({cell.ranked[0].label for cell in found.cells.values() if cell.ranked})
     return {label: f"C{i % 10}" for i, label in enumerate(labels)}
 
 
@@ -57,7 +54,7 @@ def _grid(ax: "Axes", found: "wm.WinnerMap", colors: Dict[str, str], text_of) ->
             if cell is not None:
                 text = text_of(cell)
                 if cell.ranked:
-                    face = colors[cell.ranked[0][0].series.label()]
+                    face = colors[cell.ranked[0].label]
                     hatch = "//" if cell.verdict == wm.TOO_CLOSE else None
             ax.add_patch(Rectangle((x, y), 1, 1, facecolor=face, alpha=0.35, hatch=hatch,
                                    edgecolor="white", linewidth=2))

@@ -78,8 +78,8 @@ def test_a_slowed_step_idles_before_each_compute_phase_by_its_share(slowed):
                      "injected", "optimizer"]
     idled = [phase.end - phase.start for phase in step.phases if phase.kind == "injected"]
     wanted = [2 * PHASE_SECONDS[p] for p in ("forward", "backward", "optimizer")]
-    assert idled == pytest.approx(wanted, abs=0.004, rel=0.3)
-    assert all(seconds >= want for seconds, want in zip(idled, wanted))
+    # never less than asked; more only by what a loaded box adds to a sleep
+    assert all(want <= seconds < want + 0.5 for seconds, want in zip(idled, wanted))
     # a piece posted after forward leaves after the forward's idling, as a slow machine's
     forward = next(p for p in step.phases if p.kind == "forward")
     assert calls == [forward.end]

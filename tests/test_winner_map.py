@@ -75,7 +75,7 @@ def test_report_prints_the_map_with_its_misses_and_unrun_cells(tmp_path):
     out = io.StringIO()
     assert report.report([tmp_path], out=out, err=io.StringIO()) == 0
     text = out.getvalue().split("Winner map: ")[1]
-    firsts, sent = text.split("Bytes each worker sent to the target")
+    firsts, sent = text.split("Bytes each worker of the first sent to the target")
     rows = {line.split("  ")[0]: line for line in firsts.splitlines()}
     assert "neighbor_allreduce (exponential-2, dynamic, AWC, 2 ranks/machine) by 10.0 s" in \
         rows["no straggler"]
@@ -119,3 +119,31 @@ def test_uneven_links_are_a_network_of_their_own_after_the_even_one_of_their_rat
     assert network_of({}) == ""
     ordered = sorted(["", uneven, "1gbit", "200mbit"], key=winner_map.network_order)
     assert ordered == ["200mbit", "1gbit", uneven, ""]
+
+
+def test_a_speed_sweep_maps_the_most_images_per_second_and_calls_overlaps_too_close(tmp_path):
+    from commbench.analysis.reader import analyse
+
+    runs = Path(__file__).parent / "data" / "runs"
+    for network in ("", "200mbit"):
+        for path in runs.glob("*-n2-*.json"):
+            doc = json.loads(path.read_text())
+            if network:
+                doc["environment"]["emulated_network"] = {"link": network}
+                doc["summary"]["total_img_sec"]["mean"] /= 2  # the link halves every one
+            (tmp_path / f"{network or 'shm'}-{path.name}").write_text(results.to_json(doc))
+    groups, notes = analyse([tmp_path])
+    found, = winner_map.maps(groups)
+    assert found.kind is winner_map.SPEED and found.networks == ["200mbit", ""]
+    cell = found.cells[("", "")]
+    # neighbor_allreduce 160.1 +- 3.7 beside its ring variant 158.6 +- 2.3: no call;
+    # `none` (the compute-only reference, 212.8) is no contender
+    assert [e.label for e in cell.ranked][:2] == [
+        "neighbor_allreduce (exponential-2, dynamic, AWC)",
+        "neighbor_allreduce (ring, static, AWC)"]
+    assert cell.verdict == winner_map.TOO_CLOSE
+    assert cell.text().endswith("(1.5 img/s)")
+    assert all("none" not in e.label for e in cell.ranked)
+    out = io.StringIO()
+    assert report.report([tmp_path], out=out, err=io.StringIO()) == 0
+    assert "Most images per second over all workers" in out.getvalue()

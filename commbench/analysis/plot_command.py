@@ -81,7 +81,7 @@ def write_charts(groups: List[Group], out_dir: Union[str, Path],
         if group.has_split:
             written += scaling.save_named(step_split.figure(group), out_dir,
                                           name.replace("scaling-", "split-", 1), formats)
-    return written
+    return written + write_winner_maps(groups, out_dir, formats)
 
 
 def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path],
@@ -102,17 +102,18 @@ def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path]
     return written + write_winner_maps(groups, out_dir, formats)
 
 
-def write_winner_maps(groups: List[AccuracyGroup], out_dir: Union[str, Path],
+def write_winner_maps(groups: List, out_dir: Union[str, Path],
                       formats: Sequence[str] = ()) -> List[Path]:
-    """winner-map-<task>-n<N>: where the groups' runs span several networks or straggler
-    settings, the first to the target in each (commbench.analysis.winner_map)."""
+    """winner-map-<group>-n<N>: where the groups' runs (trained to accuracy, or speed
+    runs) span several networks or straggler settings, the best in each
+    (commbench.analysis.winner_map)."""
     from commbench.analysis import winner_map
     from commbench.plots import scaling
     from commbench.plots import winner_map as chart
 
     found = winner_map.maps(groups)
-    names = unique_names([f"{m.key.slug()}-n{m.workers}" for m in found],
-                         [m.key.hardware for m in found])
+    names = unique_names([f"{m.slug}-n{m.workers}" for m in found],
+                         [m.hardware for m in found])
     written = []
     for each, name in zip(found, names):
         written += scaling.save_named(chart.figure(each), out_dir, f"winner-map-{name}",

@@ -1,25 +1,28 @@
-"""The winner map of runs trained to accuracy: which strategy reached the target first
-on each network (the emulated link rate, or real machines) and with each setting of
-stragglers made on purpose (--slow-ranks), at one worker count, everything else equal.
+"""The winner map: which strategy did best on each network (the emulated link rate, or
+real machines) and with each setting of stragglers made on purpose (--slow-ranks), at
+one worker count, everything else equal.
 
-A cell's rows are the strategies run there, their repeats combined by MLPerf Training's
-rule (commbench.analysis.time_to_target). The first is the row of least time; its lead is
-the next row's time less its own. The lead is clear only where both rows have several
-runs that reached the target and the ranges of their times (min to max) do not overlap;
-where they overlap the cell is "too close to call", and where either is a single run the
-lead has no interval and the cell says so. A cell where no strategy reached the target
-says that too: ties and misses are shown, never hidden.
+- Runs trained to accuracy: the strategy first to the target. A row's repeats are
+  combined by MLPerf Training's rule (commbench.analysis.time_to_target); its interval is
+  the range (min to max) of its runs' times, and only runs that reached the target count.
+- Speed runs: the strategy that moved the most images per second over all workers; its
+  interval is the 95% CI of its total (over the repeats, or over one run's iterations).
+
+The lead is the first's margin over the next. It is clear only where both have an
+interval and the intervals do not overlap; where they overlap the cell is "too close to
+call", and where either is a single run trained to accuracy (no range) the lead has no
+interval and the cell says so. A cell where no strategy reached the target says that
+too: ties and misses are shown, never hidden.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from commbench import straggler, units
 from commbench.analysis import tables
 from commbench.analysis import time_to_target as ttt
-from commbench.analysis.accuracy import AccuracyGroup, AccuracyKey, AccuracyRow
 from commbench.errors import UsageError
 
 CLEAR, TOO_CLOSE, SINGLE, ALONE, NONE = ("clear", "too close to call", "single runs",
@@ -27,12 +30,44 @@ CLEAR, TOO_CLOSE, SINGLE, ALONE, NONE = ("clear", "too close to call", "single r
 SHARED_MEMORY = "shared memory"
 
 
+class Entry(NamedTuple):
+    """One strategy in a cell: its figure, its interval (None: none to give) and the
+    bytes each of its workers sent (per step for speed, to the target for accuracy)."""
+
+    label: str
+    value: float
+    interval: Optional[Tuple[float, float]]
+    sent: Optional[float]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What is mapped: how entries are ordered and how their figures read."""
+
+    name: str  # "accuracy" or "speed"
+    lower_is_better: bool
+    unit: str
+    what: str  # the map's heading: what the first did
+    sent: str  # what the bytes panel gives
+    alone: str  # what a cell with one entry says of it
+
+
+ACCURACY = Kind("accuracy", True, "s", "First to the target (time to target by MLPerf "
+                "Training's rule; the lead is clear where the runs' min-max ranges do not "
+                "overlap)", "Bytes each worker of the first sent to the target (median)",
+                ALONE)
+SPEED = Kind("speed", False, "img/s", "Most images per second over all workers (the lead "
+             "is clear where the 95% intervals do not overlap)",
+             "Bytes each worker of the first sent per step", "the only one measured")
+
+
 @dataclass
 class Cell:
-    """The strategies of one network and stragglers setting, fastest first."""
+    """The strategies of one network and stragglers setting, best first."""
 
-    ranked: List[Tuple[AccuracyRow, float]]  # rows that reached, with their times
-    missed: List[AccuracyRow]  # rows without a time (not reached, or invalid)
+    kind: Kind
+    ranked: List[Entry]
+    missed: List[str]  # strategies without a figure (not reached, or invalid)
 
     @property
     def verdict(self) -> str:
@@ -40,79 +75,108 @@ class Cell:
             return NONE
         if len(self.ranked) == 1:
             return ALONE
-        (first, _), (second, _) = self.ranked[:2]
-        if min(first.reached, second.reached) < 2:
+        first, second = self.ranked[:2]
+        if first.interval is None or second.interval is None:
             return SINGLE
-        return CLEAR if ttt.spread(first.times())[1] < ttt.spread(second.times())[0] \
-            else TOO_CLOSE
+        (low, high), (other_low, other_high) = first.interval, second.interval
+        apart = high < other_low if self.kind.lower_is_better else low > other_high
+        return CLEAR if apart else TOO_CLOSE
 
     @property
     def lead(self) -> Optional[float]:
-        """Seconds the first reached the target before the next (None: no next)."""
-        return self.ranked[1][1] - self.ranked[0][1] if len(self.ranked) > 1 else None
+        """The first's margin over the next, in the kind's unit (None: no next)."""
+        return abs(self.ranked[1].value - self.ranked[0].value) if len(self.ranked) > 1 \
+            else None
 
     def lines(self) -> List[str]:
         """What the cell says, in short lines (the chart stacks them)."""
         if not self.ranked:
             return [NONE]
-        first = self.ranked[0][0].series.label()
+        first = self.ranked[0].label
         if self.verdict == ALONE:
-            return [first, f"({ALONE})"]
-        second = self.ranked[1][0].series.label()
+            return [first, f"({self.kind.alone})"]
+        second, lead = self.ranked[1].label, f"{self.lead:.1f} {self.kind.unit}"
         if self.verdict == TOO_CLOSE:
-            return [f"{TOO_CLOSE}:", first, f"~ {second} ({self.lead:.1f} s)"]
+            return [f"{TOO_CLOSE}:", first, f"~ {second} ({lead})"]
         single = ["(single runs: no interval)"] if self.verdict == SINGLE else []
-        return [first, f"by {self.lead:.1f} s over", second] + single
+        return [first, f"by {lead} over", second] + single
 
     def text(self) -> str:
         return " ".join(self.lines())
 
     def bytes_text(self) -> str:
-        """The first's median bytes each worker sent to the target."""
-        if not self.ranked:
+        """What the first's workers sent (Kind.sent)."""
+        if not self.ranked or self.ranked[0].sent is None:
             return "-"
-        sent = self.ranked[0][0].median_of("sent")
-        return "-" if sent is None else units.format_bytes(sent)
+        return units.format_bytes(self.ranked[0].sent)
 
 
 @dataclass
 class WinnerMap:
-    key: AccuracyKey  # the groups' key, network and stragglers blanked
+    kind: Kind
+    title: str
+    slug: str
+    hardware: str
     workers: int
     networks: List[str]
     stragglers: List[str]
     cells: Dict[Tuple[str, str], Cell]  # (stragglers, network) -> its cell
 
-    def title(self) -> str:
-        return f"{self.key.heading()}; {self.workers} workers; {self.key.details()}"
 
-
-def maps(groups: List[AccuracyGroup]) -> List[WinnerMap]:
-    """One map per set of groups equal but for network and stragglers, and worker count,
-    where there is more than one cell to map (a single cell is the accuracy table's)."""
-    found: Dict[Tuple[AccuracyKey, int], Dict[Tuple[str, str], List[AccuracyRow]]] = {}
+def maps(groups: List[Any]) -> List[WinnerMap]:
+    """The maps of accuracy groups (commbench.analysis.accuracy) or speed groups
+    (commbench.analysis.runs): one per set of groups equal but for network and
+    stragglers, and worker count, where there is more than one cell to map (a single
+    cell is the tables'). The compute-only `none` is a reference, not a contender."""
+    found: Dict[Tuple[Any, int], Dict[Tuple[str, str], List[Any]]] = {}
     for group in groups:
-        if not group.key.target:
+        accuracy = hasattr(group, "rows")
+        if accuracy and not group.key.target:
             continue
         blank = group.key._replace(network="", stragglers="")
-        for row in group.rows:
-            cell = (group.key.stragglers, group.key.network)
-            found.setdefault((blank, row.workers), {}).setdefault(cell, []).append(row)
+        for row in (group.rows if accuracy else group.points):
+            if row.series.strategy == "none":  # the compute-only reference: no contender
+                continue
+            place = (group.key.stragglers, group.key.network)
+            found.setdefault((blank, row.workers), {}).setdefault(place, []).append(row)
     out = []
     for (key, workers), cells in sorted(found.items()):
         if len(cells) < 2:
             continue
-        networks = sorted({n for _, n in cells}, key=network_order)
-        stragglers = sorted({s for s, _ in cells}, key=lambda s: (s != "", s))
-        out.append(WinnerMap(key, workers, networks, stragglers,
-                             {place: cell_of(rows) for place, rows in cells.items()}))
+        kind = ACCURACY if hasattr(key, "target") else SPEED
+        entry = accuracy_entry if kind is ACCURACY else speed_entry
+        title = (f"{key.heading()}; {workers} workers; {key.details()}" if kind is ACCURACY
+                 else f"{key.title()}; {workers} workers")
+        out.append(WinnerMap(
+            kind, title, key.slug(), key.hardware, workers,
+            sorted({n for _, n in cells}, key=network_order),
+            sorted({s for s, _ in cells}, key=lambda s: (s != "", s)),
+            {place: cell_of(kind, rows, entry) for place, rows in cells.items()}))
     return out
 
 
-def cell_of(rows: List[AccuracyRow]) -> Cell:
-    timed = [(row, row.combined().value) for row in rows]
-    ranked = sorted(((row, t) for row, t in timed if t is not None), key=lambda rt: rt[1])
-    return Cell(ranked, [row for row, t in timed if t is None])
+def accuracy_entry(row) -> Optional[Entry]:
+    """An accuracy row (AccuracyRow) as an entry; None where it has no time."""
+    time = row.combined().value
+    if time is None:
+        return None
+    spread = ttt.spread(row.times()) if row.reached >= 2 else None
+    return Entry(row.series.label(), time, spread, row.median_of("sent"))
+
+
+def speed_entry(point) -> Optional[Entry]:
+    """A speed point (runs.Point) as an entry."""
+    interval = None if point.ci is None else (point.total - point.ci, point.total + point.ci)
+    sent = point.sent
+    return Entry(point.series.label(), point.total, interval,
+                 None if sent is None else sent["bytes_per_step"])
+
+
+def cell_of(kind: Kind, rows: List[Any], entry: Callable[[Any], Optional[Entry]]) -> Cell:
+    entries = [(row, entry(row)) for row in rows]
+    ranked = sorted((e for _, e in entries if e is not None),
+                    key=lambda e: e.value if kind.lower_is_better else -e.value)
+    return Cell(kind, ranked, [row.series.label() for row, e in entries if e is None])
 
 
 def network_order(network: str) -> Tuple[int, float, str]:
@@ -134,10 +198,10 @@ def row_name(stragglers: str) -> str:
     return straggler.parse(stragglers).describe() if stragglers else "no straggler"
 
 
-def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
-    """The maps as tables (text or Markdown): the first to the target in each cell, then
-    the bytes it sent; "" where there is no map (and for JSON and CSV, whose accuracy
-    rows carry what the map is drawn from)."""
+def render(groups: List[Any], fmt: str = "text") -> str:
+    """The maps as tables (text or Markdown): the best in each cell, then the bytes it
+    sent; "" where there is no map (and for JSON and CSV, whose rows carry what the map
+    is drawn from)."""
     if fmt in ("json", "csv"):
         return ""
     parts = []
@@ -150,10 +214,9 @@ def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
                                      else "not run" for n in found.networks]
                     for s in found.stragglers]
 
-        parts.append(f"{tables.heading('Winner map: ' + found.title(), fmt)}\n\n"
-                     "First to the target (time to target by MLPerf Training's rule; the "
-                     "lead is clear where the runs' min-max ranges do not overlap):\n\n"
+        parts.append(f"{tables.heading('Winner map: ' + found.title, fmt)}\n\n"
+                     f"{found.kind.what}:\n\n"
                      + tables.render(headers, rows(Cell.text), align, fmt)
-                     + "\nBytes each worker sent to the target, the first's (median):\n\n"
+                     + f"\n{found.kind.sent}:\n\n"
                      + tables.render(headers, rows(Cell.bytes_text), align, fmt))
     return "\n".join(parts)
