@@ -171,7 +171,7 @@ def test_a_slow_rank_is_injected_delay_there_and_waiting_for_its_peer(tmp_path, 
                                           for p in ("forward", "backward", "optimizer")))
     rows = [dict(zip(PARTS, np.mean(rank, axis=0))) for rank in doc["samples"]["step_split"]]
     fast, slow = rows
-    assert slow["injected"] == pytest.approx(delay, rel=0.25)
+    assert 0.99 * delay <= slow["injected"] < 1.5 * delay  # a sleep is never short
     assert fast["injected"] == 0.0
     # Coarse on a loaded box: the peer's wait is mostly waiting for the slow rank, not
     # the network's (the benchmark measures it to 10%: benchmarks/studies/stragglers.py).
