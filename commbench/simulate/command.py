@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from commbench import straggler
 from commbench.errors import UsageError
 from commbench.flags import periods, positive_float, positive_int
 from commbench.microbench import results as microbench_results
@@ -50,6 +51,10 @@ def add_arguments(parser) -> None:
         "(local_sgd on several machines: h1,h2) (default: 8)")
     add("--fp16-allreduce", action="store_true", help="communication in float16 (default: "
         "as the runs, when all of them did)")
+    add("--slow-ranks", type=straggler.spec, metavar="RANKS:FACTOR[@P]",
+        help="stragglers made on purpose, as `commbench run --slow-ranks`: these ranks "
+        "compute FACTOR times slower (each step, or with probability P), where a "
+        "projected worker count has them (default: the runs', when all had the same)")
     add("--hierarchical-allreduce", action="store_true", help="horovod: allreduce inside "
         "each machine, then across machines, then back (HOROVOD_HIERARCHICAL_ALLREDUCE)")
     add("--horovod-version", metavar="X", help="the Horovod release whose defaults "
@@ -142,13 +147,17 @@ def main(args) -> int:
         (r.doc.get("environment") or {}).get("device") == "cuda" for r in runs)
     algorithms = (found_links.algorithms() or (("ring", "tree") if on_gpu else ("ring",))) \
         if args.collective == "auto" else (args.collective,)
+    slow = _slow_ranks(args, runs)
+    alike = [r for r in runs if _slow_ranks_of(r) == slow]  # the measurements to set beside
     inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
-                    2.0 if fp16 else 4.0, calibrate.measured_img_sec(runs, per_machine),
-                    pipeline_bytes=_pipeline_bytes(on_gpu, runs))
+                    2.0 if fp16 else 4.0, calibrate.measured_img_sec(alike, per_machine),
+                    pipeline_bytes=_pipeline_bytes(on_gpu, runs), slow_ranks=slow)
     overlap_note = calibrate.set_overlap(args.overlap, strategies, inputs)
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
-             f"{per_machine} workers per machine")
+             f"{per_machine} workers per machine"
+             + (f", {straggler.parse(slow).describe()} (stragglers on purpose)"
+                if slow != "none" else ""))
     notes = (table.notes_of(inputs, strategies) + network_inputs.describe(found_links)
              + [overlap_note])
     checked = published.note(strategies) if on_gpu else None
@@ -212,6 +221,19 @@ def _output_dir(directory: str, runs) -> Path:
         return ensure_writable(out)
     except UsageError as e:
         raise UsageError(str(e).replace("--results-dir", "--output-dir")) from None
+
+
+def _slow_ranks_of(run) -> str:
+    return straggler.spec(str(run.doc["config"].get("slow_ranks") or "none"))
+
+
+def _slow_ranks(args, runs) -> str:
+    """The stragglers to project: --slow-ranks, else the runs' where they all had the same
+    (none without runs)."""
+    if args.slow_ranks:
+        return args.slow_ranks
+    found = {_slow_ranks_of(r) for r in runs}
+    return found.pop() if len(found) == 1 else "none"
 
 
 def _compression_of(run) -> str:

@@ -1,6 +1,7 @@
 """Projected rows: each strategy at each worker count, with the band its calibration's
 uncertainty spans, the straggler term apart, and whether the worker count lies within
-what was measured (validated) or beyond it (extrapolated)."""
+what was measured (validated) or beyond it (extrapolated). Stragglers made on purpose
+(--slow-ranks) are in every row's step (commbench.simulate.stragglers)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Tuple
 
 from commbench.simulate import costs
+from commbench.simulate import stragglers as injected
 from commbench.simulate.compute import Compute, Gradients
 from commbench.simulate.link_costs import Network
 from commbench.simulate.step import StepTime, Strategy, simulate
@@ -32,6 +34,8 @@ class Inputs:
     # commbench's hierarchical step between machines runs in pieces of this size over
     # gloo (what `auto` picks there on CPUs); None: whole buffers (NCCL, MPI)
     pipeline_bytes: Optional[int] = None
+    # stragglers made on purpose (--slow-ranks, commbench.simulate.stragglers)
+    slow_ranks: str = "none"
 
     def compute_at(self, workers: int) -> Compute:
         if workers in self.compute:
@@ -76,10 +80,13 @@ def project(strategies: List[Strategy], workers: List[int], inputs: Inputs) -> L
             compute = inputs.compute_at(n)
 
             def step(compute: Compute, net: Network, stragglers: bool = False) -> StepTime:
-                return interfered(simulate(strategy, layout, compute, inputs.gradients, net,
-                                           stragglers, inputs.algorithms,
-                                           inputs.bytes_per_element, inputs.pipeline_bytes),
-                                  inputs.overlaps.get(label, inputs.overlap))
+                found = interfered(simulate(strategy, layout, compute, inputs.gradients, net,
+                                            stragglers, inputs.algorithms,
+                                            inputs.bytes_per_element, inputs.pipeline_bytes),
+                                   inputs.overlaps.get(label, inputs.overlap))
+                slowed_on_purpose = injected.wait_seconds(strategy, layout, inputs.slow_ranks,
+                                                          compute.seconds)
+                return replace(found, wait=found.wait + slowed_on_purpose)
 
             plain = step(compute, inputs.network)
             total = n * inputs.batch_size / plain.total

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
 
-from commbench import units
+from commbench import straggler, units
 from commbench.analysis import tables
 from commbench.simulate.answer import verdicts
 from commbench.simulate.link_costs import Network
@@ -79,6 +79,12 @@ def notes_of(inputs: Inputs, strategies: Sequence[Strategy] = ()) -> List[str]:
         "basis: measured (a run at this N and layout), within (up to the largest N "
         "measured for the strategy), extrapolated (beyond it), unvalidated (never "
         "measured: the model alone).",
+        *([f"stragglers on purpose ({straggler.parse(inputs.slow_ranks).describe()}, where a "
+           "worker count has those ranks): in every row's step, as a max-plus model of who "
+           "waits for whom (all ranks for an allreduce and the engines, the schedule's "
+           "in-neighbors for neighbor averaging, the machine and its neighbor machines for "
+           "the hierarchical step, all at a meeting of a periodic strategy), over 512 steps "
+           "(commbench.simulate.stragglers)."] if inputs.slow_ranks != "none" else []),
         "with stragglers: each step also waits for the slowest worker it depends on "
         "(all for allreduce, in-neighbors for neighbor averaging), drawn from the measured "
         "per-batch times; a few hundred batches of one machine cannot show a large "
