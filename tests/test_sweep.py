@@ -219,3 +219,13 @@ def test_bad_axes_are_one_line_before_anything_runs(tmp_path, args, says):
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, \
         done.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_a_layout_of_machines_on_shared_memory_keeps_its_machines(tmp_path):
+    done = in_process(tmp_path, "--dry-run", "--emulate", "2x2,4x1", "--link", "shm",
+                      "--dist-optimizer", "hierarchical_neighbor_allreduce,allreduce")
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = [line for line in done.stdout.splitlines() if not line.startswith("#")]
+    hierarchical = [j for j in jobs if "=hierarchical" in j]
+    assert len(hierarchical) == 1 and "--machine-size 2" in hierarchical[0]  # 4x1: skipped
+    assert sum("--machine-size" in j for j in jobs) == 2  # 2x2's, not 4x1's

@@ -80,6 +80,14 @@ def _local_job(strategy: str, workers: int, flags: List[str], launcher: str,
                link=link, slow=slow)
 
 
+def as_machines(flags: List[str], machines: int, slots: int) -> List[str]:
+    """A layout of several machines of several ranks run on shared memory: its ranks
+    split into simulated machines of `slots` (--machine-size), unless the flags say."""
+    given = any(f == "--machine-size" or f.startswith("--machine-size=") for f in flags)
+    return flags if given or machines == 1 or slots == 1 else \
+        [*flags, "--machine-size", str(slots)]
+
+
 def slowed(flags: List[str], slow: str) -> List[str]:
     """The run flags with the job's stragglers (--slow-ranks) where it has any."""
     return flags if slow == "none" else [*flags, "--slow-ranks", slow]
@@ -275,7 +283,8 @@ def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
     """plan() on an emulated cluster: per link rate, one job per (straggler setting,
     strategy, layout), each through mpirun on the layout's machines. Not bound to cores:
     every emulated machine would bind its ranks to the same host cores. The link
-    SHARED_MEMORY is no cluster: the layout's ranks on this machine, as plan() runs them."""
+    SHARED_MEMORY is no cluster: the layout's ranks on this machine, as plan() runs them,
+    in simulated machines of the layout's size."""
     from commbench.cluster.state import Cluster
     from commbench.launch.detect import LaunchInfo
 
@@ -285,8 +294,8 @@ def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
     for link, slow, strategy, (m, s) in itertools.product(links, stragglers, strategies,
                                                           shapes):
         if link == SHARED_MEMORY:
-            jobs.append(_local_job(strategy, m * s, flags, "mpiexec", results_dir, slow,
-                                   link))
+            jobs.append(_local_job(strategy, m * s, as_machines(flags, m, s), "mpiexec",
+                                   results_dir, slow, link))
             continue
         job_flags = _job_flags(strategy, slowed(flags, slow), results_dir,
                                _name(f"{strategy}-{m}x{s}", slow, link))
