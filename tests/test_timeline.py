@@ -52,14 +52,14 @@ def test_a_timeline_of_every_rank_and_a_split_that_adds_up(tmp_path, strategy):
     for rank in (0, 1):
         batches = [b for iteration in wall[rank] for b in iteration]
         assert len(split[rank]) == len(batches) == steps
-        for (step, compute, overlapped, exposed, waiting, other, codec), measured in zip(
-                split[rank], batches):
+        for (step, compute, overlapped, exposed, waiting, other, codec, injected), measured \
+                in zip(split[rank], batches):
             assert abs(compute + exposed + waiting + other + codec - measured) <= 0.02 * measured
             assert min(compute, overlapped, exposed, waiting) >= 0 and other > -1e-6
-            assert compute > 0 and codec == 0  # nothing compressed
+            assert compute > 0 and codec == 0 == injected  # nothing compressed, nor slowed
     summary = doc["summary"]["step_split"]
     assert set(summary) == {"step", "compute", "overlapped", "exposed", "waiting", "other",
-                            "codec"}
+                            "codec", "injected"}
 
 
 @pytest.mark.timeout(300)
