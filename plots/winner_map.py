@@ -3,7 +3,8 @@ column (slowest link first, shared memory last) and a straggler setting per row.
 each cell in the colour of the strategy that did best (first to the target, or the most
 images per second), with its lead over the next; a cell too close to call is hatched and
 names both, a cell where none reached the target or that was never run says so in grey.
-Right, the bytes each worker of the best sent (to the target, or per step).
+Right, the bytes each worker of the best sent (to the target, or per step). A map of
+projections (`commbench simulate`'s files) has the first panel only, titled PROJECTED.
 
 Built like commbench.plots.scaling: matplotlib's object API, saved by its save_named.
 """
@@ -26,15 +27,18 @@ def figure(found: "wm.WinnerMap") -> "Figure":
     from matplotlib.figure import Figure
 
     width = 2.6 * len(found.networks)
-    fig = Figure(figsize=(2 * width + 3.0, 1.6 + 1.3 * len(found.stragglers)),
+    panels = [(found.kind.what, lambda cell: "\n".join(cell.lines()))]
+    if found.kind.sent:
+        panels.append((found.kind.sent, wm.Cell.bytes_text))
+    fig = Figure(figsize=(len(panels) * width + 3.0, 1.6 + 1.3 * len(found.stragglers)),
                  layout="constrained")
-    first, sent = fig.subplots(1, 2)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
     colors = strategy_colors(found)
-    for ax, title, text_of in ((first, found.kind.what, lambda cell: "\n".join(cell.lines())),
-                               (sent, found.kind.sent, wm.Cell.bytes_text)):
+    for ax, (title, text_of) in zip(axes, panels):
         _grid(ax, found, colors, text_of)
         ax.set_title(textwrap.fill(title, 90), fontsize=8)
-    fig.suptitle("Winner map\n" + textwrap.fill(found.title, 150), fontsize=9)
+    heading = "PROJECTED winner map" if found.kind is wm.PROJECTED else "Winner map"
+    fig.suptitle(f"{heading}\n" + textwrap.fill(found.title, 150), fontsize=9)
     return fig
 
 

@@ -147,3 +147,41 @@ def test_a_speed_sweep_maps_the_most_images_per_second_and_calls_overlaps_too_cl
     out = io.StringIO()
     assert report.report([tmp_path], out=out, err=io.StringIO()) == 0
     assert "Most images per second over all workers" in out.getvalue()
+
+
+def test_projections_at_other_links_and_stragglers_make_a_map_labelled_projected(tmp_path):
+    from cli_helpers import commbench
+    from commbench.analysis import plot_command
+    from test_simulate import STATED
+
+    stated = [a for a in STATED]
+    stated[stated.index("--link") + 1] = "{link}"
+    for link in ("10gbit", "100gbit"):
+        for slow in ([], ["--slow-ranks", "1:2"]):
+            args = [a.format(link=link) for a in stated]
+            done = commbench("simulate", *args, "--np", "16", "--dist-optimizer",
+                             "allreduce,neighbor_allreduce", *slow,
+                             "-o", tmp_path / "p" / f"{link}{len(slow)}")
+            assert done.returncode == 0, done.stderr
+    out = io.StringIO()
+    assert report.report([tmp_path / "p"], out=out, err=io.StringIO()) == 0
+    text = out.getvalue().split("PROJECTED winner map: ")[1]
+    assert text.startswith("PROJECTION: resnet50, batch 128 per worker")
+    assert "10gbit (projected)" in text and "100gbit (projected)" in text
+    assert "rank 1 2x slower" in text and "no straggler" in text
+    assert "by commbench's cost model, not a measurement" in text
+    charts = io.StringIO()
+    assert plot_command.plot([tmp_path / "p"], tmp_path / "charts", out=charts,
+                             err=io.StringIO()) == 0
+    assert any("winner-map-projected-n16" in line for line in charts.getvalue().splitlines())
+
+
+def test_a_projected_lead_within_the_models_own_error_is_too_close_to_call():
+    Entry, Cell = winner_map.Entry, winner_map.Cell
+    second = Entry("allreduce", 106.0, (100.0, 107.0), None)
+    near = Cell(winner_map.PROJECTED, [Entry("a", 110.0, (108.0, 112.0), None), second], [])
+    far = Cell(winner_map.PROJECTED, [Entry("a", 120.0, (118.0, 122.0), None), second], [])
+    assert near.verdict == winner_map.TOO_CLOSE  # bands apart, but 3.8% < 5%
+    assert far.verdict == winner_map.CLEAR
+    measured = Cell(winner_map.SPEED, near.ranked, [])
+    assert measured.verdict == winner_map.CLEAR  # measured: the intervals alone decide

@@ -64,6 +64,7 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts"
 
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         written += simulate.chart_files(projections, out_dir, formats)
+        written += write_winner_maps(projections, out_dir, formats, projected=True)
     for path in written:
         print(path, file=out)
     out.flush()
@@ -103,15 +104,16 @@ def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path]
 
 
 def write_winner_maps(groups: List, out_dir: Union[str, Path],
-                      formats: Sequence[str] = ()) -> List[Path]:
+                      formats: Sequence[str] = (), projected: bool = False) -> List[Path]:
     """winner-map-<group>-n<N>: where the groups' runs (trained to accuracy, or speed
     runs) span several networks or straggler settings, the best in each
-    (commbench.analysis.winner_map)."""
+    (commbench.analysis.winner_map); with projected, the groups are projection files
+    and the maps winner-map-projected-n<N>."""
     from commbench.analysis import winner_map
     from commbench.plots import scaling
     from commbench.plots import winner_map as chart
 
-    found = winner_map.maps(groups)
+    found = winner_map.projected_maps(groups) if projected else winner_map.maps(groups)
     names = unique_names([f"{m.slug}-n{m.workers}" for m in found],
                          [m.hardware for m in found])
     written = []

@@ -80,6 +80,8 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
             from commbench.simulate import table as simulate
 
             texts.append(simulate.render_files(projections, fmt))
+            projected = winner_map.render_projected(projections, fmt)
+            texts += [projected] if projected else []
         out.write("\n".join(texts))
     out.flush()
     return 0

@@ -7,6 +7,9 @@ one worker count, everything else equal.
   the range (min to max) of its runs' times, and only runs that reached the target count.
 - Speed runs: the strategy that moved the most images per second over all workers; its
   interval is the 95% CI of its total (over the repeats, or over one run's iterations).
+- Projections (`commbench simulate`'s files, for more workers or other links than were
+  measured): the most images per second the model projects, its interval the
+  projection's band; every cell and title says PROJECTED.
 
 The lead is the first's margin over the next. It is clear only where both have an
 interval and the intervals do not overlap; where they overlap the cell is "too close to
@@ -24,6 +27,7 @@ from commbench import straggler, units
 from commbench.analysis import tables
 from commbench.analysis import time_to_target as ttt
 from commbench.errors import UsageError
+from commbench.simulate.answer import RESOLUTION
 
 CLEAR, TOO_CLOSE, SINGLE, ALONE, NONE = ("clear", "too close to call", "single runs",
                                          "the only one to reach it", "none reached it")
@@ -50,6 +54,7 @@ class Kind:
     what: str  # the map's heading: what the first did
     sent: str  # what the bytes panel gives
     alone: str  # what a cell with one entry says of it
+    resolution: float = 0.0  # a relative lead below this is too close to call
 
 
 ACCURACY = Kind("accuracy", True, "s", "First to the target (time to target by MLPerf "
@@ -59,6 +64,11 @@ ACCURACY = Kind("accuracy", True, "s", "First to the target (time to target by M
 SPEED = Kind("speed", False, "img/s", "Most images per second over all workers (the lead "
              "is clear where the 95% intervals do not overlap)",
              "Bytes each worker of the first sent per step", "the only one measured")
+PROJECTED = Kind("projection", False, "img/s", "PROJECTED: most images per second over all "
+                 "workers by commbench's cost model, not a measurement (the lead is clear "
+                 "where the projections' bands do not overlap and they differ by at least "
+                 f"{100 * RESOLUTION:.0f}%, the model's own error, as `simulate` calls it)",
+                 "", "the only one projected", RESOLUTION)
 
 
 @dataclass
@@ -80,7 +90,8 @@ class Cell:
             return SINGLE
         (low, high), (other_low, other_high) = first.interval, second.interval
         apart = high < other_low if self.kind.lower_is_better else low > other_high
-        return CLEAR if apart else TOO_CLOSE
+        wide = abs(first.value - second.value) >= self.kind.resolution * second.value
+        return CLEAR if apart and wide else TOO_CLOSE
 
     @property
     def lead(self) -> Optional[float]:
@@ -155,6 +166,36 @@ def maps(groups: List[Any]) -> List[WinnerMap]:
     return out
 
 
+def projected_maps(projections: List[Any]) -> List[WinnerMap]:
+    """The maps of projection files (`commbench simulate`'s, results of kind "projection"):
+    one per workload and worker count whose files differ in their stated link or their
+    stragglers (--link, --slow-ranks); every cell a projection, labelled as such."""
+    found: Dict[Tuple[str, int], Dict[Tuple[str, str], List[Entry]]] = {}
+    for projection in projections:
+        doc = projection.doc
+        config = doc.get("config") or {}
+        slow = straggler.parse(str(config.get("slow_ranks") or "none"))
+        title = doc["title"]
+        if slow.on:
+            title = title.replace(f", {slow.describe()} (stragglers on purpose)", "")
+        place = (str(slow) if slow.on else "",
+                 f"{config.get('link') or 'fitted links'} (projected)")
+        for row in doc["rows"]:
+            entries = found.setdefault((title, row["workers"]), {}).setdefault(place, [])
+            entries.append(Entry(row["strategy"], row["img_sec"], tuple(row["band"]), None))
+    out = []
+    for (title, workers), cells in sorted(found.items()):
+        if len(cells) < 2:
+            continue
+        out.append(WinnerMap(
+            PROJECTED, f"{title}; {workers} workers", "projected", "", workers,
+            sorted({n for _, n in cells}, key=network_order),
+            sorted({s for s, _ in cells}, key=lambda s: (s != "", s)),
+            {place: Cell(PROJECTED, sorted(entries, key=lambda e: -e.value), [])
+             for place, entries in cells.items()}))
+    return out
+
+
 def accuracy_entry(row) -> Optional[Entry]:
     """An accuracy row (AccuracyRow) as an entry; None where it has no time."""
     time = row.combined().value
@@ -202,10 +243,19 @@ def render(groups: List[Any], fmt: str = "text") -> str:
     """The maps as tables (text or Markdown): the best in each cell, then the bytes it
     sent; "" where there is no map (and for JSON and CSV, whose rows carry what the map
     is drawn from)."""
+    return render_maps(maps(groups), fmt)
+
+
+def render_projected(projections: List[Any], fmt: str = "text") -> str:
+    """The maps of projection files as tables, each titled as a projection."""
+    return render_maps(projected_maps(projections), fmt)
+
+
+def render_maps(found_maps: List[WinnerMap], fmt: str) -> str:
     if fmt in ("json", "csv"):
         return ""
     parts = []
-    for found in maps(groups):
+    for found in found_maps:
         headers = ["stragglers \\ network"] + [column_name(n) for n in found.networks]
         align = "l" * len(headers)
 
@@ -214,9 +264,11 @@ def render(groups: List[Any], fmt: str = "text") -> str:
                                      else "not run" for n in found.networks]
                     for s in found.stragglers]
 
-        parts.append(f"{tables.heading('Winner map: ' + found.title, fmt)}\n\n"
+        heading = ("PROJECTED winner map: " if found.kind is PROJECTED else "Winner map: ")
+        parts.append(f"{tables.heading(heading + found.title, fmt)}\n\n"
                      f"{found.kind.what}:\n\n"
                      + tables.render(headers, rows(Cell.text), align, fmt)
-                     + f"\n{found.kind.sent}:\n\n"
-                     + tables.render(headers, rows(Cell.bytes_text), align, fmt))
+                     + (f"\n{found.kind.sent}:\n\n"
+                        + tables.render(headers, rows(Cell.bytes_text), align, fmt)
+                        if found.kind.sent else ""))
     return "\n".join(parts)
