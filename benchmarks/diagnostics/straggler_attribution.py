@@ -18,6 +18,11 @@ Per round and strategy, from the per-rank split the results keep:
 
     python benchmarks/diagnostics/straggler_attribution.py [--workers 2] [--factor 2]
         [--rounds 3] [--strategies allreduce,neighbor_allreduce,local_sgd]
+        [--emulate-link RATE]
+
+With --emulate-link the jobs run on an emulated cluster of --workers machines x 1 rank
+linked at RATE (root), so that the network is one and the ranks wait for each other
+across it.
 
 With more ranks than cores the ranks share cores, so a rank idling hands its core to the
 others and their compute shrinks: the waiting they gain is then the delay less what they
@@ -44,15 +49,19 @@ MODEL = ["--model", "resnet18", "--image-size", "32", "--batch-size", "32",
 SLOW_RANK = 1
 
 
-def job(args, strategy: str, slow: bool, directory: Path) -> dict:
+def job(args, strategy: str, slow: bool, directory: Path, cluster=None) -> dict:
     """One speed job's result: per rank, the mean of each part of its steps; and the
-    slowed rank's recorded facts."""
+    slowed rank's recorded facts. On `cluster` (an emulated one) when given."""
     mpirun = str(Path(sys.executable).parent / "mpirun")
     flags = ["--dist-optimizer", strategy, *MODEL, "--results-dir", str(directory)]
     if slow:
         flags += ["--slow-ranks", f"{SLOW_RANK}:{args.factor:g}"]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    subprocess.run([mpirun, "-np", str(args.workers), "--oversubscribe", "--bind-to", "none",
+    where = ["--oversubscribe"]
+    if cluster is not None:
+        env["PATH"] = f"{cluster.bin}{os.pathsep}{env['PATH']}"
+        where = ["-H", cluster.hosts]
+    subprocess.run([mpirun, "-np", str(args.workers), *where, "--bind-to", "none",
                     sys.executable, "-m", "commbench", *flags], check=True, env=env,
                    stdout=subprocess.DEVNULL, timeout=900)
     path, = directory.glob("*.json")
@@ -80,7 +89,8 @@ def attribution(plain: dict, slowed: dict) -> dict:
             "step": gained("step", range(len(plain["rows"])))}
 
 
-def projected(strategy: str, workers: int, factor: float, facts: dict) -> float:
+def projected(strategy: str, workers: int, per_machine: int, factor: float,
+              facts: dict) -> float:
     """What the projection's straggler model adds to the step, from the slowed rank's
     compute measured alone."""
     from commbench.simulate import costs, stragglers
@@ -88,8 +98,25 @@ def projected(strategy: str, workers: int, factor: float, facts: dict) -> float:
 
     compute = sum(facts[f"{p}_seconds"] for p in ("forward", "backward", "optimizer"))
     return stragglers.wait_seconds(Strategy(strategy, every=(8,)),
-                                   costs.Layout(workers, workers),
+                                   costs.Layout(workers, per_machine),
                                    f"{SLOW_RANK}:{factor:g}", compute)
+
+
+def run_rounds(args, strategies, found, cluster) -> None:
+    """The paired rounds, their order alternating; each round's figures as they come."""
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_ in range(args.rounds):
+            for strategy in strategies:
+                order = (False, True) if round_ % 2 == 0 else (True, False)
+                ran = {slow: job(args, strategy, slow, Path(scratch), cluster)
+                       for slow in order}
+                found[strategy].append(attribution(ran[False], ran[True]))
+                found[strategy][-1]["projected"] = projected(
+                    strategy, args.workers, 1 if cluster else args.workers, args.factor,
+                    ran[True]["facts"])
+                print(f"round {round_ + 1}/{args.rounds} {strategy}: "
+                      + ", ".join(f"{k} {1e3 * v:.1f} ms"
+                                  for k, v in found[strategy][-1].items()), flush=True)
 
 
 def main() -> int:
@@ -98,22 +125,25 @@ def main() -> int:
     parser.add_argument("--factor", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--strategies", default="allreduce,neighbor_allreduce,local_sgd")
+    parser.add_argument("--emulate-link", metavar="RATE",
+                        help="on an emulated cluster of --workers machines x 1 at RATE (root)")
     args = parser.parse_args()
     started = time.monotonic()
     strategies = args.strategies.split(",")
     found = {s: [] for s in strategies}
-    with tempfile.TemporaryDirectory() as scratch:
-        for round_ in range(args.rounds):
-            for strategy in strategies:
-                order = (False, True) if round_ % 2 == 0 else (True, False)
-                ran = {slow: job(args, strategy, slow, Path(scratch)) for slow in order}
-                found[strategy].append(attribution(ran[False], ran[True]))
-                found[strategy][-1]["projected"] = projected(strategy, args.workers,
-                                                             args.factor, ran[True]["facts"])
-                print(f"round {round_ + 1}/{args.rounds} {strategy}: "
-                      + ", ".join(f"{k} {1e3 * v:.1f} ms"
-                                  for k, v in found[strategy][-1].items()), flush=True)
-    print(f"\n{args.workers} ranks on {os.cpu_count()} cores, rank {SLOW_RANK} "
+    cluster = None
+    if args.emulate_link:
+        from commbench.cluster import namespaces
+
+        cluster = namespaces.up(f"a{os.getpid() % 10**5}", args.workers, 1, args.emulate_link)
+    try:
+        run_rounds(args, strategies, found, cluster)
+    finally:
+        if cluster is not None:
+            namespaces.down(cluster.name)
+    where = (f"{args.workers} emulated machines x 1 at {args.emulate_link}" if cluster
+             else f"{args.workers} ranks on this machine")
+    print(f"\n{where}, {os.cpu_count()} cores, rank {SLOW_RANK} "
           f"{args.factor:g}x slower; medians of {args.rounds} paired rounds, ms per step")
     print(f"{'strategy':<20}{'asked':>7}{'injected':>9}{'others: +compute':>17}"
           f"{'due':>7}{'+waiting':>9}{'/inj':>6}{'off due':>8}{'+exposed':>9}{'/inj':>6}"

@@ -34,6 +34,8 @@ STRATEGIES = {
     "gradient_allreduce": [],
     "neighbor_allreduce": [],
     "neighbor_allreduce (static ring)": ["--topology", "ring", "--disable-dynamic-topology"],
+    # machines of one rank: the machines' exchange alone (inside a machine nothing leaves it)
+    "hierarchical_neighbor_allreduce": [],
     "local_sgd": ["--average-every", "2"],
     "diloco": ["--average-every", "2"],
     "diloco (bf16)": ["--average-every", "2", "--outer-dtype", "bf16"],
