@@ -22,7 +22,6 @@ straggler costs.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from commbench.spans import Span
 
 PHASES = ("forward", "backward", "optimizer")
+MAX_FACTOR = 1000.0  # beyond it a step would outlast any job's --timeout
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,14 @@ def parse(text: str) -> SlowRanks:
     ranks = tuple(int(r) for r in ranks_text.split(","))
     factor = float(factor_text)
     probability = float(probability_text) if at else 1.0
-    if (min(ranks) < 0 or len(set(ranks)) != len(ranks) or not 1.0 <= factor < math.inf
+    if (min(ranks) < 0 or len(set(ranks)) != len(ranks) or not 1.0 <= factor <= MAX_FACTOR
             or not 0.0 < probability <= 1.0):
         raise ValueError
     return SlowRanks(tuple(sorted(ranks)), factor, probability)
 
 
 @accepting("none or RANKS:FACTOR[@P]: ranks from 0, each once, comma-separated; "
-           "FACTOR >= 1; 0 < P <= 1 (e.g. 1:2 or 0,3:1.5@0.1)")
+           f"1 <= FACTOR <= {MAX_FACTOR:g}; 0 < P <= 1 (e.g. 1:2 or 0,3:1.5@0.1)")
 def spec(text: str) -> str:
     """The flag's check: the text written the one way results record it."""
     return str(parse(text))

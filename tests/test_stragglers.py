@@ -53,7 +53,8 @@ def test_the_flag_reads_ranks_factor_and_probability(text, parsed):
     assert straggler.parse(str(parsed)) == parsed  # recorded the one way it reads back
 
 
-@pytest.mark.parametrize("value", ["1:0.5", "1:0", "1:-2", "1:nan", "1:inf", "1", "1:",
+@pytest.mark.parametrize("value", ["1:0.5", "1:0", "1:-2", "1:nan", "1:inf", "1:1e300", "1",
+                                   "1:",
                                    ":2", "a:2", "1,1:2", "-1:2", "1:2@0", "1:2@1.5",
                                    "1:2@", ""])
 def test_bad_slow_ranks_are_refused_in_one_line(value):
