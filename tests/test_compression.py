@@ -262,6 +262,12 @@ def test_a_powersgd_run_records_its_rate_bytes_and_codec(tmp_path):
     facts = doc["strategy"]
     assert facts["compression"] == "powersgd:2"
     assert facts["powersgd"]["compression_rate"] > 50  # resnet18 at rank 2
+    # the projection's model of the hook sends what the hook said it sent
+    from commbench.simulate import powersgd
+    from commbench.simulate.compute import gradients
+
+    assert powersgd.compression_rate(gradients("resnet18", 32), 2, 2.0) == pytest.approx(
+        facts["powersgd"]["compression_rate"], rel=1e-9)
     assert facts["powersgd"]["start_powerSGD_iter"] == 2
     uncompressed = 4 * 11_689_512  # resnet18's float32 gradients, 1000 classes: a ring of
     assert doc["summary"]["wire"]["bytes_per_step"] < uncompressed / 50  # 2 sends them once
@@ -303,7 +309,7 @@ def test_report_shows_a_compressed_allreduce_beside_the_plain_one(tmp_path):
     assert ["allreduce", "-", "2"] in rows and ["allreduce", "powersgd:4", "2"] in rows
 
 
-def test_simulate_refuses_what_it_cannot_model_rather_than_project_it_whole(tmp_path):
+def test_simulate_projects_a_powersgd_run_as_itself_not_as_plain_allreduce(tmp_path):
     import json
     from pathlib import Path
 
@@ -319,8 +325,13 @@ def test_simulate_refuses_what_it_cannot_model_rather_than_project_it_whole(tmp_
         (runs / path.name).write_text(json.dumps(doc))
     done = commbench("simulate", str(runs), "--np", "1,2", "--link", "10gbit",
                      "--img-sec", "300", "-o", str(tmp_path / "p"))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "simulate does not model --compression powersgd:4 yet" in done.stderr
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()]
+    # the compressed runs' own series, set beside their measurement; the plain ones' apart
+    assert any(r[:3] == ["allreduce", "(powersgd:4)", "2"] and "measured" in r for r in rows)
+    assert any(r[:2] == ["allreduce", "1"] and "measured" in r for r in rows)
+    assert "allreduce (powersgd:4): torch's PowerSGD hook's bytes" in " ".join(
+        done.stdout.split())
 
 
 def test_a_piece_a_callback_posts_is_no_hand_over_of_the_step():

@@ -7,6 +7,10 @@ and their share of the plain run's, and the codec's part of the step. Targets (i
 img/sec; bf16 sends half and runs >= 1.5x.
 
     python benchmarks/diagnostics/compression_speed.py [--link 200mbit] [--ranks 1,4]
+        [--keep DIR]
+
+--keep DIR keeps the jobs' result files there (for `commbench simulate` to be checked on
+them); by default they go with a scratch directory.
 """
 
 import argparse
@@ -58,11 +62,13 @@ def main():
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--ranks", type=lambda t: [int(r) for r in t.split(",")],
                         default=[1, 4])
+    parser.add_argument("--keep", metavar="DIR", help="keep the result files in DIR")
     args = parser.parse_args()
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:
-        sweep(args, Path(scratch))
-        found = summaries(Path(scratch))
+        directory = Path(args.keep or scratch)
+        sweep(args, directory)
+        found = summaries(directory)
     print(f"{args.workers} emulated machines x 1 at {args.link}; resnet18, 32 px, batch 32")
     print(f"{'strategy':<20}{'compression':<13}{'img/sec':>9}{'x plain':>9}"
           f"{'bytes/step':>12}{'share':>8}{'codec ms':>10}{'step ms':>9}  target")

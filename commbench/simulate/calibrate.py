@@ -16,6 +16,7 @@ import numpy as np
 from commbench.analysis import validate
 from commbench.analysis.reading import RUN_FIELDS
 from commbench.analysis.validate import MAYBE, SECONDS_FLOOR, items, number, text, whole
+from commbench import compression
 from commbench.errors import UsageError
 from commbench.simulate import compute as compute_model
 from commbench.simulate import costs, engines
@@ -208,8 +209,11 @@ def strategies_to_project(args, runs) -> List[Strategy]:
         engines.horovod(version)  # an unknown release is one line, before any work
         every = args.average_every if isinstance(args.average_every, list) else \
             [args.average_every]
+        sent = compression.parse(getattr(args, "compression", None) or "none")
         return [Strategy(s, args.topology, not args.disable_dynamic_topology, args.atc_style,
-                         args.hierarchical_allreduce and s == "horovod", version, tuple(every))
+                         args.hierarchical_allreduce and s == "horovod", version, tuple(every),
+                         powersgd=(sent.rank, sent.min_rate)
+                         if sent.kind == "powersgd" and s == "allreduce" else ())
                 for s in names]
     found = {strategy_of(r.doc) for r in runs} - {None}
     if found:
@@ -224,11 +228,16 @@ def strategy_of(doc) -> Optional[Strategy]:
     if name not in STRATEGIES:
         return None
     every = config.get("average_every") or 8
+    try:
+        sent = compression.parse(str(config.get("compression") or "none"))
+    except ValueError:  # a garbled file: sent as the strategy sends it
+        sent = compression.Compression()
     return Strategy(name, config.get("topology") or "exponential-2",
                     not config.get("disable_dynamic_topology"), bool(config.get("atc_style")),
                     name == "horovod" and bool(config.get("hierarchical_allreduce")),
                     every=tuple(every) if isinstance(every, list) else (int(every),),
-                    outer_bf16=name == "diloco" and config.get("outer_dtype") == "bf16")
+                    outer_bf16=name == "diloco" and config.get("outer_dtype") == "bf16",
+                    powersgd=(sent.rank, sent.min_rate) if sent.kind == "powersgd" else ())
 
 
 def workers_per_machine(runs) -> int:
@@ -257,6 +266,17 @@ def measured_img_sec(runs, per_machine) -> Dict[Tuple[str, int], Tuple[float, Op
         ci = metrics.ci95_halfwidth(means) if len(means) > 1 else totals[0].get("ci95")
         measured[key] = (float(np.mean(means)), ci)
     return measured
+
+
+def codec_seconds(runs) -> Dict[str, float]:
+    """Per strategy, the compression codec's mean seconds per step where it held the step
+    up (the measured split's `codec`), averaged over the runs that measured it."""
+    by: Dict[str, List[float]] = defaultdict(list)
+    for r in runs:
+        strategy, split = strategy_of(r.doc), r.doc["summary"].get("step_split") or {}
+        if strategy is not None and "codec" in split:
+            by[strategy.label()].append(split["codec"]["mean"])
+    return {label: float(np.mean(values)) for label, values in by.items()}
 
 
 def measured_split(runs, per_machine) -> Dict[Tuple[str, int], Dict[str, float]]:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from commbench import straggler
+from commbench import compression, straggler
 from commbench.errors import UsageError
 from commbench.flags import periods, positive_float, positive_int
 from commbench.microbench import results as microbench_results
@@ -51,6 +51,10 @@ def add_arguments(parser) -> None:
         "(local_sgd on several machines: h1,h2) (default: 8)")
     add("--fp16-allreduce", action="store_true", help="communication in float16 (default: "
         "as the runs, when all of them did)")
+    add("--compression", type=compression.spec, metavar="KIND",
+        help="with --dist-optimizer: allreduce sends powersgd:RANK[,min_rate=X] as torch's "
+        "PowerSGD hook does (its codec time comes from runs that measured it, else none); "
+        "fp16 or bf16 as --fp16-allreduce")
     add("--slow-ranks", type=straggler.spec, metavar="RANKS:FACTOR[@P]",
         help="stragglers made on purpose, as `commbench run --slow-ranks`: these ranks "
         "compute FACTOR times slower (each step, or with probability P), where a "
@@ -142,7 +146,8 @@ def main(args) -> int:
     workers = _workers(args.np)
     per_machine = args.per_machine or calibrate.workers_per_machine(runs)
     sent_as = [_compression_of(r) for r in runs]
-    fp16 = args.fp16_allreduce or bool(sent_as) and all(k in ("fp16", "bf16") for k in sent_as)
+    fp16 = args.fp16_allreduce or (args.compression or "").split(":")[0] in ("fp16", "bf16") \
+        or bool(sent_as) and all(k in ("fp16", "bf16") for k in sent_as)
     on_gpu = args.img_sec is not None or any(
         (r.doc.get("environment") or {}).get("device") == "cuda" for r in runs)
     algorithms = (found_links.algorithms() or (("ring", "tree") if on_gpu else ("ring",))) \
@@ -151,7 +156,8 @@ def main(args) -> int:
     alike = [r for r in runs if _slow_ranks_of(r) == slow]  # the measurements to set beside
     inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
                     2.0 if fp16 else 4.0, calibrate.measured_img_sec(alike, per_machine),
-                    pipeline_bytes=_pipeline_bytes(on_gpu, runs), slow_ranks=slow)
+                    pipeline_bytes=_pipeline_bytes(on_gpu, runs), slow_ranks=slow,
+                    codec=calibrate.codec_seconds(runs))
     overlap_note = calibrate.set_overlap(args.overlap, strategies, inputs)
     rows = project(strategies, workers, inputs)
     title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
@@ -237,17 +243,11 @@ def _slow_ranks(args, runs) -> str:
 
 
 def _compression_of(run) -> str:
-    """What a run's messages travel as: the 2-byte types the model knows; PowerSGD's
-    bytes and codec time it does not model yet, so such a run is refused, not
-    projected as if it had sent its gradients whole."""
+    """What a run's messages travel as: none, the 2-byte types (every strategy's bytes
+    halved), or powersgd (its own strategy: commbench.simulate.powersgd)."""
     config = run.doc["config"]
     kind = str(config.get("compression") or "none").split(":")[0]
-    if config.get("fp16_allreduce"):
-        kind = "fp16"
-    if kind not in ("none", "fp16", "bf16"):
-        raise UsageError(f"{run.path}: simulate does not model --compression "
-                         f"{config.get('compression')} yet; leave this result out")
-    return kind
+    return "fp16" if config.get("fp16_allreduce") else kind
 
 
 def _workers(text: str) -> List[int]:

@@ -27,6 +27,7 @@ class Gradients:
     nbytes: Tuple[int, ...]
     ready: Tuple[float, ...]
     forward_share: float  # forward FLOPs / (forward + backward FLOPs)
+    shapes: Tuple[Tuple[int, ...], ...] = ()  # each parameter's, in the same order
 
     @property
     def total(self) -> int:
@@ -34,14 +35,18 @@ class Gradients:
 
     def buckets(self, caps: Sequence[int] = DDP_BUCKET_CAPS) -> List[Tuple[int, float]]:
         """(bytes, ready share) of DDP's buckets, in the order DDP launches them."""
+        return [(sum(self.nbytes[i] for i in bucket), max(self.ready[i] for i in bucket))
+                for bucket in self.bucket_indices(caps)]
+
+    def bucket_indices(self, caps: Sequence[int] = DDP_BUCKET_CAPS) -> List[List[int]]:
+        """The parameters of each of DDP's buckets, in the order DDP launches them."""
         import torch
         import torch.distributed as dist
 
         tensors = [torch.empty(n // ELEMENT_BYTES, device="meta") for n in self.nbytes]
         indices, _ = dist._compute_bucket_assignment_by_size(tensors, list(caps),
                                                              [False] * len(tensors))
-        return [(sum(self.nbytes[i] for i in bucket), max(self.ready[i] for i in bucket))
-                for bucket in indices]
+        return [list(bucket) for bucket in indices]
 
 
 @functools.lru_cache(maxsize=32)
@@ -80,13 +85,14 @@ def gradients(model: str, image_size: int, num_classes: int = 1000) -> Gradients
     for name, c in zip(reversed(order), reversed(cost)):
         done += c / total
         ready_of[name] = min(done, 1.0)  # a module run twice: after its last backward
-    params = [(ready_of.get(name.rpartition(".")[0], 1.0), p.numel() * ELEMENT_BYTES)
-              for name, p in net.named_parameters()]
+    params = [(ready_of.get(name.rpartition(".")[0], 1.0), p.numel() * ELEMENT_BYTES,
+               tuple(p.shape)) for name, p in net.named_parameters()]
     params.sort(key=lambda rp: rp[0])
     forward_flops = sum(flops.get("Global", {}).values())
     backward_flops = sum(backward.get_flop_counts().get("Global", {}).values())
-    return Gradients(tuple(b for _, b in params), tuple(r for r, _ in params),
-                     forward_flops / max(forward_flops + backward_flops, 1))
+    return Gradients(tuple(b for _, b, _ in params), tuple(r for r, _, _ in params),
+                     forward_flops / max(forward_flops + backward_flops, 1),
+                     tuple(s for _, _, s in params))
 
 
 @dataclass(frozen=True)

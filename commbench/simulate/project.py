@@ -36,6 +36,8 @@ class Inputs:
     pipeline_bytes: Optional[int] = None
     # stragglers made on purpose (--slow-ranks, commbench.simulate.stragglers)
     slow_ranks: str = "none"
+    # per strategy label, its compression codec's measured seconds per step
+    codec: Dict[str, float] = field(default_factory=dict)
 
     def compute_at(self, workers: int) -> Compute:
         if workers in self.compute:
@@ -86,7 +88,8 @@ def project(strategies: List[Strategy], workers: List[int], inputs: Inputs) -> L
                                    inputs.overlaps.get(label, inputs.overlap))
                 slowed_on_purpose = injected.wait_seconds(strategy, layout, inputs.slow_ranks,
                                                           compute.seconds)
-                return replace(found, wait=found.wait + slowed_on_purpose)
+                return replace(found, wait=found.wait + slowed_on_purpose,
+                               codec=inputs.codec.get(label, 0.0))
 
             plain = step(compute, inputs.network)
             total = n * inputs.batch_size / plain.total

@@ -23,8 +23,14 @@ bluefog.neighbor_allreduce, bluefog.hierarchical_neighbor_allreduce
                      the broadcast of each fused buffer run one after the other
 none                 compute only
 
-T_step = compute + exposed communication + coordination + straggler wait, where
-coordination is what the engine's cycle and negotiation add to the step.
+allreduce with PowerSGD
+                     torch's hook: per bucket, once backward has produced it, the
+                     gradients sent whole, then the P factors, then the Q factors, three
+                     allreduces (commbench.simulate.powersgd)
+
+T_step = compute + exposed communication + coordination + straggler wait + codec, where
+coordination is what the engine's cycle and negotiation add to the step and codec the
+compression's own work where it holds the step up (taken from the measured split).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from commbench.simulate import costs, engines
+from commbench import compression
+from commbench.simulate import costs, engines, powersgd
 from commbench.simulate.compute import Compute, Gradients
 from commbench.simulate.link_costs import Network
 
@@ -55,6 +62,7 @@ class Strategy:
     horovod_version: str = engines.HOROVOD_DEFAULT  # whose defaults horovod runs with
     every: Tuple[int, ...] = (8,)  # local_sgd's and diloco's --average-every: H or h1, h2
     outer_bf16: bool = False  # diloco's --outer-dtype bf16
+    powersgd: Tuple[int, float] = ()  # allreduce's --compression powersgd: (rank, min_rate)
 
     @property
     def base(self) -> str:
@@ -75,6 +83,10 @@ class Strategy:
         if self.name in PERIODIC:
             every = ",".join(map(str, self.every))
             return f"{self.name} (H={every}{', bf16' if self.outer_bf16 else ''})"
+        if self.powersgd:
+            rank, min_rate = self.powersgd
+            rate = "" if min_rate == compression.POWERSGD_MIN_RATE else f",min_rate={min_rate:g}"
+            return f"{self.name} (powersgd:{rank}{rate})"
         if self.base not in NEIGHBOR:
             return self.name
         settings = [self.topology, "dynamic" if self.dynamic else "static"]
@@ -91,10 +103,11 @@ class StepTime:
     wait: float  # waiting for the slowest worker the step depends on
     algorithm: str = "-"  # the allreduce algorithm, where there is one
     coordination: float = 0.0  # what the engine's cycle and negotiation add to the step
+    codec: float = 0.0  # compressing and decompressing where it holds the step up
 
     @property
     def total(self) -> float:
-        return self.compute + self.exposed + self.coordination + self.wait
+        return self.compute + self.exposed + self.coordination + self.wait + self.codec
 
 
 def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: Gradients,
@@ -110,6 +123,9 @@ def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: 
         return StepTime(compute.seconds, 0.0, 0.0, 0.0)
     if name in ("allreduce", "horovod", "gradient_allreduce"):
         posted = _posted(name, grads, compute, scale)
+        if strategy.powersgd:
+            posted = [(b, r * compute.backward)
+                      for b, r in powersgd.messages(grads, *strategy.powersgd)]
         engine = strategy.engine()
         negotiation = engines.negotiation_seconds(engine, layout.workers, layout.local, net)
         fused = engines.launches(engine, posted, negotiation)

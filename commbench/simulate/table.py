@@ -9,6 +9,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from commbench import straggler, units
 from commbench.analysis import tables
+from commbench.simulate import powersgd
 from commbench.simulate.answer import verdicts
 from commbench.simulate.link_costs import Network
 from commbench.simulate.project import Inputs, Row
@@ -97,7 +98,20 @@ def notes_of(inputs: Inputs, strategies: Sequence[Strategy] = ()) -> List[str]:
          "h1,h2 also one inside each machine every h1-th), exposed after the update; "
          "communicating less often may cost more steps to reach an accuracy, which no "
          "speed projection shows (train to accuracy: docs/run.md)."]
-        if any(s.name in PERIODIC for s in strategies) else [])
+        if any(s.name in PERIODIC for s in strategies) else []) + [
+        powersgd_note(inputs, s) for s in strategies if s.powersgd]
+
+
+def powersgd_note(inputs: Inputs, strategy: Strategy) -> str:
+    """What a PowerSGD projection sends and what its codec costs, and where that is from."""
+    rank, min_rate = strategy.powersgd
+    rate = powersgd.compression_rate(inputs.gradients, rank, min_rate)
+    codec = inputs.codec.get(strategy.label())
+    cost = (f"its codec {1e3 * codec:.1f} ms per step, the mean of the measured runs' split"
+            if codec is not None else "its codec not measured by any run given: none "
+            "counted, so the projection is optimistic")
+    return (f"{strategy.label()}: torch's PowerSGD hook's bytes ({rate:.1f}x fewer elements "
+            f"than the gradients, three allreduces a bucket); {cost}.")
 
 
 # (projected part, the measured part it is set against); the projection has no "other"
