@@ -4,7 +4,8 @@ each cell in the colour of the strategy that did best (first to the target, or t
 images per second), with its lead over the next; a cell too close to call is hatched and
 names both, a cell where none reached the target or that was never run says so in grey.
 Right, the bytes each worker of the best sent (to the target, or per step). A map of
-projections (`commbench simulate`'s files) has the first panel only, titled PROJECTED.
+projections (`commbench simulate`'s files) has the first panel only, titled PROJECTED;
+projected columns beside measured ones have dashed cells that say PROJECTED.
 
 Built like commbench.plots.scaling: matplotlib's object API, saved by its save_named.
 """
@@ -27,7 +28,8 @@ def figure(found: "wm.WinnerMap") -> "Figure":
     from matplotlib.figure import Figure
 
     width = 2.6 * len(found.networks)
-    panels = [(found.kind.what, lambda cell: "\n".join(cell.lines()))]
+    panels = [(" ".join(kind.what + "." for kind in found.kinds),
+               lambda cell: "\n".join(cell.lines()))]
     if found.kind.sent:
         panels.append((found.kind.sent, wm.Cell.bytes_text))
     fig = Figure(figsize=(len(panels) * width + 3.0, 1.6 + 1.3 * len(found.stragglers)),
@@ -54,7 +56,8 @@ def _grid(ax: "Axes", found: "wm.WinnerMap", colors: Dict[str, str], text_of) ->
     for y, stragglers in enumerate(found.stragglers):
         for x, network in enumerate(found.networks):
             cell = found.cells.get((stragglers, network))
-            face, hatch, text = MISSING, None, "not run"
+            face, hatch, text = MISSING, None, wm.unfilled(network)
+            projected = cell is not None and cell.kind.projected
             if cell is not None:
                 text = text_of(cell)
                 if cell.ranked:
@@ -62,6 +65,9 @@ def _grid(ax: "Axes", found: "wm.WinnerMap", colors: Dict[str, str], text_of) ->
                     hatch = "//" if cell.verdict == wm.TOO_CLOSE else None
             ax.add_patch(Rectangle((x, y), 1, 1, facecolor=face, alpha=0.35, hatch=hatch,
                                    edgecolor="white", linewidth=2))
+            if projected and found.kind is not wm.PROJECTED:  # beside measured cells
+                ax.add_patch(Rectangle((x + 0.03, y + 0.03), 0.94, 0.94, fill=False,
+                                       edgecolor="0.3", linestyle="--", linewidth=1))
             ax.text(x + 0.5, y + 0.5, "\n".join(textwrap.fill(line, 28)
                                                 for line in text.splitlines()),
                     ha="center", va="center", fontsize=7)

@@ -186,7 +186,7 @@ def test_the_table_and_the_projection_file_keep_the_coordination(tmp_path):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     path = projection_file.write(tmp_path, parser.parse_args([]), "PROJECTION: resnet18, t",
-                                 rows, [], inputs, [], {})
+                                 rows, [], inputs, [], {}, {"model": "resnet18"})
     back = projection_file.rows_of(json.loads(path.read_text()))
     assert back[1].step.coordination == pytest.approx(rows[1].step.coordination)
     assert back[1].step.total == pytest.approx(rows[1].step.total)

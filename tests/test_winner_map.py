@@ -5,13 +5,17 @@ several networks and straggler settings, the first to the target in each cell, i
 import copy
 import io
 import json
+import statistics
 from pathlib import Path
+
+import pytest
 
 from commbench import results
 from commbench.analysis import report, winner_map
 from commbench.analysis.accuracy import group
 from commbench.analysis.accuracy_reading import usable
 from commbench.results import load_results
+from commbench.simulate import projection_file
 
 TARGET = Path(__file__).parent / "data" / "accuracy" / "target"
 
@@ -185,3 +189,56 @@ def test_a_projected_lead_within_the_models_own_error_is_too_close_to_call():
     assert far.verdict == winner_map.CLEAR
     measured = Cell(winner_map.SPEED, near.ranked, [])
     assert measured.verdict == winner_map.CLEAR  # measured: the intervals alone decide
+
+
+def test_a_projection_of_the_workload_is_a_column_beside_the_measured_ones(tmp_path):
+    from cli_helpers import commbench
+    from commbench.analysis import plot_command
+
+    runs = tmp_path / "runs"
+    cell_runs(runs, "200mbit", "", {"allreduce": [30, 31, 32],
+                                    "neighbor_allreduce": [20, 21, 22]})
+    cell_runs(runs, "", "", {"allreduce": [10, 12, 14], "neighbor_allreduce": [11, 13, 15]})
+    for model, out in (("resnet18", "same"), ("resnet50", "other")):  # the other: no column
+        done = commbench("simulate", "--img-sec", "400", "--model", model, "--batch-size",
+                         "32", "--image-size", "32", "--gpus-per-machine", "1", "--link",
+                         "10gbit", "--np", "2", "--dist-optimizer",
+                         "allreduce,neighbor_allreduce", "-o", tmp_path / "p" / out)
+        assert done.returncode == 0, done.stderr
+    (projection,), _ = projection_file.usable(load_results([tmp_path / "p" / "same"])[0])
+    step = {r["strategy"]: r for r in projection.doc["rows"]}
+    found = winner_map.maps(group(usable(load_results([runs])[0])[0]),
+                            projection_file.usable(load_results([tmp_path / "p"])[0])[0])
+    (the,) = found
+    assert the.networks == ["200mbit", "10gbit (projected)", ""]
+    assert the.kinds == [winner_map.ACCURACY, winner_map.PROJECTED_TIME]
+    cell = the.cells[("", "10gbit (projected)")]
+    assert cell.kind is winner_map.PROJECTED_TIME and cell.lines()[0] == "PROJECTED"
+    # the fixture's median steps to the target (of the runs that record them, in either
+    # cell) times the projected step
+    runs_steps = {}
+    for path in TARGET.glob("*.json"):
+        doc = json.loads(path.read_text())
+        if doc["summary"]["steps_to_target"]:
+            runs_steps.setdefault(doc["strategy"]["name"], []).append(
+                doc["summary"]["steps_to_target"])
+    for entry in cell.ranked:
+        name = entry.label.split(" ")[0]
+        row = next(r for s, r in step.items() if s.split(" ")[0] == name)
+        steps = statistics.median(runs_steps[name])
+        assert entry.value == pytest.approx(steps * 2 * 32 / row["img_sec"])
+        assert entry.interval == pytest.approx((steps * 64 / row["band"][1],
+                                                steps * 64 / row["band"][0]))
+    out = io.StringIO()
+    assert report.report([runs, tmp_path / "p"], out=out, err=io.StringIO()) == 0
+    text = out.getvalue().split("Winner map: ")[1]
+    header = next(line for line in text.splitlines() if line.startswith("stragglers"))
+    assert "10gbit (projected)" in header
+    first = next(line for line in text.splitlines() if line.startswith("no straggler"))
+    assert f"PROJECTED {cell.ranked[0].label} by" in first
+    assert "PROJECTED, in the columns so marked" in text
+    charts = io.StringIO()
+    assert plot_command.plot([runs, tmp_path / "p"], tmp_path / "charts", out=charts,
+                             err=io.StringIO()) == 0
+    assert len([line for line in charts.getvalue().splitlines()
+                if "winner-map-" in line and "projected" not in line]) == 1

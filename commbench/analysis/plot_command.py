@@ -54,7 +54,7 @@ def plot(paths: Iterable[Union[str, Path]], out_dir: Union[str, Path] = "charts"
         return 1
     groups, trained, benches, projections = found
     written += write_charts(groups, out_dir, formats) if groups else []
-    written += write_accuracy_charts(trained, out_dir, formats) if trained else []
+    written += write_accuracy_charts(trained, out_dir, formats, projections) if trained else []
     if benches:
         from commbench.plots import microbench as microbench_charts
 
@@ -86,9 +86,10 @@ def write_charts(groups: List[Group], out_dir: Union[str, Path],
 
 
 def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path],
-                          formats: Sequence[str] = ()) -> List[Path]:
+                          formats: Sequence[str] = (), projections: List = ()) -> List[Path]:
     """accuracy-<group>: the curves; time-to-target-<group>: the time to the target per
-    strategy (groups trained without a target have no such chart)."""
+    strategy (groups trained without a target have no such chart); the winner maps with
+    the projections of their workload beside them."""
     from commbench.plots import accuracy, scaling
 
     styles = accuracy.palette(groups)
@@ -100,20 +101,22 @@ def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path]
         if accuracy.has_times(group):
             written += scaling.save_named(accuracy.time_figure(group, styles), out_dir,
                                           f"time-to-target-{name}", formats)
-    return written + write_winner_maps(groups, out_dir, formats)
+    return written + write_winner_maps(groups, out_dir, formats, projections=projections)
 
 
 def write_winner_maps(groups: List, out_dir: Union[str, Path],
-                      formats: Sequence[str] = (), projected: bool = False) -> List[Path]:
+                      formats: Sequence[str] = (), projected: bool = False,
+                      projections: List = ()) -> List[Path]:
     """winner-map-<group>-n<N>: where the groups' runs (trained to accuracy, or speed
     runs) span several networks or straggler settings, the best in each
-    (commbench.analysis.winner_map); with projected, the groups are projection files
-    and the maps winner-map-projected-n<N>."""
+    (commbench.analysis.winner_map), with projected columns from `projections`; with
+    projected, the groups are projection files and the maps winner-map-projected-n<N>."""
     from commbench.analysis import winner_map
     from commbench.plots import scaling
     from commbench.plots import winner_map as chart
 
-    found = winner_map.projected_maps(groups) if projected else winner_map.maps(groups)
+    found = winner_map.projected_maps(groups) if projected else \
+        winner_map.maps(groups, projections)
     names = unique_names([f"{m.slug}-n{m.workers}" for m in found],
                          [m.hardware for m in found])
     written = []

@@ -67,7 +67,8 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
         return 1
     groups, trained, benches, projections = found
     parts = [(render, groups), (winner_map.render, groups), (accuracy_tables.render, trained),
-             (winner_map.render, trained), (microbench.render, benches)]
+             (lambda found, f: winner_map.render(found, f, projections), trained),
+             (microbench.render, benches)]
     texts = [text for text in (draw(items, fmt) for draw, items in parts if items) if text]
     if fmt == "json" and (projections or len(texts) > 1):  # one JSON document
         doc: Dict[str, Any] = {}

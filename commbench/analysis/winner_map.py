@@ -10,6 +10,11 @@ one worker count, everything else equal.
 - Projections (`commbench simulate`'s files, for more workers or other links than were
   measured): the most images per second the model projects, its interval the
   projection's band; every cell and title says PROJECTED.
+- Beside a map of runs trained to accuracy, a projection of the same workload at the
+  same worker count is a column of its own: each strategy's measured steps to the target
+  (the median over the map's runs that reached it: the steps do not depend on the
+  network) times the step the model projects for that link. Every such cell says
+  PROJECTED; more workers would need steps to the target that were never measured.
 
 The lead is the first's margin over the next. It is clear only where both have an
 interval and the intervals do not overlap; where they overlap the cell is "too close to
@@ -28,10 +33,12 @@ from commbench.analysis import tables
 from commbench.analysis import time_to_target as ttt
 from commbench.errors import UsageError
 from commbench.simulate.answer import RESOLUTION
+from commbench.simulate.calibrate import strategy_of
 
 CLEAR, TOO_CLOSE, SINGLE, ALONE, NONE = ("clear", "too close to call", "single runs",
                                          "the only one to reach it", "none reached it")
 SHARED_MEMORY = "shared memory"
+PROJECTED_COLUMN = " (projected)"  # a network's name in a column of projections
 
 
 class Entry(NamedTuple):
@@ -55,6 +62,7 @@ class Kind:
     sent: str  # what the bytes panel gives
     alone: str  # what a cell with one entry says of it
     resolution: float = 0.0  # a relative lead below this is too close to call
+    projected: bool = False  # by commbench's cost model, not measured
 
 
 ACCURACY = Kind("accuracy", True, "s", "First to the target (time to target by MLPerf "
@@ -68,7 +76,13 @@ PROJECTED = Kind("projection", False, "img/s", "PROJECTED: most images per secon
                  "workers by commbench's cost model, not a measurement (the lead is clear "
                  "where the projections' bands do not overlap and they differ by at least "
                  f"{100 * RESOLUTION:.0f}%, the model's own error, as `simulate` calls it)",
-                 "", "the only one projected", RESOLUTION)
+                 "", "the only one projected", RESOLUTION, projected=True)
+PROJECTED_TIME = Kind("projected time to target", True, "s", "PROJECTED, in the columns so "
+                      "marked: time to the target as each strategy's measured steps to it "
+                      "times the step commbench's cost model projects on that link, not a "
+                      "measurement (clear where the bands do not overlap and differ by at "
+                      f"least {100 * RESOLUTION:.0f}%)", "", "the only one projected",
+                      RESOLUTION, projected=True)
 
 
 @dataclass
@@ -101,16 +115,17 @@ class Cell:
 
     def lines(self) -> List[str]:
         """What the cell says, in short lines (the chart stacks them)."""
+        source = ["PROJECTED"] if self.kind.projected else []
         if not self.ranked:
-            return [NONE]
+            return source + [NONE]
         first = self.ranked[0].label
         if self.verdict == ALONE:
-            return [first, f"({self.kind.alone})"]
+            return source + [first, f"({self.kind.alone})"]
         second, lead = self.ranked[1].label, f"{self.lead:.1f} {self.kind.unit}"
         if self.verdict == TOO_CLOSE:
-            return [f"{TOO_CLOSE}:", first, f"~ {second} ({lead})"]
+            return source + [f"{TOO_CLOSE}:", first, f"~ {second} ({lead})"]
         single = ["(single runs: no interval)"] if self.verdict == SINGLE else []
-        return [first, f"by {lead} over", second] + single
+        return source + [first, f"by {lead} over", second] + single
 
     def text(self) -> str:
         return " ".join(self.lines())
@@ -133,12 +148,19 @@ class WinnerMap:
     stragglers: List[str]
     cells: Dict[Tuple[str, str], Cell]  # (stragglers, network) -> its cell
 
+    @property
+    def kinds(self) -> List[Kind]:
+        """What its cells map: its own kind, then projections set beside it."""
+        return [self.kind] + ([PROJECTED_TIME] if any(
+            c.kind is PROJECTED_TIME for c in self.cells.values()) else [])
 
-def maps(groups: List[Any]) -> List[WinnerMap]:
+
+def maps(groups: List[Any], projections: List[Any] = ()) -> List[WinnerMap]:
     """The maps of accuracy groups (commbench.analysis.accuracy) or speed groups
     (commbench.analysis.runs): one per set of groups equal but for network and
     stragglers, and worker count, where there is more than one cell to map (a single
-    cell is the tables'). The compute-only `none` is a reference, not a contender."""
+    cell is the tables'). The compute-only `none` is a reference, not a contender.
+    Projection files of an accuracy map's workload add projected columns to it."""
     found: Dict[Tuple[Any, int], Dict[Tuple[str, str], List[Any]]] = {}
     for group in groups:
         accuracy = hasattr(group, "rows")
@@ -151,19 +173,87 @@ def maps(groups: List[Any]) -> List[WinnerMap]:
             place = (group.key.stragglers, group.key.network)
             found.setdefault((blank, row.workers), {}).setdefault(place, []).append(row)
     out = []
-    for (key, workers), cells in sorted(found.items()):
-        if len(cells) < 2:
-            continue
+    for (key, workers), places in sorted(found.items()):
         kind = ACCURACY if hasattr(key, "target") else SPEED
         entry = accuracy_entry if kind is ACCURACY else speed_entry
+        cells = {place: cell_of(kind, rows, entry) for place, rows in places.items()}
+        if kind is ACCURACY:
+            cells.update(projected_cells(key, workers, places, projections))
+        if len(cells) < 2:
+            continue
         title = (f"{key.heading()}; {workers} workers; {key.details()}" if kind is ACCURACY
                  else f"{key.title()}; {workers} workers")
         out.append(WinnerMap(
             kind, title, key.slug(), key.hardware, workers,
             sorted({n for _, n in cells}, key=network_order),
-            sorted({s for s, _ in cells}, key=lambda s: (s != "", s)),
-            {place: cell_of(kind, rows, entry) for place, rows in cells.items()}))
+            sorted({s for s, _ in cells}, key=lambda s: (s != "", s)), cells))
     return out
+
+
+def projected_cells(key: Any, workers: int, places: Dict[Tuple[str, str], List[Any]],
+                    projections: List[Any]) -> Dict[Tuple[str, str], Cell]:
+    """Per projection file of the accuracy map's workload (model, batch, image size)
+    with rows at its worker count: a PROJECTED cell whose strategies are the map's,
+    each its median steps to the target times its projected step."""
+    measured = to_target(places)
+    found: Dict[Tuple[str, str], Dict[str, Entry]] = {}
+    for projection in projections:
+        workload = projection.doc.get("workload")
+        if not workload or (workload["model"], workload["batch_size"],
+                             workload["image_size"]) != (key.model, key.batch_size,
+                                                         key.image_size):
+            continue
+        entries = found.setdefault(place_of(projection.doc), {})
+        for row in projection.doc["rows"]:
+            if row["workers"] != workers or row["strategy"] not in measured:
+                continue
+            label, steps, sent = measured[row["strategy"]]
+            images = steps * workers * key.batch_size
+            low, high = row["band"]
+            entries.setdefault(label, Entry(label, images / row["img_sec"],
+                                            (images / high, images / low), sent))
+    labels = sorted({row.series.label() for rows in places.values() for row in rows})
+    return {place: Cell(PROJECTED_TIME, sorted(entries.values(), key=lambda e: e.value),
+                        [label for label in labels if label not in entries])
+            for place, entries in found.items() if entries}
+
+
+def to_target(places: Dict[Tuple[str, str], List[Any]]
+              ) -> Dict[str, Tuple[str, float, Optional[float]]]:
+    """{the strategy as `simulate` labels it: (its label here, the median steps to the
+    target and bytes each worker sent to it, over its runs that reached it in any
+    cell)}: neither depends on the link. Its label here is the one most of its runs
+    carry (the layout can add to it). Two strategies of one cell that the cost model
+    does not tell apart (fp16 beside fp32 allreduce) are left out: one step time would
+    be given to both."""
+    runs: Dict[str, List[Any]] = {}
+    labels: Dict[str, List[str]] = {}
+    alike = set()
+    for rows in places.values():
+        here: Dict[str, set] = {}
+        for row in rows:
+            strategy = strategy_of(row.runs[0].doc)
+            if strategy is None:
+                continue
+            name = strategy.label()
+            here.setdefault(name, set()).add(row.series.label())
+            reached = [r for r in row.runs if r.reached and r.steps]
+            runs.setdefault(name, []).extend(reached)
+            labels.setdefault(name, []).extend(row.series.label() for _ in reached)
+        alike |= {name for name, found in here.items() if len(found) > 1}
+    return {name: (max(sorted(set(labels[name])), key=labels[name].count),
+                   ttt.median([r.steps for r in found]), ttt.median([r.sent for r in found]))
+            for name, found in runs.items() if found and name not in alike}
+
+
+def place_of(doc: Dict[str, Any]) -> Tuple[str, str]:
+    """(stragglers, network) of a projection file: its --slow-ranks and --link."""
+    workload = doc.get("workload") or {}
+    config = doc.get("config") or {}
+    slow = straggler.parse(str(workload.get("slow_ranks") or config.get("slow_ranks")
+                               or "none"))
+    link = workload.get("link") or config.get("link") or "fitted links"
+    return (str(slow) if slow.on else "", f"{link}{PROJECTED_COLUMN}")
 
 
 def projected_maps(projections: List[Any]) -> List[WinnerMap]:
@@ -173,13 +263,11 @@ def projected_maps(projections: List[Any]) -> List[WinnerMap]:
     found: Dict[Tuple[str, int], Dict[Tuple[str, str], List[Entry]]] = {}
     for projection in projections:
         doc = projection.doc
-        config = doc.get("config") or {}
-        slow = straggler.parse(str(config.get("slow_ranks") or "none"))
+        place = place_of(doc)
         title = doc["title"]
-        if slow.on:
-            title = title.replace(f", {slow.describe()} (stragglers on purpose)", "")
-        place = (str(slow) if slow.on else "",
-                 f"{config.get('link') or 'fitted links'} (projected)")
+        if place[0]:
+            title = title.replace(
+                f", {straggler.parse(place[0]).describe()} (stragglers on purpose)", "")
         for row in doc["rows"]:
             entries = found.setdefault((title, row["workers"]), {}).setdefault(place, [])
             entries.append(Entry(row["strategy"], row["img_sec"], tuple(row["band"]), None))
@@ -235,15 +323,20 @@ def column_name(network: str) -> str:
     return network or SHARED_MEMORY
 
 
+def unfilled(network: str) -> str:
+    """What a cell with neither runs nor a projection says."""
+    return "not projected" if network.endswith(PROJECTED_COLUMN) else "not run"
+
+
 def row_name(stragglers: str) -> str:
     return straggler.parse(stragglers).describe() if stragglers else "no straggler"
 
 
-def render(groups: List[Any], fmt: str = "text") -> str:
+def render(groups: List[Any], fmt: str = "text", projections: List[Any] = ()) -> str:
     """The maps as tables (text or Markdown): the best in each cell, then the bytes it
     sent; "" where there is no map (and for JSON and CSV, whose rows carry what the map
     is drawn from)."""
-    return render_maps(maps(groups), fmt)
+    return render_maps(maps(groups, projections), fmt)
 
 
 def render_projected(projections: List[Any], fmt: str = "text") -> str:
@@ -261,12 +354,12 @@ def render_maps(found_maps: List[WinnerMap], fmt: str) -> str:
 
         def rows(text_of):
             return [[row_name(s)] + [text_of(found.cells[(s, n)]) if (s, n) in found.cells
-                                     else "not run" for n in found.networks]
+                                     else unfilled(n) for n in found.networks]
                     for s in found.stragglers]
 
         heading = ("PROJECTED winner map: " if found.kind is PROJECTED else "Winner map: ")
         parts.append(f"{tables.heading(heading + found.title, fmt)}\n\n"
-                     f"{found.kind.what}:\n\n"
+                     + "".join(f"{kind.what}:\n\n" for kind in found.kinds)
                      + tables.render(headers, rows(Cell.text), align, fmt)
                      + (f"\n{found.kind.sent}:\n\n"
                         + tables.render(headers, rows(Cell.bytes_text), align, fmt)

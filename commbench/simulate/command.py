@@ -173,7 +173,9 @@ def main(args) -> int:
     if split:
         print(split)
     path = projection_file.write(out_dir, args, title, rows, notes, inputs,
-                                 [str(r.path) for r in runs + benches], found_links.record())
+                                 [str(r.path) for r in runs + benches], found_links.record(),
+                                 {"model": model, "batch_size": batch, "image_size": image,
+                                  "slow_ranks": slow, "link": args.link})
     from commbench.plots import projection
 
     chart = path.with_suffix(".png")

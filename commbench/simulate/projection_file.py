@@ -25,13 +25,19 @@ FIELDS = (
     number("rows.*.step.coordination", 0, optional=True), text("rows.*.step.allreduce"),
     number("rows.*.img_sec_with_stragglers", 0, **_MAYBE), text("rows.*.basis"),
     number("rows.*.measured", 0, **_MAYBE), number("rows.*.measured_ci", 0, **_MAYBE),
+    # from before the workload was recorded: such a file has a map of its own only
+    section("workload", optional=True), text("workload.model"),
+    whole("workload.batch_size", 1), whole("workload.image_size", 1),
+    text("workload.slow_ranks"), text("workload.link", nullable=True),
 )
 
 
 def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
-          inputs: Inputs, files: List[str], transports: dict) -> Path:
+          inputs: Inputs, files: List[str], transports: dict, workload: dict) -> Path:
     """transports: the profile of each link class
-    (commbench.simulate.network_inputs.Links.record)."""
+    (commbench.simulate.network_inputs.Links.record); workload: what was projected, as
+    the measured runs name it (model, batch_size, image_size, slow_ranks), so a reader
+    sets a projection beside the runs of the same workload."""
     from commbench.results import new_document, write_result
 
     doc = new_document(KIND)
@@ -43,6 +49,7 @@ def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
                  "workers": sorted({r.workers for r in rows}),
                  "measured_points": sum(r.measured is not None for r in rows)},
         config={k: v for k, v in vars(args).items() if k not in ("run_flags",)},
+        workload=dict(workload, per_machine=inputs.per_machine),
         inputs={"files": files, "transports": transports, "gradient_bytes": inputs.gradients.total,
                 "per_machine": inputs.per_machine, "algorithms": list(inputs.algorithms),
                 "links": {name: link and vars(link) for name, link in
