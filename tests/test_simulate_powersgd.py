@@ -62,3 +62,30 @@ def test_the_command_projects_powersgd_and_says_its_codec_was_not_measured(tmp_p
     assert "codec not measured by any run given: none counted" in text
     bad = commbench("simulate", *STATED, "--compression", "powersgd:0", "-o", tmp_path / "b")
     assert bad.returncode == 2 and "argument --compression" in bad.stderr
+
+
+def test_fp16_and_bf16_runs_are_strategies_of_their_own_sending_half_the_bytes():
+    from commbench.simulate.calibrate import strategy_of
+    from commbench.simulate.costs import Layout
+    from commbench.simulate.step import Strategy, simulate
+    from test_simulate_engines import NET
+    from commbench.simulate import compute
+
+    def run(name, **config):
+        return strategy_of({"config": {"dist_optimizer": name, **config}})
+
+    assert run("allreduce", compression="bf16") == Strategy("allreduce", narrow="bf16")
+    assert run("allreduce", compression="bf16").label() == "allreduce (bf16)"
+    assert run("neighbor_allreduce", fp16_allreduce=True).label() == \
+        "neighbor_allreduce (exponential-2, dynamic, fp16)"
+    assert run("allreduce").label() == "allreduce"
+    grads = compute.gradients("resnet18", 32)
+    work = compute.stated(300.0, 32, grads.forward_share, "stated")
+
+    def sent(strategy):  # seconds on the wire, overlapped or not
+        step = simulate(strategy, Layout(16, 8), work, grads, NET, False, ("ring",))
+        return step.exposed + step.overlapped
+
+    for name in ("allreduce", "neighbor_allreduce"):
+        assert sent(Strategy(name, narrow="bf16")) == pytest.approx(
+            sent(Strategy(name)) / 2, rel=0.05)

@@ -209,17 +209,29 @@ def strategies_to_project(args, runs) -> List[Strategy]:
         engines.horovod(version)  # an unknown release is one line, before any work
         every = args.average_every if isinstance(args.average_every, list) else \
             [args.average_every]
-        sent = compression.parse(getattr(args, "compression", None) or "none")
+        sent = compression.parse(getattr(args, "compression", None) or narrow_of(runs))
         return [Strategy(s, args.topology, not args.disable_dynamic_topology, args.atc_style,
                          args.hierarchical_allreduce and s == "horovod", version, tuple(every),
                          powersgd=(sent.rank, sent.min_rate)
-                         if sent.kind == "powersgd" and s == "allreduce" else ())
+                         if sent.kind == "powersgd" and s == "allreduce" else (),
+                         narrow=sent.kind if sent.kind in compression.NARROW else "")
                 for s in names]
     found = {strategy_of(r.doc) for r in runs} - {None}
     if found:
         return sorted(found, key=lambda s: (s.name == "none", s.label()))
     return [Strategy(s, args.topology, not args.disable_dynamic_topology, args.atc_style)
             for s in ("allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce")]
+
+
+def narrow_of(runs) -> str:
+    """The 2-byte type every run's messages travel as, "none" where they do not all."""
+    kinds = {sent_as(r.doc["config"]) for r in runs}
+    return kinds.pop() if len(kinds) == 1 and kinds <= set(compression.NARROW) else "none"
+
+
+def sent_as(config) -> str:
+    """What a run's messages travel as: none, fp16 or bf16, or powersgd:RANK..."""
+    return "fp16" if config.get("fp16_allreduce") else str(config.get("compression") or "none")
 
 
 def strategy_of(doc) -> Optional[Strategy]:
@@ -229,7 +241,7 @@ def strategy_of(doc) -> Optional[Strategy]:
         return None
     every = config.get("average_every") or 8
     try:
-        sent = compression.parse(str(config.get("compression") or "none"))
+        sent = compression.parse(sent_as(config))
     except ValueError:  # a garbled file: sent as the strategy sends it
         sent = compression.Compression()
     return Strategy(name, config.get("topology") or "exponential-2",
@@ -237,7 +249,8 @@ def strategy_of(doc) -> Optional[Strategy]:
                     name == "horovod" and bool(config.get("hierarchical_allreduce")),
                     every=tuple(every) if isinstance(every, list) else (int(every),),
                     outer_bf16=name == "diloco" and config.get("outer_dtype") == "bf16",
-                    powersgd=(sent.rank, sent.min_rate) if sent.kind == "powersgd" else ())
+                    powersgd=(sent.rank, sent.min_rate) if sent.kind == "powersgd" else (),
+                    narrow=sent.kind if sent.kind in compression.NARROW else "")
 
 
 def workers_per_machine(runs) -> int:

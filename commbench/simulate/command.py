@@ -49,12 +49,14 @@ def add_arguments(parser) -> None:
     add("--average-every", type=periods, default=8, metavar="H",
         help="local_sgd and diloco with --dist-optimizer: the models meet every H-th step "
         "(local_sgd on several machines: h1,h2) (default: 8)")
-    add("--fp16-allreduce", action="store_true", help="communication in float16 (default: "
-        "as the runs, when all of them did)")
+    add("--fp16-allreduce", action="store_true", help="every strategy's communication in "
+        "float16 (default: each strategy as its runs sent, fp16 and bf16 runs a strategy of "
+        "their own)")
     add("--compression", type=compression.spec, metavar="KIND",
         help="with --dist-optimizer: allreduce sends powersgd:RANK[,min_rate=X] as torch's "
         "PowerSGD hook does (its codec time comes from runs that measured it, else none); "
-        "fp16 or bf16 as --fp16-allreduce")
+        "fp16 or bf16: every strategy sends 2-byte types (default: as the runs, when all of "
+        "them did)")
     add("--slow-ranks", type=straggler.spec, metavar="RANKS:FACTOR[@P]",
         help="stragglers made on purpose, as `commbench run --slow-ranks`: these ranks "
         "compute FACTOR times slower (each step, or with probability P), where a "
@@ -145,9 +147,7 @@ def main(args) -> int:
     strategies = calibrate.strategies_to_project(args, runs)
     workers = _workers(args.np)
     per_machine = args.per_machine or calibrate.workers_per_machine(runs)
-    sent_as = [_compression_of(r) for r in runs]
-    fp16 = args.fp16_allreduce or (args.compression or "").split(":")[0] in ("fp16", "bf16") \
-        or bool(sent_as) and all(k in ("fp16", "bf16") for k in sent_as)
+    fp16 = args.fp16_allreduce  # every strategy; a run's or --compression's: its own
     on_gpu = args.img_sec is not None or any(
         (r.doc.get("environment") or {}).get("device") == "cuda" for r in runs)
     algorithms = (found_links.algorithms() or (("ring", "tree") if on_gpu else ("ring",))) \
@@ -242,14 +242,6 @@ def _slow_ranks(args, runs) -> str:
         return args.slow_ranks
     found = {_slow_ranks_of(r) for r in runs}
     return found.pop() if len(found) == 1 else "none"
-
-
-def _compression_of(run) -> str:
-    """What a run's messages travel as: none, the 2-byte types (every strategy's bytes
-    halved), or powersgd (its own strategy: commbench.simulate.powersgd)."""
-    config = run.doc["config"]
-    kind = str(config.get("compression") or "none").split(":")[0]
-    return "fp16" if config.get("fp16_allreduce") else kind
 
 
 def _workers(text: str) -> List[int]:

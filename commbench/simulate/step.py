@@ -63,6 +63,13 @@ class Strategy:
     every: Tuple[int, ...] = (8,)  # local_sgd's and diloco's --average-every: H or h1, h2
     outer_bf16: bool = False  # diloco's --outer-dtype bf16
     powersgd: Tuple[int, float] = ()  # allreduce's --compression powersgd: (rank, min_rate)
+    narrow: str = ""  # --compression fp16 or bf16 (--fp16-allreduce): 2-byte messages
+
+    @property
+    def bytes_per_element(self) -> Optional[float]:
+        """What its messages carry per gradient or parameter element; None: as the
+        projection's inputs say."""
+        return 2.0 if self.narrow else None
 
     @property
     def base(self) -> str:
@@ -75,6 +82,13 @@ class Strategy:
         return engines.BLUEFOG if self.name.startswith("bluefog.") else engines.DDP
 
     def label(self) -> str:
+        plain = self._label()
+        if not self.narrow:
+            return plain
+        return f"{plain[:-1]}, {self.narrow})" if plain.endswith(")") else \
+            f"{plain} ({self.narrow})"
+
+    def _label(self) -> str:
         if self.name == "horovod":
             settings = (["hierarchical allreduce"] if self.hierarchical_allreduce else []) + (
                 [] if self.horovod_version == engines.HOROVOD_DEFAULT
@@ -117,7 +131,7 @@ def simulate(strategy: Strategy, layout: costs.Layout, compute: Compute, grads: 
     """One step. pipeline_bytes: the piece size of commbench's hierarchical step
     between machines (commbench.comm.machine_averaging.PIPELINE_BYTES of the transport
     the runs take; None: whole buffers, one phase after the other)."""
-    scale = bytes_per_element / 4.0  # --fp16-allreduce sends half the bytes
+    scale = (strategy.bytes_per_element or bytes_per_element) / 4.0  # 2-byte types: half
     name = strategy.name
     if name == "none" or layout.workers == 1:
         return StepTime(compute.seconds, 0.0, 0.0, 0.0)
