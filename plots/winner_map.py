@@ -45,9 +45,10 @@ def figure(found: "wm.WinnerMap") -> "Figure":
 
 
 def strategy_colors(found: "wm.WinnerMap") -> Dict[str, str]:
-    """A colour per strategy that is first somewhere, the same in both panels."""
-    labels = sorted({cell.ranked[0].label for cell in found.cells.values() if cell.ranked})
-    return {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    """A colour per strategy that is first somewhere, the same in both panels and on
+    every network (whatever layout of machines it ran on there)."""
+    names = sorted({cell.ranked[0].strategy for cell in found.cells.values() if cell.ranked})
+    return {name: f"C{i % 10}" for i, name in enumerate(names)}
 
 
 def _grid(ax: "Axes", found: "wm.WinnerMap", colors: Dict[str, str], text_of) -> None:
@@ -61,7 +62,7 @@ def _grid(ax: "Axes", found: "wm.WinnerMap", colors: Dict[str, str], text_of) ->
             if cell is not None:
                 text = text_of(cell)
                 if cell.ranked:
-                    face = colors[cell.ranked[0].label]
+                    face = colors[cell.ranked[0].strategy]
                     hatch = "//" if cell.verdict == wm.TOO_CLOSE else None
             ax.add_patch(Rectangle((x, y), 1, 1, facecolor=face, alpha=0.35, hatch=hatch,
                                    edgecolor="white", linewidth=2))

@@ -173,11 +173,15 @@ def series_of(doc: Dict[str, Any]) -> Series:
         dynamic = "dynamic" if dynamic else "static"
     machines = ""
     if "machine_size" in strategy and config.get("machine_size"):
-        machines = f"{config['machine_size']} ranks/machine"
+        machines = ranks_per_machine(config["machine_size"])
     elif network_of(doc.get("environment") or {}):  # a layout the user chose by -H
-        machines = f"{doc['environment'].get('machine_size') or 'uneven'} ranks/machine"
+        machines = ranks_per_machine(doc["environment"].get("machine_size") or "uneven")
     return Series(name, str(strategy.get("topology") or ""), str(dynamic or ""),
                   str(strategy.get("style") or "").upper(), machines, variant_of(strategy))
+
+
+def ranks_per_machine(size: Any) -> str:
+    return f"{size} rank{'' if size == 1 else 's'}/machine"
 
 
 def variant_of(strategy: Dict[str, Any]) -> str:

@@ -43,12 +43,19 @@ PROJECTED_COLUMN = " (projected)"  # a network's name in a column of projections
 
 class Entry(NamedTuple):
     """One strategy in a cell: its figure, its interval (None: none to give) and the
-    bytes each of its workers sent (per step for speed, to the target for accuracy)."""
+    bytes each of its workers sent (per step for speed, to the target for accuracy);
+    family: the strategy whatever the layout of machines it ran on (one colour in the
+    chart across the columns), "" for the label."""
 
     label: str
     value: float
     interval: Optional[Tuple[float, float]]
     sent: Optional[float]
+    family: str = ""
+
+    @property
+    def strategy(self) -> str:
+        return self.family or self.label
 
 
 @dataclass(frozen=True)
@@ -207,11 +214,11 @@ def projected_cells(key: Any, workers: int, places: Dict[Tuple[str, str], List[A
         for row in projection.doc["rows"]:
             if row["workers"] != workers or row["strategy"] not in measured:
                 continue
-            label, steps, sent = measured[row["strategy"]]
+            label, family, steps, sent = measured[row["strategy"]]
             images = steps * workers * key.batch_size
             low, high = row["band"]
             entries.setdefault(label, Entry(label, images / row["img_sec"],
-                                            (images / high, images / low), sent))
+                                            (images / high, images / low), sent, family))
     labels = sorted({row.series.label() for rows in places.values() for row in rows})
     return {place: Cell(PROJECTED_TIME, sorted(entries.values(), key=lambda e: e.value),
                         [label for label in labels if label not in entries])
@@ -219,15 +226,16 @@ def projected_cells(key: Any, workers: int, places: Dict[Tuple[str, str], List[A
 
 
 def to_target(places: Dict[Tuple[str, str], List[Any]]
-              ) -> Dict[str, Tuple[str, float, Optional[float]]]:
-    """{the strategy as `simulate` labels it: (its label here, the median steps to the
-    target and bytes each worker sent to it, over its runs that reached it in any
-    cell)}: neither depends on the link. Its label here is the one most of its runs
+              ) -> Dict[str, Tuple[str, str, float, Optional[float]]]:
+    """{the strategy as `simulate` labels it: (its label here, its family, the median
+    steps to the target and bytes each worker sent to it, over its runs that reached it
+    in any cell)}: neither depends on the link. Its label here is the one most of its runs
     carry (the layout can add to it). Two strategies of one cell that the cost model
     does not tell apart (fp16 beside fp32 allreduce) are left out: one step time would
     be given to both."""
     runs: Dict[str, List[Any]] = {}
     labels: Dict[str, List[str]] = {}
+    families: Dict[str, str] = {}
     alike = set()
     for rows in places.values():
         here: Dict[str, set] = {}
@@ -236,12 +244,13 @@ def to_target(places: Dict[Tuple[str, str], List[Any]]
             if strategy is None:
                 continue
             name = strategy.label()
+            families[name] = family_of(row)
             here.setdefault(name, set()).add(row.series.label())
             reached = [r for r in row.runs if r.reached and r.steps]
             runs.setdefault(name, []).extend(reached)
             labels.setdefault(name, []).extend(row.series.label() for _ in reached)
         alike |= {name for name, found in here.items() if len(found) > 1}
-    return {name: (max(sorted(set(labels[name])), key=labels[name].count),
+    return {name: (max(sorted(set(labels[name])), key=labels[name].count), families[name],
                    ttt.median([r.steps for r in found]), ttt.median([r.sent for r in found]))
             for name, found in runs.items() if found and name not in alike}
 
@@ -290,7 +299,7 @@ def accuracy_entry(row) -> Optional[Entry]:
     if time is None:
         return None
     spread = ttt.spread(row.times()) if row.reached >= 2 else None
-    return Entry(row.series.label(), time, spread, row.median_of("sent"))
+    return Entry(row.series.label(), time, spread, row.median_of("sent"), family_of(row))
 
 
 def speed_entry(point) -> Optional[Entry]:
@@ -298,7 +307,12 @@ def speed_entry(point) -> Optional[Entry]:
     interval = None if point.ci is None else (point.total - point.ci, point.total + point.ci)
     sent = point.sent
     return Entry(point.series.label(), point.total, interval,
-                 None if sent is None else sent["bytes_per_step"])
+                 None if sent is None else sent["bytes_per_step"], family_of(point))
+
+
+def family_of(row) -> str:
+    """A row's strategy without the layout of machines it ran on."""
+    return row.series._replace(machines="").label()
 
 
 def cell_of(kind: Kind, rows: List[Any], entry: Callable[[Any], Optional[Entry]]) -> Cell:
