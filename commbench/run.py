@@ -122,6 +122,11 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
     progress = measurements.AfterIteration(
         ctx, config, model, type(strategy).decentralized,
         lambda means: say(console.iteration_line(means, ctx.device_kind)))
+
+    def after_iteration(i, timings) -> None:
+        strategy.settle()  # before commbench's own collectives
+        progress(i, timings)
+
     say("Running warmup...")
     watch = LossWatch()
     warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches, watch)
@@ -129,7 +134,7 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
     spans.RECORDER.reset()
     with device_time.kernels_of_steps(ctx.device, config.timeline is not None, spans.RECORDER):
         timings = measure(lambda: step(*data.next()), sync, config.num_iters,
-                          config.num_batches_per_iter, after_iteration=progress,
+                          config.num_batches_per_iter, after_iteration=after_iteration,
                           recorder=spans.RECORDER, watch=watch)
     if reference is not None:
         say("Measuring the compute-only reference again...")
@@ -186,8 +191,13 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         return step(*data.next())
 
     twin = build_model(config.model, data.classes).to(ctx.device)
-    evaluate = training_to_accuracy.Evaluator(model, twin, batches.validation(
+    evaluator = training_to_accuracy.Evaluator(model, twin, batches.validation(
         data.task, config.image_size, config.seed, ctx.device), ctx)
+
+    def evaluate():
+        strategy.settle()  # before the evaluation's collectives
+        return evaluator()
+
     console.training_plan(say, rule, per_epoch, recipe)
     outcome = training_to_accuracy.train(
         train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,

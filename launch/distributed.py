@@ -262,6 +262,8 @@ def leave_libraries() -> None:
         hvd.shutdown()
     bf = sys.modules.get("bluefog.torch")
     if bf is not None:
+        if bf.get_current_created_window_names():  # win_put's windows: freed together
+            bf.win_free()
         bf.shutdown()
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():

@@ -135,6 +135,13 @@ class Strategy:
         strategy's actions at its points); called once, after the process group is up."""
         raise NotImplementedError
 
+    def settle(self) -> None:
+        """Called between steps before commbench's own collectives (after each timed
+        iteration, before each evaluation). A strategy whose messages complete only
+        when their targets enter its library (one-sided puts over TCP) lets them
+        complete here, so that no rank waits in one library on a peer waiting in
+        another."""
+
     def facts(self) -> Dict[str, Any]:
         """What the result file should record about this strategy (e.g. its topology)."""
         return {}

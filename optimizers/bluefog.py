@@ -8,6 +8,11 @@ commbench's implementations of the same strategies.
   neighbor allreduce between machines (Bluefog's machines: MPI shared-memory
   groups, so at least two real machines; --machine-size cannot simulate them).
 - `bluefog.gradient_allreduce`: DistributedGradientAllreduceOptimizer.
+- `bluefog.win_put`: DistributedWinPutOptimizer, Bluefog's one-sided averaging: after
+  its forward pass each worker puts its parameters into its out-neighbors' MPI windows
+  without waiting for them, and before its update averages its own parameters with
+  whatever its window holds (the static W of --topology); a dynamic schedule puts to
+  this step's out-neighbors only, as Bluefog's own benchmark does.
 
 The mixing matrix is commbench's: the static W of --topology is handed to
 bf.set_topology as a weighted graph; a dynamic schedule sets the optimizer's
@@ -118,13 +123,7 @@ class _BluefogMixing(_Bluefog, MixingStrategy):
     def wrap(self, model, optimizer) -> TrainStep:
         bf = self._init()
         self._set_topology(bf)
-        kind = bf.CommunicationType.__members__[self.communication]
-        if self.config.atc_style:
-            opt = bf.DistributedAdaptThenCombineOptimizer(optimizer, model=model,
-                                                          communication_type=kind)
-        else:
-            opt = bf.DistributedAdaptWithCombineOptimizer(optimizer, model=model,
-                                                          communication_type=kind)
+        opt = self._optimizer(bf, model, optimizer)
         train = TrainingStep(model, opt)  # Bluefog's optimizer communicates in its step()
         if not self.schedule.dynamic:
             return train
@@ -136,6 +135,14 @@ class _BluefogMixing(_Bluefog, MixingStrategy):
             return train(images, labels)
 
         return step
+
+    def _optimizer(self, bf, model, optimizer):
+        kind = bf.CommunicationType.__members__[self.communication]
+        if self.config.atc_style:
+            return bf.DistributedAdaptThenCombineOptimizer(optimizer, model=model,
+                                                           communication_type=kind)
+        return bf.DistributedAdaptWithCombineOptimizer(optimizer, model=model,
+                                                       communication_type=kind)
 
     def _set_topology(self, bf) -> None:
         if not bf.set_topology(_graph(self._static_graph().weights), is_weighted=True):
@@ -227,6 +234,36 @@ class BluefogHierarchicalNeighborAllreduce(_BluefogMixing):
         opt.src_machine_weights = opt.neighbor_machine_weights
         opt.dst_machine_weights = {d: 1.0 for d in opt.send_neighbor_machines}
         opt.enable_topo_check = False
+
+
+class BluefogWinPut(_BluefogMixing):
+    name = "bluefog.win_put"
+    summary = ("Bluefog's one-sided DistributedWinPutOptimizer: parameters put into the "
+               "out-neighbors' MPI windows, never waiting for them (W of --topology, "
+               "static or dynamic); MPI launchers only")
+
+    @classmethod
+    def check(cls, config, launch) -> None:
+        super().check(config, launch)
+        if config.atc_style:
+            raise UsageError(f"argument --atc-style: means nothing to {cls.name}, which "
+                             "averages what its window holds before each update; leave it "
+                             "out")
+
+    def _optimizer(self, bf, model, optimizer):
+        self._bf = bf
+        return bf.DistributedWinPutOptimizer(optimizer, model=model)
+
+    def settle(self) -> None:
+        """A put over TCP completes only while its target is inside MPI: a rank that
+        went on to commbench's gloo collectives would hold up its peers' last puts,
+        and they it. Bluefog's barrier keeps every rank in MPI until all arrive."""
+        self._bf.barrier()
+
+    def _set_step_weights(self, opt, topology, node) -> None:
+        """This step's out-neighbors receive the put; the average keeps the static W
+        over every in-neighbor's latest put (Bluefog's benchmark does the same)."""
+        opt.dst_weights = {d: 1.0 for d in topology.out_neighbors(node)}
 
 
 class BluefogGradientAllreduce(_Bluefog):

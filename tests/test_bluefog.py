@@ -30,7 +30,7 @@ from launchers import only_result, run
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "programs"
 ENGINES = ["bluefog.neighbor_allreduce", "bluefog.hierarchical_neighbor_allreduce",
-           "bluefog.gradient_allreduce"]
+           "bluefog.gradient_allreduce", "bluefog.win_put"]
 # A real convolutional network, small enough for many jobs on 2 cores.
 SMALL = ["--model", "squeezenet1_1", "--num-classes", "10", "--image-size", "64",
          "--batch-size", "8"]
@@ -100,6 +100,12 @@ def test_refused_before_any_communication(config, launch, message):
             registry.resolve(name).check(config, launch)
 
 
+def test_win_put_has_no_atc_style():
+    with pytest.raises(UsageError, match="--atc-style: means nothing to bluefog.win_put"):
+        registry.resolve("bluefog.win_put").check(RunConfig(atc_style=True),
+                                                  LaunchInfo("openmpi", 0, 2, 0, 2, 0))
+
+
 def test_hierarchical_cannot_simulate_machines():
     cls = registry.resolve("bluefog.hierarchical_neighbor_allreduce")
     with pytest.raises(UsageError, match="cannot be simulated"):
@@ -114,6 +120,8 @@ def test_hierarchical_cannot_simulate_machines():
     ("bluefog.neighbor_allreduce", ["--disable-dynamic-topology"]),  # static exponential-2
     ("bluefog.neighbor_allreduce", ["--atc-style", "--topology", "ring"]),
     ("bluefog.gradient_allreduce", []),
+    ("bluefog.win_put", []),                                         # dynamic one-peer
+    ("bluefog.win_put", ["--disable-dynamic-topology"]),             # static exponential-2
 ])
 def test_bfrun_writes_a_normal_result(tmp_path, engine, extra):
     completed(bfrun(4, ["-m", "commbench", f"--dist-optimizer={engine}",
@@ -208,3 +216,31 @@ def test_bluefog_neighbor_allreduce_agrees_with_commbench_exchange(tmp_path, wor
     line = next(out for out in done.stdout.splitlines() if out.startswith("PRIMITIVE "))
     ranks = json.loads(line.split(" ", 1)[1])
     assert len(ranks) == workers and max(ranks) < 1e-6, ranks
+
+
+def win_put(tmp_path, workers, mode, topology, steps):
+    done = completed(bfrun(workers, [str(PROGRAMS / "bluefog_win_put.py"), mode, topology,
+                                     str(steps)], cwd=tmp_path))
+    line = next(out for out in done.stdout.splitlines() if out.startswith("WINPUT "))
+    ranks = json.loads(line.split(" ", 1)[1])
+    assert len(ranks) == workers
+    return ranks
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("workers, topology", [(4, "exponential-2"), (3, "ring")])
+def test_win_put_windows_in_lockstep_reach_the_average(tmp_path, workers, topology):
+    """The windows bluefog.win_put makes, on commbench's W, driven in lockstep (put,
+    meet, average): every rank reaches the average of the first parameters, as a
+    doubly stochastic W must."""
+    for r in win_put(tmp_path, workers, "lockstep", topology, 60):
+        assert r["before"] > 0.05 and r["after"] < 1e-4, r
+
+
+@pytest.mark.mpi
+def test_win_put_steps_without_local_updates_reach_one_value(tmp_path):
+    """The plugin's own steps (learning rate 0): puts land while their targets run on,
+    so the ranks agree on one value near the first average, not at it."""
+    for r in win_put(tmp_path, 4, "steps", "exponential-2", 40):
+        assert r["spread"] < 0.01 * r["before"], r
+        assert r["after"] < 0.5 * r["before"], r
