@@ -156,3 +156,12 @@ def test_a_wide_range_of_workers_is_drawn_log_log(tmp_path):
     assert list(fig.axes[0].get_xticks()) == [1, 4, 16]
     scaling.save(fig, [tmp_path / "wide.png"])
     assert (tmp_path / "wide.png").stat().st_size > 20_000
+
+
+def test_two_charts_never_get_one_name():
+    from commbench.analysis.plot_command import unique_names
+
+    assert unique_names(["a", "a", "a", "b"], ["x", "y", "x", ""]) == ["a-x", "a-y", "a-x-2", "b"]
+    assert unique_names(["projected-n4", "projected-n4"], ["", ""]) == ["projected-n4",
+                                                                      "projected-n4-2"]
+    assert "/" not in unique_names(["../up"], ["h"])[0]

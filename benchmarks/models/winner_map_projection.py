@@ -87,17 +87,19 @@ def compare(groups, projections) -> None:
             projected = found.cells.get((slow, network + winner_map.PROJECTED_COLUMN))
             if cell.kind.projected or projected is None:
                 continue
-            by_label = {e.label: e.value for e in projected.ranked}
+            # a strategy is the same whatever layout its label names
+            by_strategy = {e.strategy: e.value for e in projected.ranked}
             for entry in cell.ranked:
-                if entry.label not in by_label:
+                if entry.strategy not in by_strategy:
                     continue
-                error = by_label[entry.label] / entry.value - 1
+                error = by_strategy[entry.strategy] / entry.value - 1
                 errors.setdefault(entry.label, []).append(error)
                 print(f"{winner_map.row_name(slow):<16} {network:<8} {entry.label[:58]:<58} "
-                      f"{entry.value:8.1f}s {by_label[entry.label]:8.1f}s {100 * error:+6.1f}%")
+                      f"{entry.value:8.1f}s {by_strategy[entry.strategy]:8.1f}s "
+                      f"{100 * error:+6.1f}%")
             if cell.ranked and projected.ranked:
-                calls.append((slow, network, cell.verdict, cell.ranked[0].label,
-                              projected.ranked[0].label))
+                calls.append((slow, network, cell.verdict, cell.ranked[0].strategy,
+                              projected.ranked[0].strategy))
     print("\nper strategy: |error| median, worst (target: <= 10%, <= 20%)")
     for label, found in sorted(errors.items()):
         size = [abs(e) for e in found]

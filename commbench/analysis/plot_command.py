@@ -161,10 +161,16 @@ def chart_names(groups: List[Group]) -> List[str]:
 
 def unique_names(slugs: List[str], hardware: List[str]) -> List[str]:
     """File-safe names (nothing a result says can leave the output directory), with the
-    hardware added where two groups differ only in it."""
+    hardware added where two groups differ only in it, and a count where they are
+    alike in that too (one chart never overwrites another)."""
     names = []
     for slug, machine in zip(slugs, hardware):
-        if slugs.count(slug) > 1:
+        if slugs.count(slug) > 1 and machine:
             slug += "-" + machine
-        names.append(re.sub(r"[^A-Za-z0-9._-]+", "_", slug).strip("_"))
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", slug).strip("_")
+        taken, count = set(names), 2
+        unique = name
+        while unique in taken:
+            unique, count = f"{name}-{count}", count + 1
+        names.append(unique)
     return names
