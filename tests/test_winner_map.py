@@ -192,6 +192,7 @@ def test_a_projected_lead_within_the_models_own_error_is_too_close_to_call():
 
 
 def test_a_projection_of_the_workload_is_a_column_beside_the_measured_ones(tmp_path):
+    pytest.importorskip("torch.utils.flop_counter", reason="commbench simulate needs torch >= 2.1")
     from cli_helpers import commbench
     from commbench.analysis import plot_command
 
