@@ -6,17 +6,15 @@ same static topology and the same rank-distinct tensor (run under bfrun):
 Rank 0 prints `PRIMITIVE <json>`: per rank, the largest relative difference.
 """
 
-import json
 import sys
 
 import torch
-import torch.distributed as dist
-
-from commbench.launch.distributed import init_distributed, leave_libraries
+from commbench.launch.distributed import init_distributed
 from commbench.launch.detect import detect_launch
 from commbench.optimizers.bluefog import _graph
 from commbench.comm.neighbor_exchange import NeighborExchange
 from commbench.topology import build_schedule
+from gathered import print_everyones
 
 
 def main() -> None:
@@ -32,11 +30,7 @@ def main() -> None:
     ours = x.clone()
     NeighborExchange([ours], schedule, ctx.rank)()
     mine = float((ours - theirs).abs().max() / x.abs().max())
-    everyone = [None] * ctx.world_size
-    dist.all_gather_object(everyone, mine)
-    if ctx.rank == 0:
-        print("PRIMITIVE " + json.dumps(everyone), flush=True)
-    leave_libraries()
+    print_everyones("PRIMITIVE", mine, ctx)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Rank 0 prints `WINPUT <json>`: per rank, the largest distance of a parameter fro
 first average before and after, and from the ranks' mean after.
 """
 
-import json
 import sys
 
 import torch
@@ -23,7 +22,8 @@ import torch.distributed as dist
 from commbench import registry
 from commbench.config import RunConfig
 from commbench.launch.detect import detect_launch
-from commbench.launch.distributed import init_distributed, leave_libraries
+from commbench.launch.distributed import init_distributed
+from gathered import print_everyones
 
 
 def mean(tensors, world_size):
@@ -70,11 +70,7 @@ def main() -> None:
         strategy.settle()
     mine = {"before": before, "after": distance(average),
             "spread": distance(mean(model.parameters(), ctx.world_size))}
-    everyone = [None] * ctx.world_size
-    dist.all_gather_object(everyone, mine)
-    if ctx.rank == 0:
-        print("WINPUT " + json.dumps(everyone), flush=True)
-    leave_libraries()
+    print_everyones("WINPUT", mine, ctx)
 
 
 if __name__ == "__main__":

@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import sys
 
 import torch
-import torch.distributed as dist
 
 from commbench import registry
 from commbench.config import add_run_arguments, config_from_args
 from commbench.recipe import Recipe
-from commbench.launch.distributed import init_distributed, leave_libraries
+from commbench.launch.distributed import init_distributed
 from commbench.launch.detect import detect_launch
 from commbench.models import build_model, synthetic_batch
+from gathered import print_everyones
 
 
 def train(name, base, config, ctx, images, labels, steps):
@@ -64,12 +62,7 @@ def main() -> None:
     mine = {"max_abs": float((a - b).abs().max()),
             "max_rel": float((a - b).norm() / a.norm()),
             "moved": float((a - start).norm() / start.norm())}  # the steps did something
-    everyone = [None] * ctx.world_size
-    dist.all_gather_object(everyone, mine)
-    if ctx.rank == 0:
-        print("AGREEMENT " + json.dumps(everyone), flush=True)
-    sys.stdout.flush()
-    leave_libraries()
+    print_everyones("AGREEMENT", mine, ctx)
 
 
 if __name__ == "__main__":
