@@ -152,8 +152,9 @@ def main(args) -> int:
         (r.doc.get("environment") or {}).get("device") == "cuda" for r in runs)
     algorithms = (found_links.algorithms() or (("ring", "tree") if on_gpu else ("ring",))) \
         if args.collective == "auto" else (args.collective,)
-    slow = _slow_ranks(args, runs)
-    alike = [r for r in runs if _slow_ranks_of(r) == slow]  # the measurements to set beside
+    stragglers = [reading.stragglers_of(r.doc["config"]) or "none" for r in runs]
+    slow = _slow_ranks(args, set(stragglers))
+    alike = [r for r, s in zip(runs, stragglers) if s == slow]  # the measurements to set beside
     inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
                     2.0 if fp16 else 4.0, calibrate.measured_img_sec(alike, per_machine),
                     pipeline_bytes=_pipeline_bytes(on_gpu, runs), slow_ranks=slow,
@@ -231,16 +232,11 @@ def _output_dir(directory: str, runs) -> Path:
         raise UsageError(str(e).replace("--results-dir", "--output-dir")) from None
 
 
-def _slow_ranks_of(run) -> str:
-    return straggler.spec(str(run.doc["config"].get("slow_ranks") or "none"))
-
-
-def _slow_ranks(args, runs) -> str:
-    """The stragglers to project: --slow-ranks, else the runs' where they all had the same
-    (none without runs)."""
+def _slow_ranks(args, found: set) -> str:
+    """The stragglers to project: --slow-ranks, else the runs' (found) where they all had
+    the same (none without runs)."""
     if args.slow_ranks:
         return args.slow_ranks
-    found = {_slow_ranks_of(r) for r in runs}
     return found.pop() if len(found) == 1 else "none"
 
 
