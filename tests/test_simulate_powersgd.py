@@ -52,14 +52,24 @@ def test_the_command_projects_powersgd_and_says_its_codec_was_not_measured(tmp_p
                            "--compression", "powersgd:4", "-o", tmp_path / "psgd")
     assert plain.returncode == compressed.returncode == 0, compressed.stderr
 
-    def img_sec(directory):
+    def row(directory):
         doc = json.loads(next(directory.glob("*.json")).read_text())
-        return next(r["img_sec"] for r in doc["rows"] if r["workers"] == 16)
+        return next(r for r in doc["rows"] if r["workers"] == 16)
 
-    assert img_sec(tmp_path / "psgd") > 3 * img_sec(tmp_path / "plain")
+    assert row(tmp_path / "psgd")["img_sec"] > 3 * row(tmp_path / "plain")["img_sec"]
+    # the first steps, before PowerSGD starts, are the plain allreduce's
+    assert row(tmp_path / "psgd")["first_steps"] == {
+        "steps": 2, "img_sec": pytest.approx(row(tmp_path / "plain")["img_sec"])}
+    assert row(tmp_path / "plain")["first_steps"] is None
     text = " ".join(compressed.stdout.split())
     assert "allreduce (powersgd:4): torch's PowerSGD hook's bytes" in text
     assert "codec not measured by any run given: none counted" in text
+    assert "Its first 2 steps send the gradients whole" in text
+    later = commbench("simulate", *slow, "--np", "16", "--dist-optimizer", "allreduce",
+                      "--compression", "powersgd:4,start=10", "-o", tmp_path / "later")
+    assert later.returncode == 0, later.stderr
+    assert row(tmp_path / "later")["strategy"] == "allreduce (powersgd:4,start=10)"
+    assert row(tmp_path / "later")["first_steps"]["steps"] == 10
     bad = commbench("simulate", *STATED, "--compression", "powersgd:0", "-o", tmp_path / "b")
     assert bad.returncode == 2 and "argument --compression" in bad.stderr
 

@@ -230,6 +230,20 @@ def test_a_projection_of_the_workload_is_a_column_beside_the_measured_ones(tmp_p
         assert entry.value == pytest.approx(steps * 2 * 32 / row["img_sec"])
         assert entry.interval == pytest.approx((steps * 64 / row["band"][1],
                                                 steps * 64 / row["band"][0]))
+    # a strategy's first steps that run otherwise (PowerSGD's, sent whole) at their own
+    doc = json.loads(projection.path.read_text())
+    first = next(r for r in doc["rows"] if r["strategy"] == "allreduce")
+    first["first_steps"] = {"steps": 1, "img_sec": first["img_sec"] / 10}
+    projection.path.write_text(json.dumps(doc))
+    (again,) = winner_map.maps(group(usable(load_results([runs])[0])[0]),
+                               projection_file.usable(load_results([tmp_path / "p"])[0])[0])
+    slower = next(e for e in again.cells[("", "10gbit (projected)")].ranked
+                  if e.label.startswith("allreduce"))
+    steps = statistics.median(runs_steps["allreduce"])
+    assert slower.value == pytest.approx(64 / (first["img_sec"] / 10)
+                                         + (steps - 1) * 64 / first["img_sec"])
+    projection.path.write_text(json.dumps(dict(doc, rows=[dict(r, first_steps=None)
+                                                          for r in doc["rows"]])))
     out = io.StringIO()
     assert report.report([runs, tmp_path / "p"], out=out, err=io.StringIO()) == 0
     text = out.getvalue().split("Winner map: ")[1]

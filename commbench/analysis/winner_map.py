@@ -201,7 +201,8 @@ def projected_cells(key: Any, workers: int, places: Dict[Tuple[str, str], List[A
                     projections: List[Any]) -> Dict[Tuple[str, str], Cell]:
     """Per projection file of the accuracy map's workload (model, batch, image size)
     with rows at its worker count: a PROJECTED cell whose strategies are the map's,
-    each its median steps to the target times its projected step."""
+    each its median steps to the target times its projected step (the first steps, where
+    a strategy runs them otherwise, at their own: PowerSGD's, sent whole)."""
     measured = to_target(places)
     found: Dict[Tuple[str, str], Dict[str, Entry]] = {}
     for projection in projections:
@@ -215,10 +216,15 @@ def projected_cells(key: Any, workers: int, places: Dict[Tuple[str, str], List[A
             if row["workers"] != workers or row["strategy"] not in measured:
                 continue
             label, family, steps, sent = measured[row["strategy"]]
-            images = steps * workers * key.batch_size
+            per_step = workers * key.batch_size
+            first = row.get("first_steps")
+            alike = min(steps, first["steps"]) if first else 0  # steps unlike the rest
+            before = alike * per_step / first["img_sec"] if first else 0.0
+            images = (steps - alike) * per_step
             low, high = row["band"]
-            entries.setdefault(label, Entry(label, images / row["img_sec"],
-                                            (images / high, images / low), sent, family))
+            entries.setdefault(label, Entry(label, before + images / row["img_sec"],
+                                            (before + images / high, before + images / low),
+                                            sent, family))
     labels = sorted({row.series.label() for rows in places.values() for row in rows})
     return {place: Cell(PROJECTED_TIME, sorted(entries.values(), key=lambda e: e.value),
                         [label for label in labels if label not in entries])

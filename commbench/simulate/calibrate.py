@@ -214,6 +214,8 @@ def strategies_to_project(args, runs) -> List[Strategy]:
                          args.hierarchical_allreduce and s == "horovod", version, tuple(every),
                          powersgd=(sent.rank, sent.min_rate)
                          if sent.kind == "powersgd" and s == "allreduce" else (),
+                         whole_steps=sent.start
+                         if sent.kind == "powersgd" and s == "allreduce" else 0,
                          narrow=sent.kind if sent.kind in compression.NARROW else "")
                 for s in names]
     found = {strategy_of(r.doc) for r in runs} - {None}
@@ -250,6 +252,7 @@ def strategy_of(doc) -> Optional[Strategy]:
                     every=tuple(every) if isinstance(every, list) else (int(every),),
                     outer_bf16=name == "diloco" and config.get("outer_dtype") == "bf16",
                     powersgd=(sent.rank, sent.min_rate) if sent.kind == "powersgd" else (),
+                    whole_steps=sent.start if sent.kind == "powersgd" else 0,
                     narrow=sent.kind if sent.kind in compression.NARROW else "")
 
 

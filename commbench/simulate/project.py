@@ -65,6 +65,9 @@ class Row:
     basis: str  # "measured", "within", "extrapolated" or "unvalidated"
     measured: Optional[float] = None
     measured_ci: Optional[float] = None
+    # (how many, their img/sec): the first steps where they run otherwise than the rest
+    # (PowerSGD's, sent whole); in time to a target, not in img_sec
+    first_steps: Optional[Tuple[int, float]] = None
 
     @property
     def error(self) -> Optional[float]:
@@ -81,18 +84,21 @@ def project(strategies: List[Strategy], workers: List[int], inputs: Inputs) -> L
             layout = costs.Layout(n, inputs.per_machine)
             compute = inputs.compute_at(n)
 
-            def step(compute: Compute, net: Network, stragglers: bool = False) -> StepTime:
+            def step(compute: Compute, net: Network, stragglers: bool = False,
+                     strategy: Strategy = strategy) -> StepTime:
                 found = interfered(simulate(strategy, layout, compute, inputs.gradients, net,
                                             stragglers, inputs.algorithms,
                                             inputs.bytes_per_element, inputs.pipeline_bytes),
-                                   inputs.overlaps.get(label, inputs.overlap))
+                                   inputs.overlaps.get(strategy.label(), inputs.overlap))
                 slowed_on_purpose = injected.wait_seconds(strategy, layout, inputs.slow_ranks,
                                                           compute.seconds)
                 return replace(found, wait=found.wait + slowed_on_purpose,
-                               codec=inputs.codec.get(label, 0.0))
+                               codec=inputs.codec.get(strategy.label(), 0.0))
 
             plain = step(compute, inputs.network)
             total = n * inputs.batch_size / plain.total
+            whole = step(compute, inputs.network, strategy=strategy.uncompressed()) \
+                if strategy.whole_steps else None
             bounds = [n * inputs.batch_size / step(compute.bound(side),
                                                    inputs.network.bound(side)).total
                       for side in (1, -1)]
@@ -105,7 +111,8 @@ def project(strategies: List[Strategy], workers: List[int], inputs: Inputs) -> L
                 slowed.wait if slowed else None,
                 "measured" if measured else "unvalidated" if not validated
                 else "within" if n <= validated else "extrapolated",
-                *(measured or (None, None))))
+                *(measured or (None, None)),
+                (strategy.whole_steps, n * inputs.batch_size / whole.total) if whole else None))
     return rows
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
@@ -25,6 +25,8 @@ FIELDS = (
     number("rows.*.step.coordination", 0, optional=True), text("rows.*.step.allreduce"),
     number("rows.*.img_sec_with_stragglers", 0, **_MAYBE), text("rows.*.basis"),
     number("rows.*.measured", 0, **_MAYBE), number("rows.*.measured_ci", 0, **_MAYBE),
+    section("rows.*.first_steps", **_MAYBE),
+    whole("rows.*.first_steps.steps", 1), number("rows.*.first_steps.img_sec", 0, above=True),
     # from before the workload was recorded: such a file has a map of its own only
     section("workload", optional=True), text("workload.model"),
     whole("workload.batch_size", 1), whole("workload.image_size", 1),
@@ -66,7 +68,10 @@ def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
                         "overlapped": r.step.overlapped, "straggler_wait": r.wait,
                         "allreduce": r.step.algorithm},
                "img_sec_with_stragglers": r.with_stragglers, "basis": r.basis,
-               "measured": r.measured, "measured_ci": r.measured_ci} for r in rows])
+               "measured": r.measured, "measured_ci": r.measured_ci,
+               "first_steps": r.first_steps and {"steps": r.first_steps[0],
+                                                 "img_sec": r.first_steps[1]}}
+              for r in rows])
     json.dumps(doc, allow_nan=False)  # fail here, not half-written
     return write_result(out_dir, doc, f"projection-{title.split(',')[0].split()[-1]}")
 
@@ -80,7 +85,12 @@ def rows_of(doc) -> List[Row]:
                                           r["step"]["overlapped"], 0.0, r["step"]["allreduce"],
                                           r["step"].get("coordination", 0.0)),
                 r["img_sec_with_stragglers"], r["step"]["straggler_wait"], r["basis"],
-                r["measured"], r["measured_ci"]) for r in doc["rows"]]
+                r["measured"], r["measured_ci"], _first_steps(r.get("first_steps")))
+            for r in doc["rows"]]
+
+
+def _first_steps(found) -> Optional[Tuple[int, float]]:
+    return (found["steps"], found["img_sec"]) if found else None
 
 
 def usable(found: List) -> Tuple[List, List[str]]:

@@ -35,7 +35,7 @@ compression's own work where it holds the step up (taken from the measured split
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from commbench import compression
@@ -63,6 +63,7 @@ class Strategy:
     every: Tuple[int, ...] = (8,)  # local_sgd's and diloco's --average-every: H or h1, h2
     outer_bf16: bool = False  # diloco's --outer-dtype bf16
     powersgd: Tuple[int, float] = ()  # allreduce's --compression powersgd: (rank, min_rate)
+    whole_steps: int = 0  # PowerSGD's first steps, sent uncompressed (start_powerSGD_iter)
     narrow: str = ""  # --compression fp16 or bf16 (--fp16-allreduce): 2-byte messages
 
     @property
@@ -70,6 +71,10 @@ class Strategy:
         """What its messages carry per gradient or parameter element; None: as the
         projection's inputs say."""
         return 2.0 if self.narrow else None
+
+    def uncompressed(self) -> "Strategy":
+        """The strategy as it runs before PowerSGD starts: its first whole_steps."""
+        return replace(self, powersgd=(), whole_steps=0)
 
     @property
     def base(self) -> str:
@@ -99,8 +104,10 @@ class Strategy:
             return f"{self.name} (H={every}{', bf16' if self.outer_bf16 else ''})"
         if self.powersgd:
             rank, min_rate = self.powersgd
+            start = "" if self.whole_steps in (0, compression.POWERSGD_START) \
+                else f",start={self.whole_steps}"
             rate = "" if min_rate == compression.POWERSGD_MIN_RATE else f",min_rate={min_rate:g}"
-            return f"{self.name} (powersgd:{rank}{rate})"
+            return f"{self.name} (powersgd:{rank}{start}{rate})"
         if self.base not in NEIGHBOR:
             return self.name
         settings = [self.topology, "dynamic" if self.dynamic else "static"]

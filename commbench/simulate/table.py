@@ -111,7 +111,9 @@ def powersgd_note(inputs: Inputs, strategy: Strategy) -> str:
             if codec is not None else "its codec not measured by any run given: none "
             "counted, so the projection is optimistic")
     return (f"{strategy.label()}: torch's PowerSGD hook's bytes ({rate:.1f}x fewer elements "
-            f"than the gradients, three allreduces a bucket); {cost}.")
+            f"than the gradients, three allreduces a bucket); {cost}. Its first "
+            f"{strategy.whole_steps} steps send the gradients whole (start_powerSGD_iter): "
+            "not in its img/sec, in its time to a target (report's projected cells).")
 
 
 # (projected part, the measured part it is set against); the projection has no "other"
