@@ -99,7 +99,7 @@ def compare(groups, projections) -> None:
                       f"{100 * error:+6.1f}%")
             if cell.ranked and projected.ranked:
                 calls.append((slow, network, cell.verdict, cell.ranked[0].strategy,
-                              projected.ranked[0].strategy))
+                              projected.ranked[0].strategy, projected.verdict))
     print("\nper strategy: |error| median, worst (target: <= 10%, <= 20%)")
     for label, found in sorted(errors.items()):
         size = [abs(e) for e in found]
@@ -108,10 +108,11 @@ def compare(groups, projections) -> None:
               f"{100 * max(size):5.1f}%  {'met' if met else 'NOT met'} ({len(size)} cells)")
     print("\nthe first, measured and projected (target: right where the measured lead is "
           "clear)")
-    for slow, network, verdict, measured, projected in calls:
-        right = "right" if measured == projected else "WRONG"
+    for slow, network, verdict, measured, projected, called in calls:
+        right = "not called" if called == winner_map.TOO_CLOSE else \
+            "right" if measured == projected else "WRONG"
         print(f"  {winner_map.row_name(slow):<16} {network:<8} measured: {measured[:40]} "
-              f"({verdict}); projected: {projected[:40]}: {right}")
+              f"({verdict}); projected: {projected[:40]} ({called}): {right}")
 
 
 def main() -> int:
