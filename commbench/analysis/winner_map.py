@@ -218,9 +218,9 @@ def projected_cells(key: Any, workers: int, places: Dict[Tuple[str, str], List[A
             label, family, steps, sent = measured[row["strategy"]]
             per_step = workers * key.batch_size
             first = row.get("first_steps")
-            alike = min(steps, first["steps"]) if first else 0  # steps unlike the rest
-            before = alike * per_step / first["img_sec"] if first else 0.0
-            images = (steps - alike) * per_step
+            early = min(steps, first["steps"]) if first else 0  # steps unlike the rest
+            before = early * per_step / first["img_sec"] if first else 0.0
+            images = (steps - early) * per_step
             low, high = row["band"]
             entries.setdefault(label, Entry(label, before + images / row["img_sec"],
                                             (before + images / high, before + images / low),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -212,10 +212,7 @@ def strategies_to_project(args, runs) -> List[Strategy]:
         sent = compression.parse(getattr(args, "compression", None) or narrow_of(runs))
         return [Strategy(s, args.topology, not args.disable_dynamic_topology, args.atc_style,
                          args.hierarchical_allreduce and s == "horovod", version, tuple(every),
-                         powersgd=(sent.rank, sent.min_rate)
-                         if sent.kind == "powersgd" and s == "allreduce" else (),
-                         whole_steps=sent.start
-                         if sent.kind == "powersgd" and s == "allreduce" else 0,
+                         **(_powersgd(sent) if s == "allreduce" else {}),
                          narrow=sent.kind if sent.kind in compression.NARROW else "")
                 for s in names]
     found = {strategy_of(r.doc) for r in runs} - {None}
@@ -251,9 +248,13 @@ def strategy_of(doc) -> Optional[Strategy]:
                     name == "horovod" and bool(config.get("hierarchical_allreduce")),
                     every=tuple(every) if isinstance(every, list) else (int(every),),
                     outer_bf16=name == "diloco" and config.get("outer_dtype") == "bf16",
-                    powersgd=(sent.rank, sent.min_rate) if sent.kind == "powersgd" else (),
-                    whole_steps=sent.start if sent.kind == "powersgd" else 0,
-                    narrow=sent.kind if sent.kind in compression.NARROW else "")
+                    **_powersgd(sent), narrow=sent.kind if sent.kind in compression.NARROW else "")
+
+
+def _powersgd(sent: compression.Compression) -> Dict[str, Any]:
+    """A Strategy's PowerSGD fields for what its messages travel as (none but PowerSGD's)."""
+    return {"powersgd": (sent.rank, sent.min_rate), "whole_steps": sent.start} \
+        if sent.kind == "powersgd" else {}
 
 
 def workers_per_machine(runs) -> int:

@@ -104,10 +104,10 @@ class Strategy:
             return f"{self.name} (H={every}{', bf16' if self.outer_bf16 else ''})"
         if self.powersgd:
             rank, min_rate = self.powersgd
-            start = "" if self.whole_steps in (0, compression.POWERSGD_START) \
-                else f",start={self.whole_steps}"
-            rate = "" if min_rate == compression.POWERSGD_MIN_RATE else f",min_rate={min_rate:g}"
-            return f"{self.name} (powersgd:{rank}{start}{rate})"
+            sent = compression.Compression("powersgd", rank,
+                                           self.whole_steps or compression.POWERSGD_START,
+                                           min_rate)
+            return f"{self.name} ({sent})"
         if self.base not in NEIGHBOR:
             return self.name
         settings = [self.topology, "dynamic" if self.dynamic else "static"]
