@@ -76,11 +76,12 @@ def size_bytes(text: str, flag: Optional[str] = None) -> int:
 
 def format_bytes(nbytes: float) -> str:
     """A size in the spelling size_bytes reads, in the largest binary unit it reaches:
-    `64M`, `1.5K`, `8`."""
-    for unit, scale in sorted(_BINARY.items(), key=lambda item: -item[1])[:-1]:
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g}{unit}"
-    return f"{nbytes:.3g}"
+    `64M`, `1.5K`, `8`; from 1000 of a unit up to the next, whole numbers (`1020M`)."""
+    unit, scale = next(((u, s) for u, s in sorted(_BINARY.items(), key=lambda item: -item[1])
+                        if nbytes >= s), ("", 1))
+    figures = f"{nbytes / scale:.3g}"
+    # Three significant figures of 1000 and more are written in exponent form.
+    return f"{figures if 'e' not in figures else f'{nbytes / scale:.0f}'}{unit}"
 
 
 def seconds(text: str, flag: Optional[str] = None) -> float:

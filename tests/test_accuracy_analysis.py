@@ -309,6 +309,51 @@ def test_report_of_speed_and_accuracy_runs_together_has_both_tables():
     assert sum(len(r["files"]) for g in doc["accuracy_groups"] for r in g["rows"]) == 8
 
 
+SPLIT = {"step": 0.4, "compute": 0.2, "overlapped": 0.05, "exposed": 0.1, "waiting": 0.04,
+         "other": 0.01, "codec": 0.05, "injected": 0.0}
+
+
+def with_split(directory: Path, wire=3 * 2 ** 20) -> Path:
+    """The target fixtures as runs record them now: a step split with a codec part, and
+    what each worker sent per step."""
+    for path, doc in docs(TARGET):
+        doc["summary"]["step_split"] = {k: {"mean": v, "median": v, "p10": v, "p90": v}
+                                        for k, v in SPLIT.items()}
+        doc["summary"]["wire"] = {"bytes_per_step": wire, "messages_per_step": 6,
+                                  "bytes_per_image": 1024}
+        write_run(directory, path.name, doc)
+    return directory
+
+
+def test_report_shows_where_the_steps_to_the_target_went_codec_included(tmp_path):
+    code, text, err = run_report([with_split(tmp_path / "runs")])
+    assert code == 0 and err == ""
+    table = text.split("Where a step's time goes")[1]
+    rows = [line.split() for line in table.splitlines() if line.startswith("allreduce")]
+    # step, compute, codec, exposed, waiting, injected, other, hidden, sent/step
+    assert rows == [["allreduce", "-", "2", "400.0", "200.0", "50.0", "100.0", "40.0", "0.0",
+                     "10.0", "50.0", "3M"]]
+    _, out, _ = run_report([tmp_path / "runs"], "json")
+    row = next(r for r in json.loads(out)["accuracy_groups"][0]["rows"]
+               if r["strategy"] == "allreduce")
+    assert row["step_split"] == pytest.approx(SPLIT)
+    assert row["wire"]["bytes_per_step"] == 3 * 2 ** 20
+    # runs without a split (the plain fixtures) get no such table
+    assert "Where a step's time goes" not in run_report([TARGET])[1]
+
+
+def test_a_result_with_a_broken_wire_record_is_skipped_in_one_line(tmp_path):
+    runs = with_split(tmp_path / "runs")
+    broken = sorted(runs.glob("*.json"))[0]
+    doc = json.loads(broken.read_text())
+    doc["summary"]["wire"]["bytes_per_step"] = "3M"
+    broken.write_text(json.dumps(doc))
+    code, text, err = run_report([runs])
+    assert code == 0 and "Where a step's time goes" in text
+    assert broken.name in err and "summary.wire.bytes_per_step" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_csv_has_one_row_per_strategy_and_no_column_twice():
     code, out, _ = run_report([ACC], "csv")
     header = next(csv.reader(io.StringIO(out)))

@@ -85,6 +85,15 @@ def test_sizes_in_bytes_as_nccl_tests_reads_them(text, nbytes):
     assert units.size_bytes(text) == nbytes
 
 
+@pytest.mark.parametrize("nbytes,text", [
+    (8, "8"), (1536, "1.5K"), (64 << 20, "64M"), (2.67 * (1 << 30), "2.67G"),
+    (1020 * (1 << 20), "1020M"), (999.7 * (1 << 20), "1000M"), (1000, "1000"),
+    (4096 * (1 << 30), "4096G"),
+])
+def test_sizes_are_printed_in_figures_not_exponents(nbytes, text):
+    assert units.format_bytes(nbytes) == text
+
+
 @pytest.mark.parametrize("text", ["0", "-1", "12X", "", "1.5M", "1T", "M", "64MiB"])
 def test_bad_sizes_are_one_line_naming_the_forms(text):
     with pytest.raises(UsageError) as refused:

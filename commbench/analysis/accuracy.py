@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from commbench.analysis import time_to_target as ttt
-from commbench.analysis.runs import ResultRun, Series, emulated, matching, slowed, slug_of
+from commbench.analysis.runs import (ResultRun, Series, emulated, matching, mean_split,
+                                     mean_wire, slowed, slug_of)
 
 
 class AccuracyKey(NamedTuple):
@@ -129,6 +130,16 @@ class AccuracyRow:
     def img_sec(self) -> Optional[float]:
         known = [r.img_sec for r in self.runs if r.img_sec is not None]
         return sum(known) / len(known) if known else None
+
+    @property
+    def split(self) -> Optional[Dict[str, float]]:
+        """Where the steps of the row's runs went, mean over them (runs.mean_split)."""
+        return mean_split(self.runs)
+
+    @property
+    def wire(self) -> Optional[Dict[str, Optional[float]]]:
+        """What each worker sent per step and per image, mean over the runs."""
+        return mean_wire(self.runs)
 
     @property
     def flags(self) -> List[str]:

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from commbench.analysis import validate
 from commbench.analysis.accuracy import AccuracyKey, AccuracyRun
-from commbench.analysis.reading import machine_of, series_of
+from commbench.analysis.reading import SPLIT_AND_WIRE_FIELDS, machine_of, series_of
 from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
 from commbench.config import MAX_EPOCHS
@@ -38,7 +38,7 @@ FIELDS = (
     text("summary.stopped_by"), number("summary.img_sec", 0, above=True, **_MAYBE),
     validate.load("summary.oversubscribed", **_MAYBE),
     section("summary.diverged", **_MAYBE), whole("summary.diverged.step", 1),
-    whole("summary.diverged.rank", 0),
+    whole("summary.diverged.rank", 0), *SPLIT_AND_WIRE_FIELDS,
     items("curve"), section("curve.*"), whole("curve.*.step", 0),
     number("curve.*.epoch", 0), number("curve.*.training_seconds", 0),
     number("curve.*.wall_seconds", 0), number("curve.*.accuracy", 0, 1),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from commbench.analysis import tables
+from commbench.analysis import split_table, tables
 from commbench.analysis import time_to_target as ttt
 from commbench.analysis.accuracy import AccuracyGroup, AccuracyKey, AccuracyRow, AccuracyRun
 from commbench import units
@@ -71,6 +71,9 @@ def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
         diverged = [(row, run) for row in g.rows for run in row.runs if run.diverged is not None]
         if diverged:
             parts.append(tables.lines([diverged_line(row, run) for row, run in diverged], fmt))
+        if any(row.split is not None for row in g.rows):
+            parts.append(split_table.render(
+                [(r.series, r.workers, r.split, r.wire) for r in g.rows], fmt))
     return "\n".join(parts) + "\n" + tables.notes(NOTES, fmt)
 
 
@@ -111,7 +114,8 @@ def row_record(row: AccuracyRow) -> Dict[str, Any]:
 
 def group_record(g: AccuracyGroup) -> Dict[str, Any]:
     return {"key": g.key._asdict(), "title": g.key.title(),
-            "rows": [dict(row_record(r), files=[str(run.path) for run in r.runs],
+            "rows": [dict(row_record(r), step_split=r.split, wire=r.wire,
+                          files=[str(run.path) for run in r.runs],
                           runs_detail=[run_record(run) for run in r.runs])
                      for r in g.rows]}
 

@@ -17,6 +17,17 @@ from commbench.results import Result
 
 KIND = "run"
 
+# Where a run's steps went and what it sent: the same in speed and accuracy results.
+SPLIT_AND_WIRE_FIELDS = (
+    section("summary.step_split", **_MAYBE),
+    *(section(f"summary.step_split.{part}", **(_MAYBE if part in step_split.LATER else {}))
+      for part in step_split.PARTS),
+    number("summary.step_split.*.mean"),
+    section("summary.wire", **_MAYBE),
+    *(number(f"summary.wire.{key}", 0, **_MAYBE)
+      for key in ("bytes_per_step", "messages_per_step", "bytes_per_image")),
+)
+
 # What read_run computes with. A diverged run's loss and consensus distance may be NaN
 # or infinite (shown as such); its img/sec, times and counts may not.
 RUN_FIELDS = (
@@ -36,10 +47,7 @@ RUN_FIELDS = (
     number("summary.reference_overlap", **_MAYBE), number("summary.reference_drift", **_MAYBE),
     number("summary.final_consensus_distance", finite=False, **_MAYBE),
     validate.load("summary.oversubscribed", **_MAYBE),
-    section("summary.step_split", **_MAYBE),
-    *(section(f"summary.step_split.{part}", **(_MAYBE if part in step_split.LATER else {}))
-      for part in step_split.PARTS),
-    number("summary.step_split.*.mean"),
+    *SPLIT_AND_WIRE_FIELDS,
     section("summary.diverged", **_MAYBE), whole("summary.diverged.step", 1),
     whole("summary.diverged.rank", 0),
     section("samples", **_MAYBE),

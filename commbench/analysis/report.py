@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
-from commbench import metrics, units
-from commbench.analysis import accuracy_tables, reader, runs, tables, winner_map
+from commbench import metrics
+from commbench.analysis import accuracy_tables, reader, runs, split_table, tables, winner_map
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
 from commbench.results import to_json
@@ -103,7 +103,8 @@ def render(groups: List[Group], fmt: str = "text") -> str:
         if any(p.diverged for p in g.points):
             parts.append(tables.lines(diverged_lines(g), fmt))
         if g.has_split:
-            parts.append(split_table(g, fmt))
+            parts.append(split_table.render(
+                [(p.series, p.workers, p.split, p.sent) for p in g.points], fmt))
     flags = dict.fromkeys(f for g in groups for p in g.points for f in p.flags)
     flagged = [f"{MARK}: a number its row's flags put in doubt. Flags: "
                + "; ".join(f"{flag}: {metrics.FLAGS[flag]}" for flag in flags)] if flags else []
@@ -115,28 +116,6 @@ def diverged_lines(group: Group) -> List[str]:
     return [f"Diverged at step {run.diverged['step']} (first seen on rank "
             f"{run.diverged['rank']}): {p.series.label()}, N={p.workers}, {run.path}; its "
             "img/sec stand" for p in group.points for run in p.diverged]
-
-
-SPLIT_PARTS = ("step", "compute", "codec", "exposed", "waiting", "injected", "other",
-               "overlapped")
-SPLIT_HEADERS = ["strategy", "topology", "N", "step ms", "compute", "codec", "exposed",
-                 "waiting", "injected", "other", "hidden", "sent/step"]
-SPLIT_TITLE = ("Where a step's time goes, ms per step (mean over ranks, steps and runs): "
-               "compute + codec + exposed + waiting + injected + other = step; codec: "
-               "compressing and decompressing messages; injected: stragglers made on purpose "
-               "(--slow-ranks); hidden: communication overlapped with compute; sent/step: "
-               "bytes each worker put on the wire per step (binary units); '-': not measured")
-
-
-def split_table(group: Group, fmt: str) -> str:
-    rows = []
-    for p in group.points:
-        split = p.split
-        rows.append([p.series.strategy, p.series.settings() or "-", str(p.workers)] + (
-            ["-"] * len(SPLIT_PARTS) if split is None else
-            [f"{1e3 * split[part]:.1f}" if part in split else "-" for part in SPLIT_PARTS])
-            + ["-" if p.sent is None else units.format_bytes(p.sent["bytes_per_step"])])
-    return f"\n{SPLIT_TITLE}\n\n" + tables.render(SPLIT_HEADERS, rows, "ll" + "r" * 10, fmt)
 
 
 def baseline_line(group: Group) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -173,25 +173,13 @@ class Point:
 
     @property
     def split(self) -> Optional[Dict[str, float]]:
-        """The mean step split of the point's runs (seconds per step of each part), or
-        None when a run recorded none (older files, engines that time their own steps)."""
-        splits = [run.doc["summary"].get("step_split") for run in self.runs]
-        if not splits or any(split is None for split in splits):
-            return None
-        return {part: sum(split[part]["mean"] for split in splits) / len(splits)
-                for part in splits[0] if all(part in split for split in splits)}
+        """The mean step split of the point's runs (mean_split)."""
+        return mean_split(self.runs)
 
     @property
     def sent(self) -> Optional[Dict[str, float]]:
-        """What each worker put on the wire (summary.wire's bytes and messages per step,
-        bytes per image), mean over the point's runs; None when a run recorded none
-        (older files, engines that communicate out of sight)."""
-        found = [run.doc["summary"].get("wire") for run in self.runs]
-        if not found or any(sent is None for sent in found):
-            return None
-        return {key: None if any(sent.get(key) is None for sent in found)
-                else sum(sent[key] for sent in found) / len(found)
-                for key in ("bytes_per_step", "messages_per_step", "bytes_per_image")}
+        """What each worker of the point's runs put on the wire (mean_wire)."""
+        return mean_wire(self.runs)
 
     @property
     def flags(self) -> List[str]:
@@ -209,6 +197,28 @@ class Point:
     def diverged(self) -> List[Run]:
         """The point's runs whose loss went non-finite."""
         return [r for r in self.runs if r.diverged]
+
+
+def mean_split(runs: Sequence[ResultRun]) -> Optional[Dict[str, float]]:
+    """The mean step split of runs (seconds per step of each part they all recorded), or
+    None when a run recorded none (older files, engines that time their own steps)."""
+    splits = [run.doc["summary"].get("step_split") for run in runs]
+    if not splits or any(split is None for split in splits):
+        return None
+    return {part: sum(split[part]["mean"] for split in splits) / len(splits)
+            for part in splits[0] if all(part in split for split in splits)}
+
+
+def mean_wire(runs: Sequence[ResultRun]) -> Optional[Dict[str, Optional[float]]]:
+    """What each worker put on the wire (summary.wire's bytes and messages per step,
+    bytes per image), mean over runs; None when a run recorded none (older files,
+    engines that communicate out of sight)."""
+    found = [run.doc["summary"].get("wire") for run in runs]
+    if not found or any(sent is None for sent in found):
+        return None
+    return {key: None if any(sent.get(key) is None for sent in found)
+            else sum(sent[key] for sent in found) / len(found)
+            for key in ("bytes_per_step", "messages_per_step", "bytes_per_image")}
 
 
 @dataclass(frozen=True)
