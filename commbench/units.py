@@ -79,9 +79,9 @@ def format_bytes(nbytes: float) -> str:
     `64M`, `1.5K`, `8`; from 1000 of a unit up to the next, whole numbers (`1020M`)."""
     unit, scale = next(((u, s) for u, s in sorted(_BINARY.items(), key=lambda item: -item[1])
                         if nbytes >= s), ("", 1))
-    figures = f"{nbytes / scale:.3g}"
-    # Three significant figures of 1000 and more are written in exponent form.
-    return f"{figures if 'e' not in figures else f'{nbytes / scale:.0f}'}{unit}"
+    value = nbytes / scale
+    figures = f"{value:.3g}"  # exponent form from 1000 up: whole numbers there
+    return (figures if "e" not in figures else f"{value:.0f}") + unit
 
 
 def seconds(text: str, flag: Optional[str] = None) -> float:

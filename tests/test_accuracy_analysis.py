@@ -313,13 +313,13 @@ SPLIT = {"step": 0.4, "compute": 0.2, "overlapped": 0.05, "exposed": 0.1, "waiti
          "other": 0.01, "codec": 0.05, "injected": 0.0}
 
 
-def with_split(directory: Path, wire=3 * 2 ** 20) -> Path:
+def with_split(directory: Path) -> Path:
     """The target fixtures as runs record them now: a step split with a codec part, and
     what each worker sent per step."""
     for path, doc in docs(TARGET):
         doc["summary"]["step_split"] = {k: {"mean": v, "median": v, "p10": v, "p90": v}
                                         for k, v in SPLIT.items()}
-        doc["summary"]["wire"] = {"bytes_per_step": wire, "messages_per_step": 6,
+        doc["summary"]["wire"] = {"bytes_per_step": 3 * 2 ** 20, "messages_per_step": 6,
                                   "bytes_per_image": 1024}
         write_run(directory, path.name, doc)
     return directory
