@@ -135,3 +135,19 @@ def _run_parser():
     parser = argparse.ArgumentParser()
     add_run_arguments(parser)
     return parser
+
+
+def test_the_periodic_study_can_run_allreduce_with_each_workers_statistics(monkeypatch):
+    ran = []
+    monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
+    STUDY.main(["periodic_to_accuracy", "--partitions", "iid"])
+    sweeps = [shlex.join(c[1:]) for c in ran if c[3] == "sweep"]
+    assert "--dist-optimizer allreduce,neighbor_allreduce " in sweeps[0]
+    assert not any("--no-broadcast-buffers" in s for s in sweeps)
+    ran.clear()
+    STUDY.main(["periodic_to_accuracy", "--partitions", "dirichlet:0.1",
+                "--strategies", "neighbor_allreduce", "--variants", "allreduce"])
+    sweeps = [shlex.join(c[1:]) for c in ran if c[3] == "sweep"]
+    assert "--dist-optimizer neighbor_allreduce " in sweeps[0]
+    assert "--dist-optimizer allreduce --no-broadcast-buffers " in sweeps[1]
+    assert len(sweeps) == 6  # the two above, local_sgd and diloco at two periods each
