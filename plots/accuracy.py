@@ -117,7 +117,7 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
         words = f"{row.reached}/{len(row.runs)} reached"
         sent = row.median_of("sent")
         if sent is not None:
-            words += f", {units.format_bytes(sent)}B sent per worker"
+            words += f", {units.format_bytes(sent)} sent per worker"
         if missed:
             words += f"; {missed} missed (best {row.best_missed:.3f})"
         if combined.value is None:
@@ -131,7 +131,8 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
     ax.set_xlabel(wrapped("training time to target (s)", "filled: MLPerf's rule (fastest "
                           "and slowest run dropped, mean of the rest); hollow: the median "
                           "(too few runs); bar and ticks: the runs that reached the target; "
-                          "sent: the median bytes a worker put on the wire to the target",
+                          "sent: the median bytes a worker put on the wire to the target "
+                          "(binary units: 1G = 2^30 bytes)",
                           width=70), fontsize=8)
     ax.grid(True, axis="x", alpha=0.3)
     fig.suptitle(wrapped("Time to target", group.key.heading(), group.key.details(),

@@ -549,3 +549,10 @@ def test_the_bytes_each_worker_sent_to_the_target_are_reported(tmp_path):
     detail = [run for group in json.loads(out)["accuracy_groups"] for row in group["rows"]
               for run in row["runs_detail"] if run["reached"] is False]
     assert detail and all(run["bytes_to_target"] is None for run in detail)
+    # the chart spells sizes as the report does (binary units, no decimal "MB")
+    groups = accuracy.group(reader.read([tmp_path])[0]["accuracy"])
+    group = next(g for g in groups if g.key.target)
+    fig = accuracy_charts.time_figure(group, accuracy_charts.palette(groups))
+    words = [t.get_text() for t in fig.axes[0].texts]
+    assert words and all("1.5M sent per worker" in w for w in words if "0/" not in w), words
+    assert "1G = 2^30 bytes" in fig.axes[0].get_xlabel()
