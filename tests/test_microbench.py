@@ -59,7 +59,7 @@ def rows(doc, op, impl=None):
 
 def check_closed_forms(doc, n, static=True):
     sizes = doc["summary"]["sizes"]
-    for r in rows(doc, "allreduce"):  # ring allreduce: 2(n-1)/n S each way
+    for r in rows(doc, "allreduce") + rows(doc, "local_sgd"):  # ring: 2(n-1)/n S each way
         assert r["bytes_sent"] == pytest.approx(2 * (n - 1) / n * r["bytes"])
         assert r["bytes_received"] == r["bytes_sent"]
         assert r["summary"]["busbw"] == pytest.approx(r["summary"]["algbw"] * 2 * (n - 1) / n)
@@ -111,9 +111,11 @@ def test_two_ranks_all_ops_static(tmp_path):
     check_closed_forms(doc, 2)
     impls = {r["impl"] for r in rows(doc, "allreduce")}
     assert {"commbench", "torch all_reduce", "MPI Allreduce"} <= impls
-    # on one machine under mpiexec `auto` moves every op over MPI, and each row says so
+    # on one machine under mpiexec `auto` moves every op over MPI, and each row says so;
+    # local_sgd's meeting is torch's helper, over torch.distributed's backend
     carried = {(r["op"], r["transport"]) for r in doc["rows"] if r["commbench"]}
-    assert carried == {(op, "mpi") for op in ALL_OPS.split(",")}
+    assert carried == {(op, "gloo" if op == "local_sgd" else "mpi")
+                       for op in ALL_OPS.split(",")}
     assert all(r["transport"] is None for r in doc["rows"] if not r["commbench"])
 
 
@@ -226,4 +228,17 @@ def test_powersgd_is_refused_in_one_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "argument --compression: powersgd:2 approximates a model's gradient" in done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.job
+def test_compression_is_refused_for_the_local_sgd_op_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, *SWEEP, "--op", "allreduce,local_sgd",
+                           "--compression", "bf16", "--results-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "argument --compression: means nothing to the local_sgd op" in done.stderr
     assert not list(tmp_path.iterdir())

@@ -93,6 +93,10 @@ def main(args) -> int:
         raise UsageError(f"argument --compression: {codec} approximates a model's gradient "
                          "matrices; microbench times flat buffers: measure it in training "
                          "(commbench run --compression ...)")
+    for op in args.op:
+        if codec.on and not OPS[op].compresses:
+            raise UsageError(f"argument --compression: means nothing to the {op} op, which "
+                             "sends float32; leave it out or time that op apart")
     the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
     plugins = {op: registry.resolve(op) for op in args.op}
     for plugin in plugins.values():  # every rank fails alike, before any communication

@@ -6,7 +6,8 @@ side by side)."""
 from commbench.microbench.ops.allreduce import Allreduce
 from commbench.microbench.ops.hierarchical_neighbor_allreduce import HierarchicalNeighborAllreduce
 from commbench.microbench.ops.horovod import Horovod
+from commbench.microbench.ops.local_sgd import LocalSgd
 from commbench.microbench.ops.neighbor_allreduce import NeighborAllreduce
 
 OPS = {op.name: op for op in (Allreduce, NeighborAllreduce, HierarchicalNeighborAllreduce,
-                              Horovod)}
+                              Horovod, LocalSgd)}

@@ -62,6 +62,7 @@ class Op:
     sent is that times its wire fraction."""
 
     name = ""
+    compresses = True  # whether --compression narrows what its commbench row sends
 
     def __init__(self, plugin_cls, ctx, config, data: Data):
         from commbench import compression
