@@ -18,7 +18,7 @@ from commbench.errors import UsageError
 
 # subcommand -> (module, one-line help). Modules import heavy packages lazily.
 SUBCOMMANDS = {
-    "run": ("commbench.run", "run one benchmark job (the default; start it under a launcher)"),
+    "run": ("commbench.job.run", "run one benchmark job (the default; start it under a launcher)"),
     "list": ("commbench.listing", "list strategies, topologies and models, and which run here"),
     "sweep": ("commbench.sweep.command", "run a scaling study on this machine: jobs, report "
               "and charts"),
@@ -94,7 +94,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
     except Exception as e:  # one line per failing rank, never a traceback wall
-        from commbench.failure import describe_and_abort
+        from commbench.job.failure import describe_and_abort
 
         describe_and_abort(e)
     ending(code or 0)

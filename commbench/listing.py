@@ -25,7 +25,7 @@ def main(args) -> int:
         if r["compressions"]:
             print(f"  {'':<{width}}  --compression: {', '.join(r['compressions'])}")
     _list_topologies()
-    from commbench.models import model_names
+    from commbench.job.models import model_names
 
     names = model_names()
     if args.models:

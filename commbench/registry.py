@@ -104,7 +104,7 @@ def usable_reason(cls) -> Optional[str]:
 def describe_all() -> List[dict]:
     """Rows for `commbench list`: name, summary, source, usable, why not, its flags, the
     --compression kinds it takes."""
-    from commbench.flags import flag_fields, option_name
+    from commbench.config.flags import flag_fields, option_name
 
     rows = []
     for entry in discover().values():
@@ -127,7 +127,7 @@ def others_options(cls: Type) -> Dict[str, Tuple[Any, Tuple[str, ...]]]:
     name, with its default and the plugins that read it."""
     from dataclasses import fields
 
-    from commbench.flags import flag_fields
+    from commbench.config.flags import flag_fields
 
     own = {f.name for f in fields(cls.Options)}
     found: Dict[str, Tuple[Any, Tuple[str, ...]]] = {}
@@ -142,7 +142,7 @@ def others_options(cls: Type) -> Dict[str, Tuple[Any, Tuple[str, ...]]]:
 def refuse_others_options(cls: Type, config) -> None:
     """Raise UsageError for another plugin's flag given a value other than its default:
     plugin cls would ignore it, and the result would record it."""
-    from commbench.flags import option_name
+    from commbench.config.flags import option_name
 
     for name, (default, readers) in others_options(cls).items():
         if config.options.get(name, default) != default:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
 
-from commbench.failure import mpi_deadline, name_ranks, patience_for_rank_0, startup_failed
+from commbench.job.failure import mpi_deadline, name_ranks, patience_for_rank_0, startup_failed
 from commbench.launch import gpus
 from commbench.launch.detect import LaunchInfo
 from commbench.launch.groups import SUBGROUPS
@@ -193,7 +193,7 @@ def _exchange_hosts(backend: str, use_cuda: bool
     own)."""
     import torch.distributed as dist
 
-    from commbench.environment import emulated_network, machine_facts, physical_cores
+    from commbench.result.environment import emulated_network, machine_facts, physical_cores
 
     group = None
     if backend != "gloo":

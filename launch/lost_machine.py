@@ -1,7 +1,7 @@
 """The lost-machine policy, in one place: how a job with ranks on several machines ends
 when one machine stops answering (its link down or stalled, or all on it dead), under
 Open MPI 5's launcher (PRRTE 3.0). Both sides read it: a rank
-(commbench.failure, through launcher_first) and the mpirun front
+(commbench.job.failure, through launcher_first) and the mpirun front
 (commbench.launch.mpirun_front), which `commbench setup-mpirun` installs.
 
 PRRTE needs three things for a lost machine to end the job:

@@ -4,7 +4,7 @@ rank 0's address and a free port shared over MPI (mpi4py); under Slurm, the job'
 host and a port derived from the job id (as Lightning does); under horovodrun's gloo
 controller, Horovod's own broadcast.
 
-Every wait here for the other ranks ends the job after --timeout (commbench.failure's
+Every wait here for the other ranks ends the job after --timeout (commbench.job.failure's
 start-up line), naming the ranks that did not arrive where this rank can know them."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
 from commbench.errors import UsageError
-from commbench.failure import name_ranks, patience_for_rank_0, startup_failed, startup_wait
+from commbench.job.failure import name_ranks, patience_for_rank_0, startup_failed, startup_wait
 from commbench.launch.detect import LaunchInfo
 
 # Message tags of the roll call over MPI; nothing else talks on COMM_WORLD this early.

@@ -27,17 +27,18 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Dict
 
-from commbench import compression, spans, wire
+from commbench.config import compression
+from commbench.timing import spans, wire
 from commbench.comm.mpi_averager import MpiAverager
 from commbench.comm.watched_group import GroupPerBucket, watched
 from commbench.comm.transport import (check_cpu_transport, choose_transport,
                                       small_message_facts, small_messages,
                                       transport_for, transport_reason)
 from commbench.errors import UsageError
-from commbench.flags import flag
+from commbench.config.flags import flag
 from commbench.launch.gpus import torch_older_than
 from commbench.optimizers.base import Strategy, TrainStep
-from commbench.training_step import TrainingStep
+from commbench.job.training_step import TrainingStep
 
 
 @dataclass(frozen=True)

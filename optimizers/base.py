@@ -11,7 +11,7 @@ A run flag that means something to some strategies only (the topology settings,
 recorded, it would look as if it had acted. A plugin that reads the topology sets
 `uses_topology`; one that can compress its messages lists the kinds in `compressions`.
 
-`wrap` returns commbench.training_step's `TrainingStep` (or a function around one),
+`wrap` returns commbench.job.training_step's `TrainingStep` (or a function around one),
 given what the strategy does at the step's points (after forward, before and after the
 update); the step records its phases and waits for the step split. Strategies that
 average parameters along a mixing matrix W derive from commbench.optimizers.mixing's
@@ -25,14 +25,14 @@ import importlib.util
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Optional, Tuple, Type
 
-from commbench import compression
+from commbench.config import compression
 from commbench.errors import UsageError
-from commbench.flags import option_name
+from commbench.config.flags import option_name
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from commbench.config import RunConfig
+    from commbench.config.run_config import RunConfig
     from commbench.launch.detect import LaunchInfo
     from commbench.launch.distributed import DistContext
 
@@ -48,7 +48,7 @@ COMPRESSION_FLAGS = ("compression", "fp16_allreduce")
 @dataclass(frozen=True)
 class NoOptions:
     """A plugin's own flags: a frozen dataclass whose fields are declared with
-    commbench.flags.flag(default, help, check), like RunConfig's. `commbench run`
+    commbench.config.flags.flag(default, help, check), like RunConfig's. `commbench run`
     offers them as flags, `commbench list` shows them, results record them in
     their config beside the other flags."""
 
@@ -77,7 +77,7 @@ class Strategy:
         return type(self).records_split
     # True when the strategy averages along a graph and so reads TOPOLOGY_FLAGS.
     uses_topology: ClassVar[bool] = False
-    # The --compression kinds the strategy can send (commbench.compression.KINDS).
+    # The --compression kinds the strategy can send (commbench.config.compression.KINDS).
     compressions: ClassVar[Tuple[str, ...]] = ()
 
     @classmethod
@@ -131,7 +131,7 @@ class Strategy:
         self.options = self.options_of(config)
 
     def wrap(self, model: "torch.nn.Module", optimizer: "torch.optim.Optimizer") -> TrainStep:
-        """Return the training step (a commbench.training_step.TrainingStep with this
+        """Return the training step (a commbench.job.training_step.TrainingStep with this
         strategy's actions at its points); called once, after the process group is up."""
         raise NotImplementedError
 

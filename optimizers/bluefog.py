@@ -31,7 +31,7 @@ import glob
 import os
 from typing import Any, Dict
 
-from commbench import trace_file
+from commbench.timing import trace_file
 from commbench.errors import UsageError
 from commbench.launch.detect import MPI_WORLDS
 from commbench.optimizers.base import Strategy, TrainStep
@@ -39,7 +39,7 @@ from commbench.optimizers.mixing import MixingStrategy
 from commbench.optimizers.bluefog_fixes import (HIERARCHICAL_UNFIXED,
                                                 hierarchical_as_fixed_upstream,
                                                 wait_without_the_gil)
-from commbench.training_step import TrainingStep
+from commbench.job.training_step import TrainingStep
 
 
 class _Bluefog(Strategy):
@@ -86,7 +86,7 @@ class _Bluefog(Strategy):
         return bf
 
     def facts(self) -> Dict[str, Any]:
-        from commbench.environment import package_version
+        from commbench.result.environment import package_version
 
         facts = {"engine": "bluefog", "bluefog_version": package_version("bluefog")}
         if os.environ.get("BLUEFOG_TIMELINE"):
@@ -201,7 +201,7 @@ class BluefogHierarchicalNeighborAllreduce(_BluefogMixing):
 
     @staticmethod
     def unfixed_release() -> bool:
-        from commbench.environment import package_version
+        from commbench.result.environment import package_version
 
         return package_version("bluefog") in HIERARCHICAL_UNFIXED
 

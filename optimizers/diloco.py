@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List
 
-from commbench import compression, spans, wire
+from commbench.config import compression
+from commbench.timing import spans, wire
 from commbench.errors import UsageError
-from commbench.flags import flag, non_negative_float, one_of, positive_float
+from commbench.config.flags import flag, non_negative_float, one_of, positive_float
 from commbench.optimizers.local_sgd import PeriodicStrategy, PeriodOptions, average, size_of
 
 OUTER_DTYPES = ("fp32", "bf16")

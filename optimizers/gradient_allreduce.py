@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from commbench import compression, spans, wire
+from commbench.config import compression
+from commbench.timing import spans, wire
 from commbench.optimizers.base import Strategy, TrainStep
-from commbench.training_step import TrainingStep
+from commbench.job.training_step import TrainingStep
 
 
 class GradientAllreduce(Strategy):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from commbench import compression
+from commbench.config import compression
 from commbench.comm.transport import SMALL_MESSAGE_BYTES
 from commbench.errors import UsageError
 from commbench.optimizers.neighbor_allreduce import NeighborAllreduce

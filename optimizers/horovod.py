@@ -23,12 +23,13 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from commbench import compression, spans, trace_file, wire
+from commbench.config import compression
+from commbench.timing import spans, trace_file, wire
 from commbench.errors import UsageError
-from commbench.flags import flag
+from commbench.config.flags import flag
 from commbench.launch.detect import MPI_WORLDS
 from commbench.optimizers.base import Strategy, TrainStep
-from commbench.training_step import TrainingStep
+from commbench.job.training_step import TrainingStep
 
 # Launchers under which hvd.init() finds its peers (torchrun gives Horovod nothing to use).
 LAUNCHERS = ("horovodrun",) + MPI_WORLDS

@@ -2,7 +2,7 @@
 efficiency is measured inside one job."""
 
 from commbench.optimizers.base import Strategy, TrainStep
-from commbench.training_step import TrainingStep
+from commbench.job.training_step import TrainingStep
 
 
 class Local(Strategy):

@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Union
 
-from commbench import spans, wire
+from commbench.timing import spans, wire
 from commbench.errors import UsageError
-from commbench.flags import flag, non_negative_int, periods
+from commbench.config.flags import flag, non_negative_int, periods
 from commbench.optimizers.base import Strategy, TrainStep
 from commbench.optimizers.gradient_allreduce import broadcast_state
-from commbench.training_step import TrainingStep
+from commbench.job.training_step import TrainingStep
 
 AVERAGE_EVERY = 8
 

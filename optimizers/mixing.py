@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from commbench import spans
+from commbench.timing import spans
 from commbench.errors import UsageError
 from commbench.optimizers.base import Strategy, TrainStep
-from commbench.training_step import TrainingStep
-from commbench.wire import NOTHING, Sent
+from commbench.job.training_step import TrainingStep
+from commbench.timing.wire import NOTHING, Sent
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from commbench.config import RunConfig
+    from commbench.config.run_config import RunConfig
     from commbench.launch.detect import LaunchInfo
     from commbench.topology import Schedule
 

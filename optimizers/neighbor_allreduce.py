@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from commbench import compression
+from commbench.config import compression
 from commbench.comm.neighbor_exchange import CHUNK_BYTES
 from commbench.comm.transport import (check_cpu_transport, choose_transport,
                                       small_message_facts, small_messages,

@@ -4,7 +4,7 @@ time per call versus size and bandwidth versus size, log-log.
 Colour: the op; solid line and filled marker: commbench; dashed, hollow: the raw
 primitives measured in the same job. Bandwidth is busbw for allreduce and the per-link
 bandwidth for neighbor ops (both "how busy is one link", comparable across n; see
-commbench.metrics), so each op's curves share one axis. matplotlib's object API, as in
+commbench.result.metrics), so each op's curves share one axis. matplotlib's object API, as in
 commbench.plots.scaling: no global state, no display needed.
 """
 

@@ -39,7 +39,8 @@ def commbench(*args: Union[str, Path], env: Optional[Dict[str, str]] = None,
     """Run `commbench ARGS...` in this process: (returncode, stdout, stderr) as
     subprocess.run(..., capture_output=True, text=True) would give them. `env` adds to
     the environment for the call; `cwd` is the directory it runs in."""
-    from commbench import cli, failure
+    from commbench import cli
+    from commbench.job import failure
     from commbench.launch import distributed
 
     argv = [str(a) for a in args]

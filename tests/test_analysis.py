@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commbench import metrics
+from commbench.result import metrics
 from commbench.analysis import grouping, reader, reading, runs
 
 DATA = Path(__file__).parent / "data"

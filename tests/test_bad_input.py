@@ -8,10 +8,10 @@ import shutil
 import pytest
 
 from cli_helpers import commbench
-from commbench import results
-from commbench import flags
+from commbench.result import store
+from commbench.config import flags
 from commbench.cli import main
-from commbench.config import RunConfig
+from commbench.config.run_config import RunConfig
 from commbench.errors import UsageError
 from launchers import TINY_RUN, mpiexec
 
@@ -80,10 +80,10 @@ def test_impossible_requests_fail_on_every_rank_under_mpiexec(args, message, tmp
 
 def test_a_full_results_directory_is_refused_at_start_up(tmp_path, monkeypatch):
     usage = shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(results.shutil, "disk_usage",
+    monkeypatch.setattr(store.shutil, "disk_usage",
                         lambda path: usage._replace(free=1024 * 1024))
     with pytest.raises(UsageError, match="--results-dir: .* has only 1024 KiB free"):
-        results.ensure_writable(tmp_path)
+        store.ensure_writable(tmp_path)
 
 
 def test_an_unwritable_results_path_is_refused_before_the_benchmark(tmp_path):
@@ -97,8 +97,8 @@ def test_an_unwritable_results_path_is_refused_before_the_benchmark(tmp_path):
 def test_a_huge_file_is_skipped_without_being_read(tmp_path):
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as f:
-        f.truncate(results.MAX_RESULT_BYTES + 1)  # sparse: costs no disk
-    found, warnings = results.load_results([tmp_path])
+        f.truncate(store.MAX_RESULT_BYTES + 1)  # sparse: costs no disk
+    found, warnings = store.load_results([tmp_path])
     assert found == [] and "too large" in warnings[0]
 
 

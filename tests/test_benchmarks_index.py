@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.config import add_run_arguments
+from commbench.config.run_config import add_run_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from commbench import registry
-from commbench.config import RunConfig
+from commbench.config.run_config import RunConfig
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo
 from launchers import only_result, run

@@ -9,7 +9,7 @@ import pytest
 
 from cli_helpers import commbench
 from commbench.cli import build_parser
-from commbench.config import RunConfig, config_from_args
+from commbench.config.run_config import RunConfig, config_from_args
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -141,7 +141,7 @@ def test_a_plugin_whose_flag_clashes_with_run_is_one_line(monkeypatch, capsys):
 
     from commbench import registry
     from commbench.cli import main
-    from commbench.flags import flag
+    from commbench.config.flags import flag
     from commbench.optimizers.base import Strategy
 
     @dataclass(frozen=True)

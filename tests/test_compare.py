@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from analysis_helpers import run_compare
-from commbench import metrics
+from commbench.result import metrics
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"

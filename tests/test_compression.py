@@ -9,13 +9,14 @@ tests/programs/check_strategies.py, run by the strategies' own test files."""
 import pytest
 
 from cli_helpers import commbench
-from commbench import compression, registry
+from commbench import registry
+from commbench.config import compression
 from commbench.cli import build_parser
-from commbench.config import RunConfig, config_from_args
+from commbench.config.run_config import RunConfig, config_from_args
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo
-from commbench.spans import Span
-from commbench.step_split import PARTS, split_step
+from commbench.timing.spans import Span
+from commbench.timing.step_split import PARTS, split_step
 from commbench.sweep.plan import plan
 from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
 from programs.commbench_runs import assert_usage_error, run_commbench
@@ -152,7 +153,7 @@ class _Group:
 def test_a_watched_group_records_each_allreduce_with_its_bytes_and_the_work_between():
     import torch
 
-    from commbench import spans
+    from commbench.timing import spans
     from commbench.comm.watched_group import WatchedGroup
 
     spans.RECORDER.reset()
@@ -178,7 +179,7 @@ def _split(*spans_):
     kinds = {}
     for kind, start, end in spans_:
         kinds.setdefault(kind, []).append(Span(0, kind, start, end))
-    from commbench.step_split import on_rank_0s_clock
+    from commbench.timing.step_split import on_rank_0s_clock
 
     by_kind = on_rank_0s_clock([s for k in kinds.values() for s in k], 0.0)[0]
     return dict(zip(PARTS, split_step(by_kind, 0, 0, [{}], range(1))))
@@ -335,7 +336,7 @@ def test_simulate_projects_a_powersgd_run_as_itself_not_as_plain_allreduce(tmp_p
 
 
 def test_a_piece_a_callback_posts_is_no_hand_over_of_the_step():
-    from commbench import spans
+    from commbench.timing import spans
 
     spans.RECORDER.reset()
     spans.RECORDER.on = True

@@ -1,4 +1,4 @@
-"""On GPUs, the device's kernels (commbench.device_time): Kineto's Unix-time stamps put
+"""On GPUs, the device's kernels (commbench.timing.gpu_kernels): Kineto's Unix-time stamps put
 on the spans' clock (checked with a CPU profile, whose events Kineto stamps on the same
 clock as CUPTI's), kernels given to their steps, and the split they make: compute
 kernels, NCCL kernels hidden behind them, and an NCCL kernel that waited for a late
@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from commbench import device_time, spans
-from commbench.spans import Span
-from commbench.step_split import PARTS, split_steps
-from commbench.trace_file import trace_events
+from commbench.timing import gpu_kernels, spans
+from commbench.timing.spans import Span
+from commbench.timing.step_split import PARTS, split_steps
+from commbench.timing.trace_file import trace_events
 from test_spans import check_trace
 
 
@@ -30,7 +30,7 @@ def test_kineto_stamps_land_on_the_spans_clock():
             torch.randn(200, 200) @ torch.randn(200, 200)
         after = time.perf_counter()
     wall, perf = time.time_ns(), time.perf_counter()
-    (name, start, end), = [k for k in device_time.device_kernels(prof, wall, perf,
+    (name, start, end), = [k for k in gpu_kernels.device_kernels(prof, wall, perf,
                                                                   DeviceType.CPU)
                            if k.name == "anchor"]
     slack = 2e-3  # the clocks are read one after the other
@@ -51,7 +51,7 @@ def test_kernels_go_to_the_step_that_holds_them_and_nccl_is_communication():
     kernels = [("volta_sgemm", 1.01, 1.02), ("ncclDevKernel_AllReduce_Sum_f32", 1.05, 1.08),
                ("vectorized_elementwise", 1.15, 1.16),  # between steps: no step's
                ("volta_sgemm", 1.21, 1.25)]
-    got = device_time.in_steps(kernels, events)
+    got = gpu_kernels.in_steps(kernels, events)
     assert [(e.step, e.kind, e.name) for e in got] == [
         (0, "kernel", "volta_sgemm"), (0, "nccl", "ncclDevKernel_AllReduce_Sum_f32"),
         (1, "kernel", "volta_sgemm")]
@@ -62,7 +62,7 @@ def test_a_gpu_step_splits_into_compute_hidden_exposed_and_waiting():
     # ends at 80 ms. Rank 1 starts its allreduce at 60 ms: rank 0's kernel waited for it.
     rank0 = gpu_step(0, 0.0, [(0.0, 0.04), (0.05, 0.06)], [(0.03, 0.08)])
     rank1 = gpu_step(0, 0.0, [(0.0, 0.06)], [(0.06, 0.08)])
-    views = [device_time.split_view(r) for r in (rank0, rank1)]
+    views = [gpu_kernels.split_view(r) for r in (rank0, rank1)]
     (row0,), (row1,) = split_steps(views, [0.0, 0.0])
     parts = dict(zip(PARTS, row0))
     assert parts["compute"] == pytest.approx(0.05)
@@ -78,10 +78,10 @@ def test_a_gpu_step_splits_into_compute_hidden_exposed_and_waiting():
 
 def test_kernels_outside_their_steps_mean_the_clocks_disagree():
     good = gpu_step(0, 0.0, [(0.0, 0.05)], [(0.05, 0.08)])
-    assert device_time.aligned(good)
+    assert gpu_kernels.aligned(good)
     late = gpu_step(0, 0.0, [(0.5, 0.6)], [])  # ends after its step's host span
-    assert not device_time.aligned(late)
-    assert not device_time.aligned([Span(0, "step", 0.0, 0.1)])  # no kernels
+    assert not gpu_kernels.aligned(late)
+    assert not gpu_kernels.aligned([Span(0, "step", 0.0, 0.1)])  # no kernels
 
 
 def test_clocks_off_by_more_than_a_step_are_caught():
@@ -89,11 +89,11 @@ def test_clocks_off_by_more_than_a_step_are_caught():
     inside a step land in the wrong one and fit there, but the first step is empty."""
     host = [Span(s, "step", 0.1 * s, 0.1 * s + 0.1) for s in range(4)]
     kernels = [("conv", 0.1 * s + 0.15 + 0.01, 0.1 * s + 0.15 + 0.03) for s in range(4)]
-    kept = device_time.in_steps(kernels, host)
+    kept = gpu_kernels.in_steps(kernels, host)
     assert kept and all(e.end <= 0.1 * e.step + 0.1 for e in kept)  # the old test passes
-    assert not device_time.aligned(host + kept)
-    right = device_time.in_steps([(n, a - 0.15, b - 0.15) for n, a, b in kernels], host)
-    assert device_time.aligned(host + right)
+    assert not gpu_kernels.aligned(host + kept)
+    right = gpu_kernels.in_steps([(n, a - 0.15, b - 0.15) for n, a, b in kernels], host)
+    assert gpu_kernels.aligned(host + right)
 
 
 def test_the_timeline_shows_the_kernels_on_tracks_of_their_own():
@@ -106,6 +106,6 @@ def test_the_timeline_shows_the_kernels_on_tracks_of_their_own():
 
 def test_nothing_is_profiled_on_the_cpu():
     recorder = spans.Recorder()
-    with device_time.kernels_of_steps(type("D", (), {"type": "cpu"})(), True, recorder):
+    with gpu_kernels.kernels_of_steps(type("D", (), {"type": "cpu"})(), True, recorder):
         pass
     assert recorder.events == []

@@ -50,7 +50,7 @@ def test_its_updates_are_torchfts_diloco(one_worker):
     import torch
     from unittest.mock import create_autospec
 
-    from commbench.config import RunConfig
+    from commbench.config.run_config import RunConfig
     from commbench.optimizers.diloco import Diloco
     from torchft.manager import Manager
     from torchft.work import _DummyWork

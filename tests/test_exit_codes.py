@@ -9,7 +9,7 @@ import pytest
 
 from cli_helpers import commbench
 from commbench.cli import build_parser, main
-from commbench.config import RunConfig, config_from_args
+from commbench.config.run_config import RunConfig, config_from_args
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo
 from commbench.sweep import command as sweep_command
@@ -142,7 +142,7 @@ def test_a_flag_no_strategy_of_the_sweep_reads_is_refused_in_one_line(strategies
 
 
 def test_a_flag_at_its_default_is_no_mistake_for_a_sweep_as_for_a_run(tmp_path, capsys):
-    from commbench.config import RunConfig
+    from commbench.config.run_config import RunConfig
 
     default = RunConfig().topology
     code, out, _ = exit_of(["sweep", "--dry-run", "--np", "2", "--topology", default,
@@ -210,7 +210,7 @@ def test_a_topology_flag_is_refused_by_a_strategy_without_one(strategy, given, f
 
 
 def test_the_run_refuses_it_before_any_communication():
-    from commbench.run import validate
+    from commbench.job.run import validate
 
     with pytest.raises(UsageError, match="^argument --topology: means nothing to allreduce"):
         validate(_config("--dist-optimizer", "allreduce", "--topology", "ring"), TWO_RANKS)

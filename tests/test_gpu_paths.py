@@ -140,7 +140,7 @@ def test_subgroups_get_the_jobs_timeout_and_are_made_once(one_rank, monkeypatch)
 
 
 def test_microbench_stops_the_clock_after_a_device_sync(one_rank, monkeypatch):
-    from commbench import loop
+    from commbench.job import speed_loop
     from commbench.microbench import harness
 
     order = []
@@ -149,7 +149,7 @@ def test_microbench_stops_the_clock_after_a_device_sync(one_rank, monkeypatch):
         time.sleep(0.05)  # a GPU still working after the call returned
         order.append("sync")
 
-    monkeypatch.setattr(loop, "device_sync", lambda device: slow_sync)
+    monkeypatch.setattr(speed_loop, "device_sync", lambda device: slow_sync)
     contender = harness.Contender("commbench", lambda: order.append("run"),
                                   lambda: order.append("reset"), lambda call: (0.0, 0.0))
     harness.measure([contender], one_rank, warmup=0, iters=1)
@@ -182,8 +182,8 @@ def test_the_exchange_sends_whole_buffers_on_nccl(monkeypatch):
 
 
 def test_a_cuda_error_is_not_blamed_on_the_image_size():
-    from commbench.config import RunConfig
-    from commbench.run import _check_image_size
+    from commbench.config.run_config import RunConfig
+    from commbench.job.run import _check_image_size
 
     class Model(torch.nn.Module):
         def __init__(self, message):
@@ -206,7 +206,7 @@ def test_a_cuda_error_is_not_blamed_on_the_image_size():
 
 
 def test_gpu_facts_are_recorded(monkeypatch):
-    from commbench import environment
+    from commbench.result import environment
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "Pretend GPU")
     monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))
@@ -224,7 +224,7 @@ def test_gpu_facts_are_recorded(monkeypatch):
 
 
 def test_bluefog_refuses_cuda_unless_its_ops_run_on_the_cpu(monkeypatch):
-    from commbench.config import RunConfig
+    from commbench.config.run_config import RunConfig
     from commbench.optimizers.bluefog import BluefogNeighborAllreduce
 
     ctx = SimpleNamespace(device=torch.device("cuda", 0), world_size=4, rank=0,
@@ -238,7 +238,7 @@ def test_bluefog_refuses_cuda_unless_its_ops_run_on_the_cpu(monkeypatch):
 
 
 def test_neighbor_averaging_on_nccl_needs_torch_1_12(monkeypatch):
-    from commbench.config import RunConfig
+    from commbench.config.run_config import RunConfig
     from commbench.optimizers import neighbor_allreduce
 
     ctx = SimpleNamespace(device=torch.device("cuda", 0), backend="nccl", world_size=4,

@@ -5,7 +5,7 @@ mpiexec), and whole runs of `python -m commbench`."""
 
 import pytest
 
-from commbench.config import RunConfig
+from commbench.config.run_config import RunConfig
 from commbench.errors import UsageError
 from commbench.launch.distributed import DistContext
 from commbench.launch.detect import LaunchInfo

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from commbench import registry
-from commbench.config import RunConfig
+from commbench.config.run_config import RunConfig
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo
 from launchers import BIN, TINY_RUN, mpiexec, only_result, run

@@ -19,7 +19,7 @@ SOURCES = {"commbench": "commbench", "optimizers": "commbench.optimizers",
 # it or one of its packages (`commbench.__init__` names the package itself only).
 LAYERS = [
     ("entry", ["commbench.cli", "commbench.__main__"]),
-    ("commands", ["commbench.run", "commbench.sweep", "commbench.listing",
+    ("commands", ["commbench.job.run", "commbench.sweep", "commbench.listing",
                   "commbench.analysis.report", "commbench.analysis.plot_command",
                   "commbench.analysis.compare", "commbench.microbench.command",
                   "commbench.simulate.command", "commbench.cluster.command",
@@ -27,22 +27,16 @@ LAYERS = [
     ("charts", ["commbench.plots"]),
     ("reading and modelling", ["commbench.analysis", "commbench.simulate", "commbench.cluster",
                                "commbench.microbench", "commbench.microbench.results"]),
-    ("a job", ["commbench.config", "commbench.data", "commbench.loop", "commbench.console",
-               "commbench.record", "commbench.measurements", "commbench.compute_only",
-               "commbench.registry", "commbench.training_to_accuracy",
-               "commbench.recipe", "commbench.device_time", "commbench.training_step",
-               "commbench.optimizers", "commbench.comm", "commbench.microbench.harness",
-               "commbench.microbench.link",
+    ("a job", ["commbench.job", "commbench.config.run_config", "commbench.data",
+               "commbench.result.record", "commbench.registry",
+               "commbench.timing.gpu_kernels", "commbench.optimizers", "commbench.comm",
+               "commbench.microbench.harness", "commbench.microbench.link",
                "commbench.microbench.ops"]),
-    ("foundations", ["commbench.flags", "commbench.launch", "commbench.launch.lost_machine",
-                     "commbench.environment",
-                     "commbench.allocator", "commbench.failure", "commbench.results",
-                     "commbench.metrics", "commbench.topology", "commbench.models",
-                     "commbench.precision", "commbench.compression", "commbench.straggler",
-                     "commbench.spans",
-                     "commbench.intervals",
-                     "commbench.step_split", "commbench.clock_alignment",
-                     "commbench.trace_file", "commbench.wire"]),
+    ("foundations", ["commbench.config", "commbench.launch", "commbench.launch.lost_machine",
+                     "commbench.result", "commbench.timing", "commbench.topology",
+                     "commbench.job.allocator", "commbench.job.failure",
+                     "commbench.job.models", "commbench.job.precision",
+                     "commbench.job.straggler"]),
     ("base", ["commbench.errors", "commbench.units", "commbench.__init__"]),
 ]
 
@@ -138,10 +132,10 @@ def test_the_import_graph_has_no_cycle():
 def test_the_checker_sees_what_it_must():
     graph = import_graph()
     # a plain import, a function-level import, and an annotation-only import left out
-    assert "commbench.errors" in graph["commbench.run"]
+    assert "commbench.errors" in graph["commbench.job.run"]
     assert "commbench.optimizers.base" in graph["commbench.registry"]
-    assert "commbench.config" not in graph["commbench.optimizers.base"]
-    assert layer_of("commbench.cli") < layer_of("commbench.run") \
+    assert "commbench.config.run_config" not in graph["commbench.optimizers.base"]
+    assert layer_of("commbench.cli") < layer_of("commbench.job.run") \
         < layer_of("commbench.plots.scaling")
     assert layer_of("commbench.launch.mpirun_front") < layer_of("commbench.launch.detect")
 

@@ -7,7 +7,7 @@ it refuses."""
 import pytest
 
 from cli_helpers import commbench, refused
-from commbench import wire
+from commbench.timing import wire
 from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
 from programs.commbench_runs import consensus_of, run_commbench
 

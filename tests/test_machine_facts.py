@@ -1,4 +1,4 @@
-"""What a result records of each machine it ran on (commbench.environment.machine_facts):
+"""What a result records of each machine it ran on (commbench.result.environment.machine_facts):
 its network interfaces and their speed, its RDMA devices, its GPU topology, read from a
 sysfs tree made here; and, from a real run, under each machine's hostname."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench import environment
+from commbench.result import environment
 from launchers import TINY_RUN, mpiexec, only_result
 
 

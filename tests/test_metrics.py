@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from commbench import metrics
+from commbench.result import metrics
 
 
 def test_spread_is_horovods_1_96_population_std():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench import flags
+from commbench.config import flags
 from commbench.errors import UsageError
 from commbench.microbench import command as microbench
 from launchers import mpiexec

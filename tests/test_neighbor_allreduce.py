@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from commbench.config import RunConfig
+from commbench.config.run_config import RunConfig
 from commbench.errors import UsageError
 from commbench.launch.distributed import DistContext
 from commbench.launch.detect import LaunchInfo

@@ -8,9 +8,11 @@ import os
 import pytest
 
 from cli_helpers import commbench
-from commbench import measurements, record, results, trace_file
-from commbench.config import RunConfig
-from commbench.loop import LossWatch
+from commbench.job import per_iteration
+from commbench.result import record, store
+from commbench.timing import trace_file
+from commbench.config.run_config import RunConfig
+from commbench.job.speed_loop import LossWatch
 from launchers import PYTHON, TINY_RUN, mpiexec, only_result, run
 
 
@@ -22,14 +24,14 @@ def strict(text):
 
 
 def test_non_finite_numbers_are_written_as_strict_json_and_read_back(tmp_path):
-    doc = results.new_document("run")
+    doc = store.new_document("run")
     doc.update(config={"model": "NaN"}, summary={"final_loss": math.nan, "diverged": None},
                samples={"loss": [[1.0, math.inf], [-math.inf, 2.0]]})
-    path = results.write_result(tmp_path, doc, "diverged")
+    path = store.write_result(tmp_path, doc, "diverged")
     on_disk = strict(path.read_text())
     assert on_disk["summary"]["final_loss"] == "NaN"
     assert on_disk["samples"]["loss"] == [[1.0, "Infinity"], ["-Infinity", 2.0]]
-    back = results.read_result(path)
+    back = store.read_result(path)
     assert math.isnan(back["summary"]["final_loss"])
     assert back["samples"]["loss"] == [[1.0, math.inf], [-math.inf, 2.0]]
     assert back["config"]["model"] == "NaN"  # what the user typed is never decoded
@@ -37,13 +39,13 @@ def test_non_finite_numbers_are_written_as_strict_json_and_read_back(tmp_path):
 
 @pytest.mark.parametrize("version", [None, "1", True, 0, 1.5])
 def test_a_schema_version_that_is_not_a_whole_number_is_malformed(tmp_path, version):
-    doc = {"format": results.FORMAT, "status": "ok", "config": {}, "summary": {}}
+    doc = {"format": store.FORMAT, "status": "ok", "config": {}, "summary": {}}
     if version is not None:
         doc["schema_version"] = version
     path = tmp_path / "odd.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="malformed: its schema_version"):
-        results.read_result(path)
+        store.read_result(path)
 
 
 def test_the_loss_watch_counts_warm_up_and_finds_the_first_non_finite_step():
@@ -56,8 +58,8 @@ def test_the_loss_watch_counts_warm_up_and_finds_the_first_non_finite_step():
 
 
 def test_divergence_is_the_earliest_step_over_ranks():
-    assert measurements.diverged([None, None]) is None
-    assert measurements.diverged([7, None, 4, 4]) == {"step": 4, "rank": 2}
+    assert per_iteration.diverged([None, None]) is None
+    assert per_iteration.diverged([7, None, 4, 4]) == {"step": 4, "rank": 2}
 
 
 def test_a_timeline_that_cannot_be_written_leaves_the_result_written(tmp_path):
@@ -65,11 +67,11 @@ def test_a_timeline_that_cannot_be_written_leaves_the_result_written(tmp_path):
     taken.write_text("someone else's file")  # appeared at the trace's path during the run
     config = RunConfig(results_dir=str(tmp_path / "results"), timeline=str(taken))
     (tmp_path / "results").mkdir()
-    doc = results.new_document("run")
+    doc = store.new_document("run")
     doc.update(config=config.to_dict(), summary={})
     written = record.write(config, doc, "stem", events=[[]], hosts=["h"],
                            clocks={"seconds": [0.0], "uncertainty": [0.0]})
-    assert written.path.exists() and results.read_result(written.path)["kind"] == "run"
+    assert written.path.exists() and store.read_result(written.path)["kind"] == "run"
     assert str(taken) in written.timeline_error and "exists" in written.timeline_error
     assert taken.read_text() == "someone else's file"
 

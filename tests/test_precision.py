@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from commbench import precision
+from commbench.job import precision
 from commbench.analysis.reading import precision_of
 from commbench.errors import UsageError
 from launchers import TINY_RUN

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench import results
+from commbench.result import store
 from analysis_helpers import run_compare, run_report
 from commbench.analysis import plot_command as plot
 from commbench.analysis import reader, reading, validate
@@ -26,7 +26,7 @@ GOOD = sorted(RUNS.glob("*-allreduce-n[124]-*.json"))[:3]  # N = 1, 2, 4
 
 
 def fixture_doc(pattern: str, directory: Path = RUNS) -> dict:
-    return results.read_result(next(directory.glob(pattern)))
+    return store.read_result(next(directory.glob(pattern)))
 
 
 def good_dir(tmp_path: Path, name: str = "runs") -> Path:
@@ -62,7 +62,7 @@ def setting(path: str, value):
 
 DELETE = object()
 
-# (what is wrong, how, the field the warning names); written through results.to_json,
+# (what is wrong, how, the field the warning names); written through store.to_json,
 # so non-finite numbers are the strings a result file holds
 BAD_RUNS = [
     ("workers 0", setting("summary.workers", 0), "summary.workers"),
@@ -102,7 +102,7 @@ BAD_RUNS = [
 def bad_run(directory: Path, mutate, name: str = "bad.json") -> Path:
     doc = mutate(copy.deepcopy(fixture_doc("*-allreduce-n2-9d4*.json")))
     path = directory / name
-    path.write_text(results.to_json(doc))
+    path.write_text(store.to_json(doc))
     return path
 
 
@@ -174,7 +174,7 @@ def diverged_run(directory: Path) -> Path:
     doc["samples"]["loss"] = [[math.nan] * len(rank) for rank in doc["samples"]["loss"]]
     doc["samples"]["consensus_distance"][-1] = math.inf
     path = directory / "diverged.json"
-    path.write_text(results.to_json(doc))
+    path.write_text(store.to_json(doc))
     return path
 
 
@@ -240,8 +240,8 @@ def test_compare_never_calls_a_nan_difference_not_significant(tmp_path):
     assert_one_warning(err, path, "summary.total_img_sec.mean")
     # and a run that reaches the comparison with a non-finite number (read without
     # its checks) is called incomparable, never "not significant"
-    runs = [reading.read_run(p, results.read_result(p)) for p in GOOD]
-    broken = reading.read_run(path, results.read_result(path))
+    runs = [reading.read_run(p, store.read_result(p)) for p in GOOD]
+    broken = reading.read_run(path, store.read_result(path))
     same = [r for r in runs if r.workers == broken.workers][0]
     pair = Comparison([same], [broken], 0.05, 0.05).pairs[0]
     assert pair["result"] == "n/a: cannot compare (NEW's img/sec is nan)"
@@ -259,9 +259,9 @@ def accuracy_dir(tmp_path: Path) -> Path:
 
 
 def mutated_accuracy(directory: Path, mutate, name: str) -> Path:
-    doc = results.read_result(sorted(TARGET.glob("*-allreduce-*.json"))[0])
+    doc = store.read_result(sorted(TARGET.glob("*-allreduce-*.json"))[0])
     path = directory / name
-    path.write_text(results.to_json(mutate(copy.deepcopy(doc))))
+    path.write_text(store.to_json(mutate(copy.deepcopy(doc))))
     return path
 
 
@@ -339,7 +339,7 @@ def test_compare_of_accuracy_with_a_diverged_run_is_strict_json(tmp_path):
 
 
 def microbench_doc(seconds: float) -> dict:
-    doc = results.new_document(microbench_results.KIND)
+    doc = store.new_document(microbench_results.KIND)
     doc.update(config={"topology": "ring"}, environment={"backend": "gloo", "device": "cpu"},
                summary={"world_size": 2, "sizes": [1024], "ops": ["allreduce"], "wrong": 0},
                rows=[{"op": "allreduce", "impl": "commbench", "commbench": True,
@@ -358,8 +358,8 @@ def read_kind(kind, path):
 
 
 def test_a_microbench_file_with_a_nan_time_is_skipped_beside_a_good_one(tmp_path):
-    (tmp_path / "good.json").write_text(results.to_json(microbench_doc(1e-4)))
-    (tmp_path / "bad.json").write_text(results.to_json(microbench_doc(math.nan)))
+    (tmp_path / "good.json").write_text(store.to_json(microbench_doc(1e-4)))
+    (tmp_path / "bad.json").write_text(store.to_json(microbench_doc(math.nan)))
     found, notes = read_kind("microbench", tmp_path)
     assert [r.path.name for r in found] == ["good.json"]
     assert len(notes) == 1 and "bad.json" in notes[0]
@@ -380,23 +380,23 @@ BAD_MICROBENCH = [
 @pytest.mark.parametrize("what, mutate, field", BAD_MICROBENCH,
                          ids=[b[0] for b in BAD_MICROBENCH])
 def test_a_bad_microbench_file_is_skipped_naming_the_field(tmp_path, what, mutate, field):
-    (tmp_path / "good.json").write_text(results.to_json(microbench_doc(1e-4)))
+    (tmp_path / "good.json").write_text(store.to_json(microbench_doc(1e-4)))
     path = tmp_path / "bad.json"
-    path.write_text(results.to_json(mutate(microbench_doc(1e-4))))
+    path.write_text(store.to_json(mutate(microbench_doc(1e-4))))
     found, notes = read_kind("microbench", tmp_path)
     assert [r.path.name for r in found] == ["good.json"]
     assert len(notes) == 1 and f"skipping {path}: " in notes[0] and field in notes[0]
 
 
 def test_a_microbench_reader_that_fails_on_a_file_skips_it_like_the_others(tmp_path):
-    (tmp_path / "good.json").write_text(results.to_json(microbench_doc(1e-4)))
-    found, _ = results.load_results([tmp_path])
+    (tmp_path / "good.json").write_text(store.to_json(microbench_doc(1e-4)))
+    found, _ = store.load_results([tmp_path])
     kept, notes = microbench_results.usable(found, lambda doc: doc["config"]["missing"])
     assert kept == [] and len(notes) == 1 and "KeyError: 'missing'" in notes[0]
 
 
 def projection_doc(img_sec) -> dict:
-    doc = results.new_document(projection_file.KIND)
+    doc = store.new_document(projection_file.KIND)
     doc.update(title="PROJECTION: resnet18", notes=[], summary={}, config={},
                rows=[{"strategy": "allreduce", "workers": 2, "machines": 1, "img_sec": img_sec,
                       "band": [90.0, 110.0], "efficiency": 0.9,
@@ -409,8 +409,8 @@ def projection_doc(img_sec) -> dict:
 
 
 def test_a_projection_with_an_infinite_img_sec_is_skipped(tmp_path):
-    (tmp_path / "good.json").write_text(results.to_json(projection_doc(100.0)))
-    (tmp_path / "bad.json").write_text(results.to_json(projection_doc(math.inf)))
+    (tmp_path / "good.json").write_text(store.to_json(projection_doc(100.0)))
+    (tmp_path / "bad.json").write_text(store.to_json(projection_doc(math.inf)))
     found, notes = read_kind("projection", tmp_path)
     assert [r.path.name for r in found] == ["good.json"]
     assert len(notes) == 1 and "bad.json" in notes[0] and "rows[0].img_sec" in notes[0]
@@ -449,7 +449,7 @@ def test_a_run_on_a_crowded_machine_is_read_and_flagged(tmp_path, directory, kin
     doc["summary"]["oversubscribed"] = {"machine": "vm", "workers": 4, "physical_cores": 2}
     if kind == "accuracy":
         doc["config"]["eval_every"] = None
-    (tmp_path / "crowded.json").write_text(results.to_json(doc))
+    (tmp_path / "crowded.json").write_text(store.to_json(doc))
     read_in, notes = reader.read([tmp_path])
     assert notes == [] and len(read_in[kind]) == 1
     assert read_in[kind][0].oversubscribed is True

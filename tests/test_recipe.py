@@ -1,4 +1,4 @@
-"""The training recipe (commbench.recipe): a speed run keeps the benchmarks' constant
+"""The training recipe (commbench.job.recipe): a speed run keeps the benchmarks' constant
 learning rate; a run trained to accuracy scales its peak with the total batch, warms
 up linearly and decays by a cosine to zero over its budget; flags override both."""
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from commbench.config import RunConfig
-from commbench.recipe import Recipe
+from commbench.config.run_config import RunConfig
+from commbench.job.recipe import Recipe
 
 
 def test_a_speed_run_keeps_the_benchmarks_recipe():

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch.utils.flop_counter", reason="commbench simulate needs torch >= 2.1")
 
-from commbench import metrics  # noqa: E402
+from commbench.result import metrics  # noqa: E402
 from commbench.simulate import calibrate, compute, costs, published  # noqa: E402
 from commbench.simulate.link_costs import Link, Network  # noqa: E402
 from commbench.simulate.step import Strategy, simulate  # noqa: E402
@@ -190,7 +190,7 @@ def test_ddp_buckets_are_ddps_own(tmp_path):
     program = tmp_path / "buckets.py"
     program.write_text(
         "import json, sys, torch, torch.distributed as dist, torch.nn.functional as F\n"
-        "from commbench.models import build_model\n"
+        "from commbench.job.models import build_model\n"
         "dist.init_process_group('gloo')\n"
         "ddp = torch.nn.parallel.DistributedDataParallel(build_model('resnet18', 1000))\n"
         "x, y = torch.randn(2, 3, 32, 32), torch.randint(1000, (2,))\n"
@@ -531,9 +531,9 @@ FUZZ = [(kind, path, value, value in fine)
 
 def _full_microbench(alpha, beta, hosts, sizes) -> dict:
     """_microbench_doc as `commbench microbench` writes it, every field its readers use."""
-    from commbench import results
+    from commbench.result import store
 
-    doc = results.new_document("microbench")
+    doc = store.new_document("microbench")
     doc.update({k: v for k, v in _microbench_doc(alpha, beta, hosts, sizes).items()
                 if k != "kind"})
     for row in doc["rows"]:
@@ -560,7 +560,7 @@ def _mutated(doc: dict, path: str, value) -> dict:
 def calibration_files(tmp_path_factory):
     """Good runs (one with a compute-only reference) and a good microbench file, and a
     good file of each kind to mutate."""
-    from commbench import results
+    from commbench.result import store
 
     good = tmp_path_factory.mktemp("calibration")
     for path in (DATA / "runs-new").glob("*-n[12]-*.json"):
@@ -569,7 +569,7 @@ def calibration_files(tmp_path_factory):
     run["samples"].update(reference_batch_seconds=[[[0.1, 0.11]] * 3] * 2,
                           reference_phase_seconds=[[[0.03, 0.06, 0.01]] * 2] * 2)
     bench = _full_microbench(20e-6, 1 / 5e9, ["a"] * 4, [1 << k for k in range(12, 22, 2)])
-    (good / "bench.json").write_text(results.to_json(bench))
+    (good / "bench.json").write_text(store.to_json(bench))
     return good, {"run": run, "microbench": bench}
 
 
@@ -581,7 +581,8 @@ def test_one_bad_calibration_file_is_skipped_in_one_line(tmp_path, capsys, monke
                                                          fine):
     import copy
 
-    from commbench import cli, results
+    from commbench import cli
+    from commbench.result import store
     from commbench.plots import projection
     from commbench.simulate import command
 
@@ -589,7 +590,7 @@ def test_one_bad_calibration_file_is_skipped_in_one_line(tmp_path, capsys, monke
     runs = tmp_path / "runs"
     shutil.copytree(good, runs)
     bad = runs / "bad.json"
-    bad.write_text(results.to_json(_mutated(copy.deepcopy(docs[kind]), path, value)))
+    bad.write_text(store.to_json(_mutated(copy.deepcopy(docs[kind]), path, value)))
     args = cli.build_parser().parse_args(["simulate", str(runs), "--link", "1gbit", "--np",
                                           "1,2,4", "-o", str(tmp_path / "p")])
     args.run_flags = []

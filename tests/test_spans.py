@@ -1,13 +1,13 @@
-"""The step split and the timeline from recorded spans (commbench.spans,
-commbench.step_split, commbench.trace_file), on spans made by hand: parts that add up
+"""The step split and the timeline from recorded spans (commbench.timing.spans,
+commbench.timing.step_split, commbench.timing.trace_file), on spans made by hand: parts that add up
 to the step, a late peer seen as waiting, overlap, the trace-event format."""
 
 import pytest
 
-from commbench import spans, trace_file
-from commbench.spans import Span
-from commbench.step_split import PARTS, split_steps, summarize
-from commbench.trace_file import trace_events
+from commbench.timing import spans, trace_file
+from commbench.timing.spans import Span
+from commbench.timing.step_split import PARTS, split_steps, summarize
+from commbench.timing.trace_file import trace_events
 
 
 def step_events(step, start, forward, backward, wait, optimizer, post=None, peers=None,

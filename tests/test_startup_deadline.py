@@ -1,6 +1,6 @@
 """Start-up is under --timeout too: a rank that stops before the process group exists
 ends the job after --timeout with one line, naming the ranks that did not arrive where
-the waiting rank can know them, and nothing is written (commbench.failure's start-up
+the waiting rank can know them, and nothing is written (commbench.job.failure's start-up
 line, the roll calls of commbench.launch.rendezvous and commbench.launch.distributed)."""
 
 import os
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench import failure
+from commbench.job import failure
 from commbench.launch.rendezvous import poll_until
 from launchers import TINY_RUN, launcher_env, mpiexec, torchrun
 
@@ -86,7 +86,7 @@ def test_a_rank_stopped_5_s_after_launch_ends_the_job_within_the_timeout(tmp_pat
 @pytest.mark.job
 def test_a_start_up_wait_past_its_deadline_ends_the_process_with_one_line():
     code = ("import time\n"
-            "from commbench.failure import startup_wait\n"
+            "from commbench.job.failure import startup_wait\n"
             "with startup_wait(0.5, 'rank 3 did not arrive'):\n"
             "    time.sleep(60)\n")
     began = time.monotonic()

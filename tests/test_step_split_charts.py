@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from commbench import trace_file
+from commbench.timing import trace_file
 from commbench.analysis import plot_command as plot
 from commbench.analysis import report
 from test_spans import step_events

@@ -1,4 +1,4 @@
-"""Stragglers on purpose (--slow-ranks, commbench.straggler): the flag, the idling a
+"""Stragglers on purpose (--slow-ranks, commbench.job.straggler): the flag, the idling a
 slowed rank's step gets before each compute phase, its own part of the step split,
 what the result records, and, through mpiexec, that the peers see it as waiting."""
 
@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from cli_helpers import commbench
-from commbench import spans, straggler
+from commbench.job import straggler
+from commbench.timing import spans
 from commbench.errors import UsageError
-from commbench.spans import Span
-from commbench.step_split import PARTS, split_steps
-from commbench.training_step import TrainingStep
+from commbench.timing.spans import Span
+from commbench.timing.step_split import PARTS, split_steps
+from commbench.job.training_step import TrainingStep
 from launchers import TINY_RUN, mpiexec, only_result
 
 PHASE_SECONDS = {"forward": 0.01, "backward": 0.02, "optimizer": 0.005}

@@ -1,4 +1,4 @@
-"""The one training step (commbench.training_step): the spans it records at each of its
+"""The one training step (commbench.job.training_step): the spans it records at each of its
 points, in-process on a tiny model, and the complete strategy that docs/plugins.md
 shows, run as written."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from commbench import spans
-from commbench.loop import PHASES, measure_phases
+from commbench.timing import spans
+from commbench.job.speed_loop import PHASES, measure_phases
 from commbench.optimizers.mixing import Mixer, combine_step
-from commbench.training_step import TrainingStep
+from commbench.job.training_step import TrainingStep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,7 +179,7 @@ def test_only_the_training_step_computes_the_loss():
     sources = [p for folder in ("commbench", "optimizers") for p in (ROOT / folder).rglob("*.py")]
     computing = [p.relative_to(ROOT).as_posix() for p in sources
                  if "cross_entropy(" in p.read_text()]
-    assert computing == ["commbench/training_step.py"]
+    assert computing == ["commbench/job/training_step.py"]
 
 
 def documented_strategy() -> str:

@@ -1,4 +1,4 @@
-"""Training to accuracy (commbench.training_to_accuracy): the stop rule, the averaged model, a
+"""Training to accuracy (commbench.job.accuracy_loop): the stop rule, the averaged model, a
 curve that a seed makes reproducible, "not reached" never given a time, and requests
 that cannot be trained refused in one line."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import commbench
-from commbench.config import MAX_EPOCHS, RunConfig
-from commbench.training_to_accuracy import Point, StopRule, outcome
+from commbench.config.run_config import MAX_EPOCHS, RunConfig
+from commbench.job.accuracy_loop import Point, StopRule, outcome
 from launchers import PYTHON, mpiexec, only_result, run
 from test_spans import check_trace
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import commbench
-from commbench import metrics
+from commbench.result import metrics
 from commbench.analysis import report
 from launchers import PYTHON, TINY_RUN
 
@@ -75,7 +75,7 @@ def test_what_is_not_to_be_trusted_is_flagged(change, flag):
 def test_oversubscription_counts_workers_against_physical_cores():
     from commbench.launch.distributed import DistContext
     from commbench.launch.detect import LaunchInfo
-    from commbench.measurements import oversubscribed
+    from commbench.job.per_iteration import oversubscribed
 
     def ctx(hosts, cores, device="cpu"):
         return DistContext(LaunchInfo("openmpi", 0, len(hosts)), SimpleNamespace(type=device),

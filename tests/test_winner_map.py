@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from commbench import results
+from commbench.result import store
 from commbench.analysis import report, winner_map
 from commbench.analysis.accuracy import group
 from commbench.analysis.accuracy_reading import usable
-from commbench.results import load_results
+from commbench.result.store import load_results
 from commbench.simulate import projection_file
 
 TARGET = Path(__file__).parent / "data" / "accuracy" / "target"
@@ -35,7 +35,7 @@ def cell_runs(directory: Path, network: str, stragglers: str, times: dict) -> No
             doc["environment"]["emulated_network"] = {"link": network}
         doc["config"]["slow_ranks"] = stragglers or "none"
         name = f"{network or 'shm'}-{stragglers or 'none'}-{path.name}".replace(":", "x")
-        (directory / name).write_text(results.to_json(doc))
+        (directory / name).write_text(store.to_json(doc))
 
 
 def the_map(directory: Path):
@@ -135,7 +135,7 @@ def test_a_speed_sweep_maps_the_most_images_per_second_and_calls_overlaps_too_cl
             if network:
                 doc["environment"]["emulated_network"] = {"link": network}
                 doc["summary"]["total_img_sec"]["mean"] /= 2  # the link halves every one
-            (tmp_path / f"{network or 'shm'}-{path.name}").write_text(results.to_json(doc))
+            (tmp_path / f"{network or 'shm'}-{path.name}").write_text(store.to_json(doc))
     groups, notes = analyse([tmp_path])
     found, = winner_map.maps(groups)
     assert found.kind is winner_map.SPEED and found.networks == ["200mbit", ""]

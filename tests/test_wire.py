@@ -1,13 +1,14 @@
-"""Bytes on the wire (commbench.wire): each algorithm's share per rank, the sums per step
+"""Bytes on the wire (commbench.timing.wire): each algorithm's share per rank, the sums per step
 from recorded spans, and the summary; what an engine sends out of sight is not measured.
 Whole runs check the recorded bytes against the ring (tests/test_run_mpi.py), a periodic
 strategy's steps (tests/test_local_sgd.py) and a neighbor exchange's peers (here)."""
 
 import pytest
 
-from commbench import record, wire
-from commbench.spans import Span
-from commbench.wire import NOTHING, Sent
+from commbench.result import record
+from commbench.timing import wire
+from commbench.timing.spans import Span
+from commbench.timing.wire import NOTHING, Sent
 
 
 def test_a_ring_allreduce_sends_two_n_minus_one_chunks_padding_included():
@@ -60,7 +61,7 @@ def test_tensors_handed_to_an_engine_count_their_bytes_but_no_messages():
     assert doc["samples"] == {"sent_bytes": [[22, 0]], "sent_messages": None}
     sent = doc["summary"]["wire"]
     assert sent["bytes_per_step"] == 11 and sent["messages_per_step"] is None
-    from commbench.console import wire_lines
+    from commbench.job.console import wire_lines
 
     assert "in messages the engine fused out of sight per step" in wire_lines(doc["summary"])[0]
 

@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from commbench import spans
-from commbench.config import config_from_args
+from commbench.timing import spans
+from commbench.config.run_config import config_from_args
 from commbench.launch.detect import detect_launch
 from commbench.launch.distributed import init_distributed
 from in_job import Job, commbench_rate, hand_written

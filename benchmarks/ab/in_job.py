@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-from commbench.config import RunConfig, add_run_arguments
-from commbench.recipe import Recipe
-from commbench.run import run
+from commbench.config.run_config import RunConfig, add_run_arguments
+from commbench.job.recipe import Recipe
+from commbench.job.run import run
 
 
 @dataclass

@@ -31,7 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from commbench import metrics, units
+from commbench import units
+from commbench.result import metrics
 from commbench.cluster import namespaces
 
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}

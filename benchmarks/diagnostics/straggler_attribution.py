@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from commbench.step_split import PARTS
+from commbench.timing.step_split import PARTS
 
 MODEL = ["--model", "resnet18", "--image-size", "32", "--batch-size", "32",
          "--num-warmup-batches", "8", "--num-batches-per-iter", "8", "--num-iters", "4",

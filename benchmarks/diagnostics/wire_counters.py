@@ -26,7 +26,7 @@ from pathlib import Path
 
 from timeline_network import mpirun
 
-from commbench import wire
+from commbench.timing import wire
 from commbench.cluster import namespaces
 
 STRATEGIES = {

@@ -122,7 +122,7 @@ def analyse(out: Path) -> None:
 def fit_links(out: Path):
     """The links fitted on the microbench files: on shared memory, and between machines
     at the calibration rate."""
-    from commbench.results import load_results
+    from commbench.result.store import load_results
     from commbench.simulate import calibrate, link_costs
 
     benches, _ = load_results([out / "calibration" / "shared-memory",
@@ -147,7 +147,7 @@ def fit_overlaps(out: Path, calibrated, grads) -> dict:
 def fit_overlap_at(directory, net, grads, stragglers: bool):
     """Per strategy, the overlap efficiency that meets its runs in `directory` (a
     calibration layout), for the model with or without its straggler term."""
-    from commbench.results import load_results
+    from commbench.result.store import load_results
     from commbench.simulate.project import Inputs, fit_overlap
     from commbench.simulate.step import Strategy
 
@@ -182,7 +182,7 @@ def network_at(calibrated, rate: str):
 def rows_at(rate_dir: Path, calibrated, grads, overlaps) -> list:
     """The table's rows for one network (`rate_dir`: a folder of layouts), one per layout
     and strategy."""
-    from commbench.results import load_results
+    from commbench.result.store import load_results
 
     rate = rate_dir.name
     overlap = overlaps["shared-memory" if rate == "shared-memory" else "network"]
@@ -201,7 +201,8 @@ def rows_at(rate_dir: Path, calibrated, grads, overlaps) -> list:
 def row_for(rate: str, layout, strategy_name: str, mine, net, grads, overlap) -> dict:
     """One row of the table: the strategy's runs `mine` on `layout` (machines, ranks per
     machine) against the model's projections and the two naive baselines."""
-    from commbench import metrics, units
+    from commbench import units
+    from commbench.result import metrics
     from commbench.simulate import costs
     from commbench.simulate.step import Strategy
 

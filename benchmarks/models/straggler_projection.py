@@ -34,7 +34,7 @@ def commbench(*args) -> None:
 def measured(directory: Path):
     """{(stragglers, strategy label): (mean total img/sec, its interval)} of the runs."""
     from commbench.analysis import reading
-    from commbench.results import load_results
+    from commbench.result.store import load_results
     from commbench.simulate.calibrate import strategy_of
 
     found = {}
@@ -50,7 +50,7 @@ def measured(directory: Path):
 
 def projected(directory: Path):
     """{strategy label: projected img/sec} of the one projection file in directory."""
-    from commbench.results import load_results
+    from commbench.result.store import load_results
     from commbench.simulate import projection_file
 
     files, _ = projection_file.usable(load_results([directory])[0])

@@ -52,7 +52,7 @@ def study_settings(results: Path):
     """(the study's accuracy groups, its emulated links, its straggler settings)."""
     from commbench.analysis.accuracy import group
     from commbench.analysis.accuracy_reading import usable
-    from commbench.results import load_results
+    from commbench.result.store import load_results
 
     runs, notes = usable(load_results([results])[0])
     for line in notes:
@@ -125,7 +125,7 @@ def main() -> int:
                         help="links this box cannot emulate, projected as further columns")
     args = parser.parse_args()
     from commbench.analysis import plot_command
-    from commbench.results import load_results
+    from commbench.result.store import load_results
     from commbench.simulate import projection_file
 
     calibration = args.calibration or args.out / "calibration"

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from commbench import units
 from commbench.cluster import namespaces
-from commbench.results import read_result
+from commbench.result.store import read_result
 from commbench.sweep.execute import job_environment, run_one
 from commbench.sweep.plan import cluster_shape, plan_emulated
 

@@ -1,5 +1,5 @@
 """Reading the results of runs trained to accuracy (kind "accuracy",
-commbench.training_to_accuracy) for `report`, `plot` and `compare`: the fields a reader
+commbench.job.accuracy_loop) for `report`, `plot` and `compare`: the fields a reader
 computes with, checked before it does (commbench.analysis.validate), and each file made
 into an AccuracyRun of commbench.analysis.accuracy, its group key spelt out from the
 run's settings. Pure functions of the files; no torch.
@@ -16,8 +16,8 @@ from commbench.analysis.accuracy import AccuracyKey, AccuracyRun
 from commbench.analysis.reading import SPLIT_AND_WIRE_FIELDS, machine_of, series_of
 from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
-from commbench.config import MAX_EPOCHS
-from commbench.results import Result
+from commbench.config.run_config import MAX_EPOCHS
+from commbench.result.store import Result
 
 KIND = "accuracy"
 

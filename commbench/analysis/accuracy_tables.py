@@ -10,7 +10,7 @@ from commbench.analysis import split_table, tables
 from commbench.analysis import time_to_target as ttt
 from commbench.analysis.accuracy import AccuracyGroup, AccuracyKey, AccuracyRow, AccuracyRun
 from commbench import units
-from commbench.results import to_json
+from commbench.result.store import to_json
 
 HEADERS = ["strategy", "topology", "N", "runs", "reached", "time s", "by", "median s",
            "min-max s", "steps", "epochs", "sent", "best if missed", "img/sec",

@@ -15,12 +15,12 @@ import json
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
-from commbench import metrics
+from commbench.result import metrics
 from commbench.analysis import accuracy, grouping
 from commbench.analysis import tables
 from commbench.analysis.compare_accuracy import AccuracyComparison
 from commbench.analysis.runs import Point, Run, emulated, slowed
-from commbench.results import to_json
+from commbench.result.store import to_json
 
 TEST = "Welch's t-test on per-iteration total img/sec (S_i), two-sided"
 HEADERS = ["strategy", "topology", "N", "base img/sec", "new img/sec", "ratio", "delta",

@@ -7,7 +7,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from commbench import metrics
+from commbench.result import metrics
 from commbench.analysis.runs import Baseline, Group, GroupKey, Point, Run, Series
 
 

@@ -1,5 +1,5 @@
 """The one reader of result files for `report`, `plot` and `compare`: the files are
-read once (commbench.results), and each result is checked and made into its kind's
+read once (commbench.result.store), and each result is checked and made into its kind's
 model by that kind's reader, listed in KINDS. Speed runs and runs trained to accuracy
 differ only in their fields, their groups' keys, their tables and their charts;
 microbench results and projections (commbench simulate's, shown apart and labelled)
@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tu
 from commbench.analysis import accuracy, accuracy_reading, reading
 from commbench.analysis.grouping import group_runs
 from commbench.analysis.runs import Group
-from commbench.results import Result, load_results
+from commbench.result.store import Result, load_results
 
 
 Reader = Callable[[List[Result]], Tuple[List[Any], List[str]]]

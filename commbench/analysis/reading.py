@@ -8,12 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from commbench import metrics, step_split, straggler
+from commbench.job import straggler
+from commbench.result import metrics
+from commbench.timing import step_split
 from commbench.analysis import validate
 from commbench.analysis.runs import GroupKey, Run, Series
 from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import SECONDS_FLOOR, items, number, section, text, whole
-from commbench.results import Result
+from commbench.result.store import Result
 
 KIND = "run"
 

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
-from commbench import metrics
+from commbench.result import metrics
 from commbench.analysis import accuracy_tables, reader, runs, split_table, tables, winner_map
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
-from commbench.results import to_json
+from commbench.result.store import to_json
 
 FORMATS = ("text", "markdown", "csv", "json")
 

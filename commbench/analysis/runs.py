@@ -18,7 +18,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from commbench import metrics, straggler
+from commbench.job import straggler
+from commbench.result import metrics
 
 
 class GroupKey(NamedTuple):

@@ -1,5 +1,5 @@
 """`report`'s table of where a step's time goes, per row of a speed or accuracy table
-whose runs recorded their step split (commbench.step_split): compute, the codec,
+whose runs recorded their step split (commbench.timing.step_split): compute, the codec,
 exposed communication, waiting, injected delay, and what each worker sent per step."""
 
 from __future__ import annotations

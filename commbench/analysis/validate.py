@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from commbench.results import encode_non_finite
+from commbench.result.store import encode_non_finite
 
 # What reading a document that passed its checks may still raise on a stranger: caught
 # per file, so that one file never stops the others.
@@ -103,7 +103,7 @@ def check(doc: Any, fields: Sequence[Field]) -> None:
 
 def usable(found: Iterable[Any], kind: str, fields: Sequence[Field],
            read: Callable[[Any], Any] = lambda result: result) -> Tuple[List[Any], List[str]]:
-    """What `read` makes of each result of found (commbench.results.Result) whose
+    """What `read` makes of each result of found (commbench.result.store.Result) whose
     document passes fields, and one line per result that does not or that `read`
     cannot use (it raises Invalid, naming the field, for what fields cannot say)."""
     kept, notes = [], []

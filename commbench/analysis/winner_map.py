@@ -28,7 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from commbench import straggler, units
+from commbench import units
+from commbench.job import straggler
 from commbench.analysis import tables
 from commbench.analysis import time_to_target as ttt
 from commbench.errors import UsageError

@@ -16,9 +16,9 @@ from typing import List, Optional, Tuple
 
 from commbench.comm.neighbor_exchange import NeighborExchange
 from commbench.comm.shared_memory import machine_slots
-from commbench import wire
+from commbench.timing import wire
 from commbench.launch.groups import machine_groups
-from commbench.wire import NOTHING, Sent
+from commbench.timing.wire import NOTHING, Sent
 
 # Bytes of one piece of the pipeline per transport between machines. MPI and NCCL get
 # whole buffers (None): Open MPI moves a message only while its rank is inside an MPI

@@ -43,7 +43,7 @@ class MpiAverager:
     def _serve(self) -> None:
         from mpi4py import MPI
 
-        from commbench.failure import mpi_deadline
+        from commbench.job.failure import mpi_deadline
 
         while True:
             tensor, future = self._work.get()

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from commbench import spans, wire
+from commbench.timing import spans, wire
 from commbench.comm.transport import TRANSPORTS
-from commbench.wire import Sent
+from commbench.timing.wire import Sent
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

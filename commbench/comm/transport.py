@@ -148,7 +148,7 @@ class MpiTransport:
     def post(chunks: List[list]) -> List[Handle]:
         from mpi4py import MPI
 
-        from commbench.failure import mpi_deadline
+        from commbench.job.failure import mpi_deadline
 
         def wait_all(requests):
             with mpi_deadline.watch("neighbor exchange (MPI)"):

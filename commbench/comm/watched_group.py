@@ -7,7 +7,7 @@ between: cast, orthogonalize, multiply, cast back. Each call of the hook gets a
 `WatchedGroup` of its own around the real group, so its collectives form one chain in
 time, hook start -> allreduce -> its completion -> ... -> the hook's result. Each
 allreduce is a communication piece with the bytes it actually carried; each stretch
-between is codec time, the price of the compression (commbench.step_split).
+between is codec time, the price of the compression (commbench.timing.step_split).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
-from commbench import spans, wire
+from commbench.timing import spans, wire
 
 
 class WatchedGroup:

@@ -49,9 +49,19 @@ class Batches:
     task: Union[LearnableTask, LocalDataset, None] = None
 
 
-def synthetic(batch_size: int, image_size: int, classes: int, device, seed: int) -> Batches:
-    from commbench.models import synthetic_batch
+def synthetic_batch(batch_size: int, image_size: int, num_classes: int, device,
+                    seed: int) -> Tuple[Any, Any]:
+    """One batch of random images and labels, generated once on the device (as Horovod's
+    and Bluefog's synthetic benchmarks do), so that the input pipeline costs nothing."""
+    import torch
 
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch_size, 3, image_size, image_size, generator=generator)
+    labels = torch.randint(num_classes, (batch_size,), generator=generator)
+    return images.to(device), labels.to(device)
+
+
+def synthetic(batch_size: int, image_size: int, classes: int, device, seed: int) -> Batches:
     images, labels = synthetic_batch(batch_size, image_size, classes, device, seed=seed)
     return Batches(lambda: (images, labels), classes, {"data": "synthetic"})
 

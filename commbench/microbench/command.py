@@ -15,7 +15,7 @@ outside the timed region, after a barrier; each rank times its own call. Every
 commbench call's output is checked (with -c 1, the default) against the dense
 reference (W_t X)_r of that call's mixing matrix (the average for allreduce); the
 number of wrong results is the #wrong column. Metrics are defined in
-commbench.metrics; the result file is of kind "microbench", its schema documented in
+commbench.result.metrics; the result file is of kind "microbench", its schema documented in
 commbench.microbench.results (which also reads it back for `report` and `plot`).
 """
 
@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from commbench import compression, units
-from commbench.config import RunConfig, config_from_args
+from commbench import units
+from commbench.config import compression
+from commbench.config.run_config import RunConfig, config_from_args
 from commbench.errors import UsageError
-from commbench.flags import (accepting, add_flags, flag_fields, int_at_least_2, names_from,
+from commbench.config.flags import (accepting, add_flags, flag_fields, int_at_least_2, names_from,
                              non_negative_int, positive_int)
 from commbench.microbench import harness, link
 from commbench.microbench.ops import OPS
@@ -81,8 +82,9 @@ def sizes(begin: int, end: int, factor: int) -> List[int]:
 
 
 def main(args) -> int:
-    from commbench import environment, metrics, registry, results
-    from commbench.allocator import steady_malloc
+    from commbench import registry
+    from commbench.result import environment, metrics, store
+    from commbench.job.allocator import steady_malloc
     from commbench.launch.detect import detect_launch
 
     steady_malloc()
@@ -104,11 +106,11 @@ def main(args) -> int:
         if why_not:
             raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
         plugin.check(config, launch)
-    results.ensure_writable(args.results_dir)
+    store.ensure_writable(args.results_dir)
     metrics.load_statistics()  # as the run does: nothing new to load after the calls
 
     from commbench.launch.distributed import init_distributed
-    from commbench.console import Printer
+    from commbench.job.console import Printer
 
     ctx = init_distributed(launch, args.no_cuda, args.timeout, args.machine_size)
     say = Printer(ctx.rank == 0)
@@ -143,9 +145,9 @@ def main(args) -> int:
     say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     if ctx.rank == 0:
         doc = result_document(args, ctx, the_sizes, found, wrong, machine)
-        path = results.write_result(args.results_dir, doc, f"microbench-n{ctx.world_size}")
+        path = store.write_result(args.results_dir, doc, f"microbench-n{ctx.world_size}")
         say(f"# Result: {path}")
-    from commbench.record import wait_for_rank_0
+    from commbench.result.record import wait_for_rank_0
 
     wait_for_rank_0(ctx)
     return 1 if wrong else 0
@@ -187,9 +189,9 @@ def format_row(row: Dict[str, Any], ratio: Optional[float] = None) -> str:
 
 def result_document(args, ctx, the_sizes, rows, wrong,
                     machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    from commbench import results
+    from commbench.result import store
 
-    doc = results.new_document(KIND)
+    doc = store.new_document(KIND)
     doc.update(
         config={"ops": list(args.op), "minbytes": args.minbytes, "maxbytes": args.maxbytes,
                 "stepfactor": args.stepfactor, "iters": args.iters,

@@ -2,7 +2,7 @@
 contenders (commbench's call, then the raw primitives) interleaved within each call
 so that load on a shared machine hits all of them alike, each output checked, and
 the rows of every rank's samples (schema in commbench.microbench.results; metrics
-defined in commbench.metrics). On an emulated cluster each machine's interface
+defined in commbench.result.metrics). On an emulated cluster each machine's interface
 counts what left it during each call (commbench.microbench.link).
 """
 
@@ -18,7 +18,7 @@ from commbench.microbench.ops.base import Data
 def bench(op_cls, plugin_cls, ctx, config, count: int, args) -> List[Dict[str, Any]]:
     """Every contender of one op (a commbench.microbench.ops class) at one size of `count`
     elements; its rows (on rank 0; [] elsewhere)."""
-    from commbench.environment import emulated_network
+    from commbench.result.environment import emulated_network
 
     op = op_cls(plugin_cls, ctx, config, Data(ctx, count))
     timed = contenders(op, raw=not args.no_raw, check=bool(args.check))
@@ -71,7 +71,7 @@ def measure(timed: List[Contender], ctx, warmup: int, iters: int,
     `settle`: seconds to pause before each call (untimed; an emulated link's refill)."""
     import torch.distributed as dist
 
-    from commbench.loop import barrier, device_sync
+    from commbench.job.speed_loop import barrier, device_sync
 
     sync = device_sync(ctx.device)
     before, last = 0, None
@@ -113,7 +113,7 @@ def rows(op, timed: List[Contender], everyone: List[Any]) -> List[Dict[str, Any]
     """One row per contender from every rank's samples (rank 0; [] elsewhere)."""
     import numpy as np
 
-    from commbench import metrics
+    from commbench.result import metrics
 
     if op.rank != 0:
         return []

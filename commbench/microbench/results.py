@@ -1,7 +1,7 @@
 """`commbench microbench` result files: their schema, reading them back, and the
 tables `commbench report` renders of them. Pure functions of the files, no torch.
 
-Result document (kind "microbench"), besides the common header of commbench.results:
+Result document (kind "microbench"), besides the common header of commbench.result.store:
     config       the flags (ops, sizes, iterations, topology settings, ...)
     environment  as for runs
     rows         one per (op, size, implementation): op, impl, commbench (bool),
@@ -29,7 +29,7 @@ from commbench.analysis import tables, validate
 from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
 from commbench.microbench.link import ABOVE_RATE, SLOW_FRACTION, flag
-from commbench.results import to_json
+from commbench.result.store import to_json
 
 KIND = "microbench"
 

@@ -16,7 +16,7 @@ import numpy as np
 from commbench.analysis import validate
 from commbench.analysis.reading import RUN_FIELDS
 from commbench.analysis.validate import MAYBE, SECONDS_FLOOR, items, number, text, whole
-from commbench import compression
+from commbench.config import compression
 from commbench.errors import UsageError
 from commbench.simulate import compute as compute_model
 from commbench.simulate import costs, engines
@@ -268,7 +268,7 @@ def measured_img_sec(runs, per_machine) -> Dict[Tuple[str, int], Tuple[float, Op
     """Mean total img/sec of the runs of each strategy and N laid out like the
     projection (their workers per machine), and its 95% interval over repeats (or the
     run's own over iterations)."""
-    from commbench import metrics
+    from commbench.result import metrics
 
     by: Dict[Tuple[str, int], List] = defaultdict(list)
     for r in runs:

@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from commbench import compression, straggler
+from commbench.config import compression
+from commbench.job import straggler
 from commbench.errors import UsageError
-from commbench.flags import periods, positive_float, positive_int
+from commbench.config.flags import periods, positive_float, positive_int
 from commbench.microbench import results as microbench_results
 from commbench.simulate import (calibrate, engines, network_inputs, nccl_tests_output,
                                 projection_file, published, table, transports)
@@ -224,7 +225,7 @@ def _output_dir(directory: str, runs) -> Path:
     if any(out.resolve() == r.path.parent.resolve() for r in runs):
         raise UsageError(f"argument --output-dir: {directory!r} holds measured results; "
                          f"projections go into a directory of their own")
-    from commbench.results import ensure_writable
+    from commbench.result.store import ensure_writable
 
     try:
         return ensure_writable(out)

@@ -62,7 +62,7 @@ def gradients(model: str, image_size: int, num_classes: int = 1000) -> Gradients
     except ImportError:
         raise UsageError("commbench simulate needs torch >= 2.1 (torch.utils.flop_counter) "
                          "to read a model's layout") from None
-    from commbench.models import build_model
+    from commbench.job.models import build_model
 
     with torch.device("meta"):
         net = build_model(model, num_classes)
@@ -141,7 +141,7 @@ def measured(batch_seconds: Sequence[float], phase_seconds: Optional[Sequence], 
              float, source: str) -> Compute:
     """A reference's per-batch times, split by its measured phase shares (or by FLOPs
     when the file predates them)."""
-    from commbench import metrics
+    from commbench.result import metrics
 
     samples = tuple(float(s) for s in batch_seconds)
     mean = float(np.mean(samples))

@@ -40,7 +40,7 @@ def write(out_dir: Path, args, title: str, rows: List[Row], notes: List[str],
     (commbench.simulate.network_inputs.Links.record); workload: what was projected, as
     the measured runs name it (model, batch_size, image_size, slow_ranks), so a reader
     sets a projection beside the runs of the same workload."""
-    from commbench.results import new_document, write_result
+    from commbench.result.store import new_document, write_result
 
     doc = new_document(KIND)
     net = inputs.network
@@ -94,7 +94,7 @@ def _first_steps(found) -> Optional[Tuple[int, float]]:
 
 
 def usable(found: List) -> Tuple[List, List[str]]:
-    """The projection files found that a reader can use (commbench.results.Result
+    """The projection files found that a reader can use (commbench.result.store.Result
     objects), and one line per projection file skipped."""
     from commbench.analysis import validate
 

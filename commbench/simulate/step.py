@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from commbench import compression
+from commbench.config import compression
 from commbench.simulate import costs, engines, powersgd
 from commbench.simulate.compute import Compute, Gradients
 from commbench.simulate.link_costs import Network

@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Sequence, Union
 
 import numpy as np
 
-from commbench import straggler
+from commbench.job import straggler
 from commbench.simulate import costs
 
 STEPS = 512  # steps run: long enough for a delay to reach every rank and settle

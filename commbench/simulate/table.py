@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
 
-from commbench import straggler, units
+from commbench import units
+from commbench.job import straggler
 from commbench.analysis import tables
 from commbench.simulate import powersgd
 from commbench.simulate.answer import verdicts

@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import List, Tuple
 
-from commbench import straggler, units
+from commbench import units
+from commbench.job import straggler
 from commbench.cluster.state import parse_link_of
-from commbench.config import RunConfig
+from commbench.config.run_config import RunConfig
 from commbench.errors import UsageError
-from commbench.flags import (accepting, add_flags, flag_fields, positive_float, positive_int,
+from commbench.config.flags import (accepting, add_flags, flag_fields, positive_float, positive_int,
                              positive_ints)
 from commbench.sweep.emulate import run_emulated
 from commbench.sweep.execute import job_environment, run_jobs

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from commbench.results import RECEIPT
+from commbench.result.store import RECEIPT
 from commbench.sweep.plan import Job, shell_line
 
 TAIL_LINES = 15
@@ -87,9 +87,9 @@ def run_one(job: Job, timeout: float, env: Dict[str, str]) -> str:
 def headline(path: Path) -> str:
     """A job's total img/sec and in-job efficiency, read from its result file; for a run
     trained to accuracy, its time to the target or its best accuracy."""
-    from commbench.metrics import trust_flags
-    from commbench.results import read_result
-    from commbench.console import percent, total_line, trained_line
+    from commbench.result.metrics import trust_flags
+    from commbench.result.store import read_result
+    from commbench.job.console import percent, total_line, trained_line
 
     doc = read_result(path)
     summary = doc["summary"]

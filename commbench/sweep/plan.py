@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Set, Tuple
 
 from commbench.errors import UsageError
-from commbench.trace_file import beside
+from commbench.timing.trace_file import beside
 
 # An emulated sweep's --link that is no network: its jobs run on this machine's shared
 # memory, a column of the same study.
@@ -128,7 +128,7 @@ def refuse_unread(strategies: List[str], config) -> None:
     run` tells) that every strategy of the sweep ignores. Strategies that cannot be
     loaded do not count: their jobs are skipped, saying why."""
     from commbench import registry
-    from commbench.flags import option_name
+    from commbench.config.flags import option_name
 
     ignored = {}  # strategy -> the RunConfig fields and plugin options it ignores
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
@@ -157,8 +157,8 @@ def flags_for(strategy: str, flags: List[str]) -> List[str]:
     """The run flags without those the strategy ignores; all of them for a strategy that
     cannot be loaded (its job is skipped, saying why)."""
     from commbench import registry
-    from commbench.config import RunConfig
-    from commbench.flags import flag_fields, option_name
+    from commbench.config.run_config import RunConfig
+    from commbench.config.flags import flag_fields, option_name
 
     try:
         cls = registry.resolve(strategy)
@@ -205,7 +205,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    from commbench.run import add_arguments
+    from commbench.job.run import add_arguments
 
     parser = _OneLineParser(prog="commbench run")
     add_arguments(parser)
@@ -221,7 +221,7 @@ def _run_options() -> Set[str]:
 def _run_config(job_flags: List[str]):
     """The RunConfig of a job's flags, as `commbench run` parses them; a bad flag ends
     the sweep here, in one line, before any job."""
-    from commbench.config import config_from_args
+    from commbench.config.run_config import config_from_args
 
     args, extra = _run_parser().parse_known_args(job_flags)
     if extra:  # said by the whole command, as `commbench run ...` would be
@@ -232,7 +232,7 @@ def _run_config(job_flags: List[str]):
 def _skip_reason(job_flags: List[str], launch) -> Optional[str]:
     """Why the job cannot run, as `commbench run` would say it; None if it can.
     The run parser rejects a bad flag here, once, instead of in every job."""
-    from commbench.run import validate
+    from commbench.job.run import validate
 
     config = _run_config(job_flags)
     try:

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from commbench import registry
-from commbench.config import RunConfig
+from commbench.config.run_config import RunConfig
 from commbench.launch.detect import detect_launch
 from commbench.launch.distributed import init_distributed
 from gathered import print_everyones

@@ -1,5 +1,5 @@
 """Under mpiexec: every rank gives a small model with BatchNorm its own parameters and
-running statistics; commbench.training_to_accuracy.average_into must give each rank's twin the
+running statistics; commbench.job.accuracy_loop.average_into must give each rank's twin the
 mean over ranks of every floating-point entry, and this rank's integer ones. Prints
 "OK <rank>" on success."""
 
@@ -8,7 +8,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from commbench.training_to_accuracy import average_into
+from commbench.job.accuracy_loop import average_into
 from commbench.launch.detect import detect_launch
 from commbench.launch.distributed import init_distributed, leave_libraries
 

@@ -103,7 +103,7 @@ class Checker:
     def recording():
         """One step as a measured step records it (what the watched hooks see), its
         spans kept for the check; forgotten after."""
-        from commbench import spans
+        from commbench.timing import spans
 
         spans.RECORDER.reset()
         spans.RECORDER.on = True
@@ -117,7 +117,7 @@ class Checker:
 
     def plugin(self, name: str, ctx=None, **flags):
         from commbench import registry
-        from commbench.config import RunConfig
+        from commbench.config.run_config import RunConfig
 
         config = RunConfig(dist_optimizer=name, cpu_transport=self.transport, **flags)
         plugin = registry.resolve(name)(ctx or self.ctx, config)
@@ -372,7 +372,7 @@ class Checker:
         not every `every`-th average the x_j of each machine only."""
         import torch
 
-        from commbench.measurements import consensus_distance
+        from commbench.job.per_iteration import consensus_distance
 
         lr = 0.2
         model = linear_model()
@@ -502,7 +502,7 @@ def main() -> int:
 
     ctx = init_distributed(detect_launch(), no_cuda=True, timeout=120)
     checker = Checker(ctx)
-    from commbench.compression import backend_sums_bfloat16
+    from commbench.config.compression import backend_sums_bfloat16
 
     checker.bf16 = backend_sums_bfloat16("cpu")
     wanted = set(sys.argv[1:]) or set(STRATEGIES)  # the strategies named, else all

@@ -19,11 +19,12 @@ import copy
 import torch
 
 from commbench import registry
-from commbench.config import add_run_arguments, config_from_args
-from commbench.recipe import Recipe
+from commbench.config.run_config import add_run_arguments, config_from_args
+from commbench.job.recipe import Recipe
 from commbench.launch.distributed import init_distributed
 from commbench.launch.detect import detect_launch
-from commbench.models import build_model, synthetic_batch
+from commbench.data.batches import synthetic_batch
+from commbench.job.models import build_model
 from gathered import print_everyones
 
 

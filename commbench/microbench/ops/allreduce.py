@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from commbench import metrics
+from commbench.result import metrics
 from commbench.microbench.ops.base import Data, Op, Primitive, on_mpi_cpu
 
 
@@ -25,7 +25,7 @@ class Allreduce(Op):
         super().__init__(plugin_cls, ctx, config, data)
         self.buffer = data.fresh()
         self.plugin = plugin_cls(ctx, config)
-        from commbench import compression
+        from commbench.config import compression
 
         compression.refuse_unsummable(self.codec, ctx.device, ctx.backend, "--compression")
 

@@ -55,7 +55,7 @@ class Op:
     reference(call)    weights w of this rank's correct output, sum_j w[j] X_j
     tolerance          how far from it the output may be (a narrow wire type rounds)
     wire_fraction      bytes sent per byte of the float32 payload (--compression)
-    bandwidths(algbw)  its bandwidth figures besides algbw (commbench.metrics)
+    bandwidths(algbw)  its bandwidth figures besides algbw (commbench.result.metrics)
     raw()              the raw primitives doing the same exchange (Primitive list)
 
     traffic and the bandwidths count the float32 payload; what a contender actually
@@ -65,7 +65,7 @@ class Op:
     compresses = True  # whether --compression narrows what its commbench row sends
 
     def __init__(self, plugin_cls, ctx, config, data: Data):
-        from commbench import compression
+        from commbench.config import compression
 
         self.ctx, self.data = ctx, data
         self.n, self.rank, self.S = ctx.world_size, ctx.rank, data.nbytes

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from commbench import metrics
+from commbench.result import metrics
 from commbench.comm.machine_averaging import SHARED_MEMORY
 from commbench.microbench.ops.base import Data, MixingOp, Primitive
 from commbench.microbench.ops.neighbor_allreduce import neighbor, send_recv

@@ -5,9 +5,9 @@ reason to show."""
 
 from dataclasses import dataclass
 
-from commbench.flags import flag, positive_int
+from commbench.config.flags import flag, positive_int
 from commbench.optimizers.base import Strategy
-from commbench.training_step import TrainingStep
+from commbench.job.training_step import TrainingStep
 
 
 @dataclass(frozen=True)

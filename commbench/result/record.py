@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Union
 
-from commbench import device_time, metrics, results, spans, straggler, trace_file, wire
-from commbench.clock_alignment import clock_offsets
-from commbench.config import RunConfig
-from commbench.loop import Timings, barrier
-from commbench.measurements import diverged, flat_parameters, oversubscribed
-from commbench.step_split import Row, split_steps, summarize
+from commbench.job import straggler
+from commbench.result import metrics, store
+from commbench.timing import gpu_kernels, spans, trace_file, wire
+from commbench.timing.clock_alignment import clock_offsets
+from commbench.config.run_config import RunConfig
+from commbench.job.speed_loop import Timings, barrier
+from commbench.job.per_iteration import diverged, flat_parameters, oversubscribed
+from commbench.timing.step_split import Row, split_steps, summarize
 
 Clocks = Dict[str, List[float]]  # the result's clock_offsets: seconds, uncertainty
 REFERENCE = ("reference_seconds", "reference_batch_seconds", "reference_windows",
@@ -130,7 +132,7 @@ class Trained:
                  clocks: Clocks, machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         outcome = dict(self.outcome)
         curve = outcome.pop("curve")
-        doc = results.new_document("accuracy")
+        doc = store.new_document("accuracy")
         doc.update(config=config.to_dict(), strategy=strategy_record(strategy),
                    environment=machine, data=self.data_facts, recipe=self.recipe,
                    curve=curve, clock_offsets=clocks,
@@ -141,7 +143,7 @@ class Trained:
 
 def add_wire(doc: Dict[str, Any], strategy, events, split: Optional[List[List[Row]]],
              images_per_step: int) -> None:
-    """summary.wire: what each rank put on the wire per step (commbench.wire), None where
+    """summary.wire: what each rank put on the wire per step (commbench.timing.wire), None where
     an engine communicates out of commbench's sight; a speed run's samples keep it per
     rank and step. A strategy that communicates in some steps only also gets the step
     split of those steps and of the others apart (`step_split_by_steps`)."""
@@ -170,7 +172,7 @@ def add_wire(doc: Dict[str, Any], strategy, events, split: Optional[List[List[Ro
 def write(config: RunConfig, doc: Dict[str, Any], stem: str, events, hosts: List[str],
           clocks: Clocks) -> Recorded:
     """The result first: a timeline that cannot be written never costs a measurement."""
-    path = results.write_result(config.results_dir, doc, stem)
+    path = store.write_result(config.results_dir, doc, stem)
     try:
         write_timeline(config, doc, events, hosts, clocks)
     except OSError as e:
@@ -179,7 +181,7 @@ def write(config: RunConfig, doc: Dict[str, Any], stem: str, events, hosts: List
 
 
 def measured_split(strategy, ctx, events, offsets) -> Optional[List[List[Row]]]:
-    """[rank][step] parts of each step (commbench.step_split.PARTS), or None where the
+    """[rank][step] parts of each step (commbench.timing.step_split.PARTS), or None where the
     spans cannot tell: an engine that communicates inside its own step, or a GPU without
     its kernels' times (whose host clock sees when work was queued, not when it ran) or
     with kernels outside their steps."""
@@ -187,8 +189,8 @@ def measured_split(strategy, ctx, events, offsets) -> Optional[List[List[Row]]]:
         return None
     if ctx.device.type == "cpu":
         return split_steps(events, offsets)
-    if device_time.has_kernels(events) and all(device_time.aligned(mine) for mine in events):
-        return split_steps([device_time.split_view(mine) for mine in events], offsets)
+    if gpu_kernels.has_kernels(events) and all(gpu_kernels.aligned(mine) for mine in events):
+        return split_steps([gpu_kernels.split_view(mine) for mine in events], offsets)
     return None
 
 
@@ -215,7 +217,7 @@ def speed_document(config: RunConfig, ctx, strategy, samples,
     summary["final_consensus_distance"] = (samples["consensus_distance"] or [None])[-1]
     summary["diverged"] = diverged(samples["first_non_finite_step"])
     summary["step_split"] = summarize(samples["step_split"])
-    doc = results.new_document("run")
+    doc = store.new_document("run")
     doc.update(config=config.to_dict(), strategy=strategy_record(strategy),
                environment=machine, samples=samples, summary=summary)
     return doc

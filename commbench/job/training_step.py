@@ -15,7 +15,7 @@ The points, in the order a step reaches them:
 Each is called with the clock reading (`spans.now()`) at which its span starts, so a
 communication piece it posts there starts exactly where the step's time for it does.
 
-On a rank slowed on purpose (--slow-ranks, commbench.straggler) each compute phase is
+On a rank slowed on purpose (--slow-ranks, commbench.job.straggler) each compute phase is
 preceded by the idling it is given, recorded as an "injected" phase.
 """
 
@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional
 
-from commbench import spans, straggler
+from commbench.job import straggler
+from commbench.timing import spans
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -5,7 +5,7 @@ other kernel (and copy) compute. Kineto stamps them in Unix time; they are moved
 the clock commbench's spans read and given to the step whose host span holds them (a
 step ends with a device sync, so its kernels end inside it).
 
-From those, each step splits as on the CPU (commbench.step_split): compute is the device
+From those, each step splits as on the CPU (commbench.timing.step_split): compute is the device
 busy with compute kernels; a stretch where only NCCL kernels run is the step blocked on
 communication; an NCCL kernel that started before the last rank had started its
 matching one (the k-th of the step everywhere) waited for that rank, since NCCL's
@@ -22,8 +22,8 @@ import warnings
 from dataclasses import replace
 from typing import Iterator, List, NamedTuple, Sequence, Tuple
 
-from commbench.intervals import minus, union
-from commbench.spans import Recorder, Span
+from commbench.timing.intervals import minus, union
+from commbench.timing.spans import Recorder, Span
 
 KERNEL, NCCL = "kernel", "nccl"  # span kinds: a compute kernel, an NCCL kernel
 # A run whose kernels mostly fall outside its steps has clocks that do not agree:

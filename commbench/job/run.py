@@ -13,19 +13,20 @@ import os
 import re
 from typing import Any, Callable, Dict, List, Optional
 
-from commbench import (console, device_time, environment, measurements, metrics,
-                       precision, record, registry, results, spans, straggler, trace_file,
-                       training_to_accuracy)
-from commbench.allocator import steady_malloc
-from commbench.config import RunConfig, add_run_arguments, config_from_args
+from commbench import registry
+from commbench.job import accuracy_loop, console, per_iteration, precision, straggler
+from commbench.result import environment, metrics, record, store
+from commbench.timing import gpu_kernels, spans, trace_file
+from commbench.job.allocator import steady_malloc
+from commbench.config.run_config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
 from commbench.data.local import LocalDataset
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
-from commbench.loop import LossWatch, device_sync, measure, warm_up
-from commbench.compute_only import ComputeOnly, phase_medians
-from commbench.models import build_model, model_names
-from commbench.recipe import Recipe
+from commbench.job.speed_loop import LossWatch, device_sync, measure, warm_up
+from commbench.job.compute_only import ComputeOnly, phase_medians
+from commbench.job.models import build_model, model_names
+from commbench.job.recipe import Recipe
 
 
 def add_arguments(parser) -> None:
@@ -41,7 +42,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
     steady_malloc()  # first: every measurement of the job in one allocation regime
     launch = detect_launch()
     strategy_cls = validate(config, launch)
-    results.ensure_writable(config.results_dir)
+    store.ensure_writable(config.results_dir)
     # The summary after the run needs scipy's statistics: loaded now, a failure to
     # load them (its shared objects mapped into a process the engines have grown)
     # cannot lose a finished run.
@@ -92,7 +93,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
 
 def _slow_down(config: RunConfig, ctx, model, images, labels, sync, say) -> None:
     """Make this rank a straggler where --slow-ranks names it: its compute phases are
-    measured alone first, and its steps then idle in proportion (commbench.straggler)."""
+    measured alone first, and its steps then idle in proportion (commbench.job.straggler)."""
     slow = straggler.parse(config.slow_ranks)
     straggler.install(None)
     if not slow.on:
@@ -119,7 +120,7 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
         reference.half()
 
     step = strategy.wrap(*_trainable(model, config, ctx.device, speed))
-    progress = measurements.AfterIteration(
+    progress = per_iteration.AfterIteration(
         ctx, config, model, type(strategy).decentralized,
         lambda means: say(console.iteration_line(means, ctx.device_kind)))
 
@@ -132,7 +133,7 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
     warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches, watch)
     say("Running benchmark...")
     spans.RECORDER.reset()
-    with device_time.kernels_of_steps(ctx.device, config.timeline is not None, spans.RECORDER):
+    with gpu_kernels.kernels_of_steps(ctx.device, config.timeline is not None, spans.RECORDER):
         timings = measure(lambda: step(*data.next()), sync, config.num_iters,
                           config.num_batches_per_iter, after_iteration=after_iteration,
                           recorder=spans.RECORDER, watch=watch)
@@ -180,7 +181,7 @@ def timeline_lines(say, config: RunConfig, steps: int, recorded: record.Recorded
 def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Batches, sync,
                        say, machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     per_epoch = data.facts["steps_per_epoch"]
-    rule = training_to_accuracy.StopRule.of(config, per_epoch)
+    rule = accuracy_loop.StopRule.of(config, per_epoch)
     total_batch = config.batch_size * ctx.world_size
     recipe = Recipe.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
     trained, optimizer = _trainable(model, config, ctx.device, recipe)
@@ -191,7 +192,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         return step(*data.next())
 
     twin = build_model(config.model, data.classes).to(ctx.device)
-    evaluator = training_to_accuracy.Evaluator(model, twin, batches.validation(
+    evaluator = accuracy_loop.Evaluator(model, twin, batches.validation(
         data.task, config.image_size, config.seed, ctx.device), ctx)
 
     def evaluate():
@@ -199,7 +200,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         return evaluator()
 
     console.training_plan(say, rule, per_epoch, recipe)
-    outcome = training_to_accuracy.train(
+    outcome = accuracy_loop.train(
         train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps,
         strategy.sees_wire)
@@ -236,7 +237,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
     straggler.check(config.slow_ranks, launch.world_size)
     batches.parse(config.data, config.seed, config.augment)
     partition.parse(config.partition)
-    training_to_accuracy.check(config)
+    accuracy_loop.check(config)
     if config.timeline is not None:
         try:
             trace_file.check_writable(config.timeline)

@@ -1,10 +1,9 @@
-"""Models and synthetic data: any torchvision classification model by name, and
-one batch of random images and labels generated once on the device (as Horovod's
-and Bluefog's synthetic benchmarks do), so that the input pipeline costs nothing."""
+"""Models by name: any torchvision classification model, built from its constructor
+with the run's number of classes (no weights)."""
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List
 
 from commbench.errors import UsageError
 
@@ -30,13 +29,3 @@ def build_model(name: str, num_classes: int):
         kwargs["aux_logits"] = False  # the extra heads return tuples, not logits
         kwargs["init_weights"] = True
     return getattr(models, name)(**kwargs)
-
-
-def synthetic_batch(batch_size: int, image_size: int, num_classes: int, device,
-                    seed: int) -> Tuple["object", "object"]:
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    images = torch.randn(batch_size, 3, image_size, image_size, generator=generator)
-    labels = torch.randint(num_classes, (batch_size,), generator=generator)
-    return images.to(device), labels.to(device)

@@ -3,7 +3,7 @@
 The named ranks compute FACTOR times slower. Before each compute phase of a step
 (forward, backward, the optimizer's update) such a rank idles FACTOR - 1 times that
 phase's compute time, measured on the rank itself before the run (alone, on a copy of
-the model: commbench.compute_only.phase_medians), so the slowdown scales with the model
+the model: commbench.job.compute_only.phase_medians), so the slowdown scales with the model
 and the machine. It idles before a phase rather than after it so that every piece of
 communication the phase posts leaves as late as a slower machine would post it: DDP
 hands its last bucket over at the end of backward, a neighbor exchange its parameters
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from commbench.errors import UsageError
-from commbench.flags import accepting
+from commbench.config.flags import accepting
 
 if TYPE_CHECKING:  # pragma: no cover
-    from commbench.spans import Span
+    from commbench.timing.spans import Span
 
 PHASES = ("forward", "backward", "optimizer")
 MAX_FACTOR = 1000.0  # beyond it a step would outlast any job's --timeout

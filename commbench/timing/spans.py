@@ -9,14 +9,14 @@ critical path's cost of handing a piece over); wait (blocked on pieces); codec
 same in a communication callback, on the transport's thread); handed (a tensor handed
 to an engine that communicates it out of sight, with what that puts on the wire, at
 the moment it is handed over); on GPUs kernel and nccl
-(commbench.device_time). Between steps, outside every step's split:
+(commbench.timing.gpu_kernels). Between steps, outside every step's split:
 consensus (measuring the consensus distance) and evaluate (scoring the models of a
 run trained to accuracy).
 
 Recording is a few clock reads and appends per step, so it is always on during the
 measured steps. After the job, rank 0 gathers every rank's spans (they pickle), puts
-them on its own clock (commbench.clock_alignment), splits the steps
-(commbench.step_split) and writes the timeline (commbench.trace_file).
+them on its own clock (commbench.timing.clock_alignment), splits the steps
+(commbench.timing.step_split) and writes the timeline (commbench.timing.trace_file).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence
 
-from commbench.wire import NOTHING, Sent
+from commbench.timing.wire import NOTHING, Sent
 
 now = time.perf_counter
 
@@ -43,7 +43,7 @@ class Span:
     name: str = ""  # what the timeline shows (the kind where empty)
     nbytes: int = 0  # a communication piece's bytes
     peers: Optional[List[int]] = None  # the ranks a piece involves; None: every rank
-    sent: int = 0  # a piece's bytes this rank put on the wire (commbench.wire)
+    sent: int = 0  # a piece's bytes this rank put on the wire (commbench.timing.wire)
     messages: int = 0  # and the messages that carried them
     aside: bool = False  # a piece posted from a communication callback, not by the step
     # False for a piece whose messages move only while this rank waits inside the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import List, NamedTuple, Tuple
 
-from commbench.spans import now
+from commbench.timing.spans import now
 
 
 def clock_offsets(ctx, rounds: int = 8) -> Tuple[List[float], List[float]]:

@@ -9,9 +9,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from commbench import spans
-from commbench.config import RunConfig
-from commbench.loop import Timings
+from commbench.timing import spans
+from commbench.config.run_config import RunConfig
+from commbench.job.speed_loop import Timings
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class AfterIteration:
 
 
 def consensus_distance(model, world_size: int) -> float:
-    """Mean over workers of ||x_r - mean x||^2 / ||mean x||^2 (see commbench.metrics)."""
+    """Mean over workers of ||x_r - mean x||^2 / ||mean x||^2 (see commbench.result.metrics)."""
     import torch
     import torch.distributed as dist
 

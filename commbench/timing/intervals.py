@@ -1,8 +1,8 @@
 """Interval arithmetic on small sorted lists of (start, end) pairs: the union of
 spans, its length, the overlap of two unions, what of one lies outside another and
 what lies inside both.
-The step split (commbench.step_split) and the GPU's view of a step
-(commbench.device_time) are built from these."""
+The step split (commbench.timing.step_split) and the GPU's view of a step
+(commbench.timing.gpu_kernels) are built from these."""
 
 from __future__ import annotations
 

@@ -22,11 +22,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from commbench import spans
-from commbench.config import EVAL_EVERY, MAX_EPOCHS, RunConfig
+from commbench.timing import spans
+from commbench.config.run_config import EVAL_EVERY, MAX_EPOCHS, RunConfig
 from commbench.errors import UsageError
-from commbench.loop import LossWatch, timed_step
-from commbench.measurements import consensus_distance
+from commbench.job.speed_loop import LossWatch, timed_step
+from commbench.job.per_iteration import consensus_distance
 
 EVAL_BATCH = 500  # validation images per forward pass: outside the clock, any size works
 
@@ -73,7 +73,7 @@ class Point:
     worker_worst: float
     loss: float  # training loss, mean over ranks and the steps since the last evaluation
     consensus_distance: float
-    # bytes each rank put on the wire so far, mean over ranks (commbench.wire); None
+    # bytes each rank put on the wire so far, mean over ranks (commbench.timing.wire); None
     # where an engine communicates out of sight
     bytes_sent: Optional[float] = None
 

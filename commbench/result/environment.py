@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from commbench import allocator
+from commbench.job import allocator
 
 
 def package_version(name: str) -> Optional[str]:
@@ -72,7 +72,7 @@ def _cpuset() -> Optional[set]:
     return None
 
 
-def git_commit(package: Path = Path(__file__).resolve().parent) -> Optional[str]:
+def git_commit(package: Path = Path(__file__).resolve().parents[1]) -> Optional[str]:
     """The project's commit when run from its own checkout (e.g. `pip install -e .`):
     only where the repository's top holds this package, so that a wheel installed in a
     virtual environment inside some other repository records no commit, not that one's."""

@@ -20,8 +20,8 @@ import statistics
 import time
 from typing import Any, Callable, Dict, List
 
-from commbench.loop import PHASES, Timings, barrier, measure, measure_phases, warm_up
-from commbench.training_step import TrainingStep
+from commbench.job.speed_loop import PHASES, Timings, barrier, measure, measure_phases, warm_up
+from commbench.job.training_step import TrainingStep
 
 
 class ComputeOnly:
@@ -77,7 +77,7 @@ def phase_medians(trainable: Callable[[Any], tuple], model, images, labels,
                   sync: Callable[[], None], batches: int = 5) -> Dict[str, float]:
     """This rank's median seconds of each compute phase (loop.PHASES) alone, with no
     communication, on a copy of the model: what a rank slowed on purpose
-    (commbench.straggler) scales its idling by."""
+    (commbench.job.straggler) scales its idling by."""
     twin, optimizer = trainable(copy.deepcopy(model))
     step = TrainingStep(twin, optimizer, sync=sync, slowed=False)
     warm_up(lambda: step(images, labels), sync, 2)

@@ -15,23 +15,23 @@ Schema (version 1), a `run` result:
                       [rank][iter] or null, reference_batch_seconds [rank][iter]
                       [batch], reference_windows [rank][half] ([start, end]),
                       reference_phase_seconds [rank][batch][forward, backward,
-                      optimizer] (commbench.loop.PHASES), loss [rank][iter],
+                      optimizer] (commbench.job.speed_loop.PHASES), loss [rank][iter],
                       consensus_distance [iter] or null, parameter_digests [rank],
                       first_non_finite_step [rank] (null where every loss was finite)
-    summary           commbench.metrics.summarize() of the samples, plus
+    summary           commbench.result.metrics.summarize() of the samples, plus
                       parameters_identical, final_loss, final_consensus_distance,
                       diverged (below)
 
-An `accuracy` result (a run trained to accuracy, commbench.training_to_accuracy) has the same
+An `accuracy` result (a run trained to accuracy, commbench.job.accuracy_loop) has the same
 header, config, strategy and environment, and instead of samples:
 
     data              the task, the partition and each worker's class mix
-    recipe            commbench.recipe.Recipe: peak_lr, lr_rule, momentum,
+    recipe            commbench.job.recipe.Recipe: peak_lr, lr_rule, momentum,
                       weight_decay, warmup_steps, total_steps, time_budget, schedule
     curve             one entry per evaluation: step, epoch, samples,
                       training_seconds, wall_seconds, accuracy (the averaged model),
                       worker_mean, worker_worst, loss, consensus_distance
-    summary           commbench.training_to_accuracy.outcome(): target_accuracy, reached,
+    summary           commbench.job.accuracy_loop.outcome(): target_accuracy, reached,
                       time_to_target, wall_time_to_target, steps/epochs/samples_to_target
                       (null when not reached: never a time), best_accuracy,
                       best_at_step, stopped_by ("target", "max epochs", "time

@@ -1,16 +1,17 @@
 """What rank 0 prints during a run: the header, a line per timed iteration (with the
 consensus distance of decentralized strategies), and the summary; only rank 0 prints,
 flushed, so output from many ranks never interleaves. It prints only: what it prints
-was measured elsewhere (commbench.measurements, commbench.record)."""
+was measured elsewhere (commbench.job.per_iteration, commbench.result.record)."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from commbench import metrics, units
-from commbench.config import RunConfig
-from commbench.measurements import IterationMeans, oversubscribed
-from commbench.step_split import PARTS
+from commbench import units
+from commbench.result import metrics
+from commbench.config.run_config import RunConfig
+from commbench.job.per_iteration import IterationMeans, oversubscribed
+from commbench.timing.step_split import PARTS
 
 
 class Printer:

@@ -1,5 +1,5 @@
 """The Chrome trace-event file that `--timeline` writes (Perfetto, chrome://tracing):
-every rank's spans (commbench.spans) on rank 0's clock, one process per rank; and the
+every rank's spans (commbench.timing.spans) on rank 0's clock, one process per rank; and the
 checks and names of trace files."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from commbench.results import write_new_file
+from commbench.result.store import write_new_file
 
 if TYPE_CHECKING:
-    from commbench.spans import Span
+    from commbench.timing.spans import Span
 
 # Spans that may overlap each other get tracks of their own (a new one only where they
 # do): kind -> (track name, its first thread id).

@@ -1,7 +1,7 @@
 """Bytes on the wire: what a rank sends for each communication piece, and in how many
 messages, counted where a strategy hands the piece to its transport (the piece's size
 and the algorithm that moves it), never from the model's size. A piece recorded as a
-span (commbench.spans) carries them; the result sums them per step (`summary.wire`).
+span (commbench.timing.spans) carries them; the result sums them per step (`summary.wire`).
 
 The algorithms are the transports' own: gloo's and NCCL's allreduce of large buffers is
 a ring (a reduce-scatter, then an allgather, each n - 1 rounds of one chunk per rank),

@@ -8,10 +8,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
-from commbench.spans import Recorder
+from commbench.timing.spans import Recorder
 
 if TYPE_CHECKING:  # pragma: no cover
-    from commbench.training_step import TrainingStep
+    from commbench.job.training_step import TrainingStep
 
 
 @dataclass

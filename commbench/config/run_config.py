@@ -1,7 +1,7 @@
 """The run configuration: one frozen object from the command line to the result file.
 
 RunConfig's fields are the flags of `commbench run`; `microbench` and `sweep` take the
-ones they share with it from here (commbench.flags generates the flags, so a flag, its
+ones they share with it from here (commbench.config.flags generates the flags, so a flag, its
 default, its check and the recorded value never drift apart). A plugin's own flags
 are the fields of its Options dataclass (commbench.optimizers.base); their values
 travel in `RunConfig.options` and are recorded beside the others. Flag names and
@@ -15,13 +15,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from commbench import compression, straggler
+from commbench.config import compression
+from commbench.job import straggler
 from commbench.errors import UsageError
-from commbench.flags import (add_flags, flag, flag_fields, fraction, integer,
+from commbench.config.flags import (add_flags, flag, flag_fields, fraction, integer,
                              non_negative_float, non_negative_int, one_of, option_name,
                              positive_float, positive_int)
 from commbench.data.local import AUGMENTS
-from commbench.precision import AMP_MODES
+from commbench.job.precision import AMP_MODES
 
 CPU_TRANSPORTS = ("auto", "gloo", "mpi")
 # Steps a timeline keeps by default: a few hundred events per rank and step at most, so
@@ -90,7 +91,7 @@ class RunConfig:
     compression: str = flag(
         "none", "what the strategy's messages travel as: none, fp16, bf16, or (allreduce) "
         "powersgd:RANK[,start=N][,min_rate=X], torch's PowerSGD; `commbench list` says which "
-        "strategy takes which (commbench.compression)", compression.spec, "KIND")
+        "strategy takes which (commbench.config.compression)", compression.spec, "KIND")
     fp16_allreduce: bool = flag(False, "compress communicated tensors to float16 (Horovod's "
                                 "spelling of --compression fp16)")
     amp: str = flag("off", "mixed precision: the forward pass under autocast in bf16 (CPU or "
@@ -105,12 +106,12 @@ class RunConfig:
         "none", "stragglers on purpose: these ranks compute FACTOR times slower (before each "
         "compute phase they idle FACTOR - 1 times its measured time), each step or, with @P, "
         "with probability P; recorded, and its own part of the step split "
-        "(commbench.straggler)", straggler.spec, "RANKS:FACTOR[@P]")
+        "(commbench.job.straggler)", straggler.spec, "RANKS:FACTOR[@P]")
     no_cuda: bool = flag(False, "run on the CPU even when a GPU is available")
     lr: Optional[float] = flag(
         None, "SGD learning rate (default: 0.01 for a speed run, as Horovod's and Bluefog's "
         "benchmarks; training to accuracy: the peak, 0.1 x total batch / 256; see "
-        "commbench.recipe)", non_negative_float)
+        "commbench.job.recipe)", non_negative_float)
     momentum: float = flag(0.9, "SGD momentum", non_negative_float)
     weight_decay: Optional[float] = flag(
         None, "SGD weight decay (default: 0 for a speed run; 5e-4 training to accuracy)",
@@ -143,7 +144,7 @@ class RunConfig:
 
     @property
     def trains_to_accuracy(self) -> bool:
-        """Whether this run trains to accuracy (commbench.training_to_accuracy) rather than
+        """Whether this run trains to accuracy (commbench.job.accuracy_loop) rather than
         timing iterations."""
         return any(v is not None for v in (self.target_accuracy, self.eval_every,
                                            self.time_budget, self.max_epochs))

@@ -1,6 +1,6 @@
 """Where a step's time goes: the split of every measured step into its parts, from
-the spans every rank recorded (commbench.spans), on clocks aligned to rank 0's
-(commbench.clock_alignment); and its summary in the result file.
+the spans every rank recorded (commbench.timing.spans), on clocks aligned to rank 0's
+(commbench.timing.clock_alignment); and its summary in the result file.
 
 The parts (docs/run.md, "Where a step's time goes"): compute + codec + exposed +
 waiting + injected + other = the step's wall time, and overlapped is the communication that ran
@@ -12,9 +12,9 @@ is the rest. Codec is compressing and
 decompressing messages where it holds the step up: on the step's own thread, or in a
 communication callback while the step waits for it (a callback's work beside the
 step's compute is hidden, as overlapped communication is). On GPUs the split is the
-device's (commbench.device_time): a codec's kernels count as compute there, and its
+device's (commbench.timing.gpu_kernels): a codec's kernels count as compute there, and its
 host spans are in the timeline only. Injected is a rank slowed on purpose idling
-(--slow-ranks, commbench.straggler): its own part, so that a straggler made on purpose
+(--slow-ranks, commbench.job.straggler): its own part, so that a straggler made on purpose
 is never read as compute, waiting or communication.
 """
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
-from commbench.intervals import Interval, inside, length, minus, overlap, union
+from commbench.timing.intervals import Interval, inside, length, minus, overlap, union
 
 if TYPE_CHECKING:
-    from commbench.spans import Span
+    from commbench.timing.spans import Span
 
 COMPUTE = ("forward", "backward", "optimizer", "kernel")  # kernel: a GPU's (device_time)
 # the later parts last: rows written before they existed keep their columns.
@@ -41,7 +41,7 @@ class Stretch(NamedTuple):
     start: float
     end: float
     peers: Optional[List[int]]
-    moves_alone: bool = True  # a piece's: commbench.spans.Span.moves_alone
+    moves_alone: bool = True  # a piece's: commbench.timing.spans.Span.moves_alone
 
 
 Kinds = Dict[str, List[Stretch]]  # a step's stretches by kind of span

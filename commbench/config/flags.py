@@ -1,6 +1,6 @@
 """Command-line flags: the value checks every command shares, and flags generated
 from dataclass fields, so that a flag, its default, its check and the recorded
-value are declared once (in commbench.config for the run flags, in a plugin's
+value are declared once (in commbench.config.run_config for the run flags, in a plugin's
 Options for its own).
 
 A check converts the text of a value or raises ValueError; argparse then reports

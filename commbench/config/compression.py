@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 from commbench.errors import UsageError
-from commbench.flags import accepting
+from commbench.config.flags import accepting
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from commbench.config import RunConfig
+    from commbench.config.run_config import RunConfig
 
 KINDS = ("none", "fp16", "bf16", "powersgd")
 NARROW = ("fp16", "bf16")

@@ -1,0 +1,2 @@
+"""Configuration and the command line: the run configuration (`run_config`), the shared
+flag checks (`flags`), and what messages travel as (`compression`)."""
