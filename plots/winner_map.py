@@ -56,7 +56,8 @@ def figure(found: "wc.WinnerMap") -> "Figure":
     fig = Figure(figsize=(wide, height), layout="constrained")
     ax = fig.subplots()
     names = short_names(list(colors))
-    width = max(8, int(cell * 72 / (0.62 * font)))  # the characters a line of a cell holds
+    across = (wide - ROW_LABELS) / len(found.networks)  # a cell's width on the page
+    width = max(8, int(across * 72 / (0.62 * font)))  # the characters a line of it holds
     _grid(ax, found, colors, {k: wrap_name(v, width) for k, v in names.items()}, font)
     ax.set_title(subtitle, fontsize=9)
     fig.suptitle(heading, fontsize=12)
@@ -93,13 +94,17 @@ def shown(cell: "wc.Cell") -> List["wc.Entry"]:
 
 def short_names(strategies: List[str]) -> Dict[str, str]:
     """Each strategy's name without its settings ("local_sgd (H=8)": "local_sgd"), but
-    for the settings that tell it from another of the same name in the list."""
+    for as few as tell it from the others of the same name in the list."""
     parsed = {s: (s.partition(" (")[0], s.partition(" (")[2].rstrip(")").split(", "))
               for s in strategies}
     out = {}
     for strategy, (name, settings) in parsed.items():
         others = [o for s, (n, o) in parsed.items() if n == name and s != strategy]
-        own = [part for part in settings if part and any(part not in o for o in others)]
+        own = []
+        for part in settings:  # a setting that tells it from some, until from all
+            if others and part and any(part not in o for o in others):
+                own.append(part)
+                others = [o for o in others if part in o]
         out[strategy] = " ".join([name] + own)
     return out
 
@@ -162,10 +167,7 @@ def _grid(ax: "Axes", found: "wc.WinnerMap", colors: Dict[str, str],
                 ax.add_patch(Rectangle((x + 0.04, y + 0.04), 0.92, 0.92, fill=False,
                                        hatch=HATCH, edgecolor=PROJECTED_EDGE, linestyle="--"))
             ax.add_patch(Rectangle((x, y), 1, 1, fill=False, edgecolor="white", linewidth=3))
-            large, small = cell_text(cell, network, names)
-            ax.text(x + 0.5, y + (0.38 if small else 0.5), large, ha="center", va="center",
-                    fontsize=font, fontweight="bold" if faces else "normal")
-            ax.text(x + 0.5, y + 0.72, small, ha="center", va="center", fontsize=font * 0.9)
+            _write(ax, x, y, cell_text(cell, network, names), font, bool(faces))
     ax.set_xlim(0, len(found.networks))
     ax.set_ylim(len(found.stragglers), 0)
     ax.set_xticks([x + 0.5 for x in range(len(found.networks))],
@@ -177,3 +179,17 @@ def _grid(ax: "Axes", found: "wc.WinnerMap", colors: Dict[str, str],
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
+
+
+def _write(ax: "Axes", x: int, y: int, text: Tuple[str, str], font: float,
+           bold: bool) -> None:
+    """A cell's two texts, the large one above the small, centred as one block. Offsets
+    in points, not in cells: the rows' height on the page is the layout's to settle."""
+    large, small = text
+    high, low = 1.25 * font, 1.25 * 0.9 * font  # a line's height
+    gap = 0.3 * font if small else 0.0
+    top = (high + gap + low * (small.count("\n") + 1 if small else 0)) / 2
+    ax.annotate(large, (x + 0.5, y + 0.5), xytext=(0, top), textcoords="offset points",
+                ha="center", va="top", fontsize=font, fontweight="bold" if bold else "normal")
+    ax.annotate(small, (x + 0.5, y + 0.5), xytext=(0, top - high - gap),
+                textcoords="offset points", ha="center", va="top", fontsize=0.9 * font)

@@ -328,8 +328,11 @@ def test_short_names_keep_only_the_settings_that_tell_two_apart():
     assert names == {"allreduce": "allreduce", "allreduce (powersgd:4)": "allreduce powersgd:4",
                      "local_sgd (H=8)": "local_sgd",
                      "neighbor_allreduce (exponential-2, dynamic, AWC)":
-                         "neighbor_allreduce exponential-2 dynamic",
-                     "neighbor_allreduce (ring, static, AWC)": "neighbor_allreduce ring static"}
+                         "neighbor_allreduce exponential-2",
+                     "neighbor_allreduce (ring, static, AWC)": "neighbor_allreduce ring"}
+    # one setting is not enough where a third shares it: the next one too
+    assert chart.short_names(["a (x, p)", "a (x, q)", "a (y, p)"]) == {
+        "a (x, p)": "a x p", "a (x, q)": "a x q", "a (y, p)": "a y"}
     assert chart.wrap_name("hierarchical_neighbor_allreduce", 18) == \
         "hierarchical_\nneighbor_allreduce"
 
