@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from commbench.result import store
-from commbench.analysis import report, winner_map
+from commbench.analysis import report, winner_cells, winner_map, winner_table
 from commbench.analysis.accuracy import group
 from commbench.analysis.accuracy_reading import usable
 from commbench.result.store import load_results
@@ -57,15 +57,15 @@ def test_each_cell_names_the_first_its_lead_and_says_when_it_is_too_close(tmp_pa
     assert found.networks == ["200mbit", ""]  # slowest link first, shared memory last
     assert found.stragglers == ["", "1:2"]
     clear = found.cells[("", "200mbit")]
-    assert clear.verdict == winner_map.CLEAR and clear.lead == 10.0
+    assert clear.verdict == winner_cells.CLEAR and clear.lead == 10.0
     assert clear.text() == ("neighbor_allreduce (exponential-2, dynamic, AWC, 2 ranks/machine) "
                             "by 10.0 s over allreduce (2 ranks/machine)")
     close = found.cells[("", "")]
-    assert close.verdict == winner_map.TOO_CLOSE and close.lead == 1.0
+    assert close.verdict == winner_cells.TOO_CLOSE and close.lead == 1.0
     assert close.text().startswith("too close to call: allreduce ~ neighbor_allreduce")
     # allreduce missed twice (MLPerf's rule: invalid), neighbor_allreduce every time
     missed = found.cells[("1:2", "200mbit")]
-    assert missed.verdict == winner_map.NONE and len(missed.missed) == 2
+    assert missed.verdict == winner_cells.NONE and len(missed.missed) == 2
     assert ("1:2", "") not in found.cells
 
 
@@ -111,7 +111,7 @@ def test_one_network_and_one_setting_make_no_map(tmp_path):
                                  "neighbor_allreduce": [11, 13, 15]})
     runs, _ = usable(load_results([tmp_path])[0])
     assert winner_map.maps(group(runs)) == []
-    assert winner_map.render(group(runs)) == ""
+    assert winner_table.render(group(runs)) == ""
 
 
 def test_uneven_links_are_a_network_of_their_own_after_the_even_one_of_their_rate():
@@ -121,7 +121,7 @@ def test_uneven_links_are_a_network_of_their_own_after_the_even_one_of_their_rat
     assert uneven == "1gbit (m3 at 100mbit)"
     assert network_of({"emulated_network": {"link": "1gbit", "link_of": {}}}) == "1gbit"
     assert network_of({}) == ""
-    ordered = sorted(["", uneven, "1gbit", "200mbit"], key=winner_map.network_order)
+    ordered = sorted(["", uneven, "1gbit", "200mbit"], key=winner_cells.network_order)
     assert ordered == ["200mbit", "1gbit", uneven, ""]
 
 
@@ -138,14 +138,14 @@ def test_a_speed_sweep_maps_the_most_images_per_second_and_calls_overlaps_too_cl
             (tmp_path / f"{network or 'shm'}-{path.name}").write_text(store.to_json(doc))
     groups, notes = analyse([tmp_path])
     found, = winner_map.maps(groups)
-    assert found.kind is winner_map.SPEED and found.networks == ["200mbit", ""]
+    assert found.kind is winner_cells.SPEED and found.networks == ["200mbit", ""]
     cell = found.cells[("", "")]
     # neighbor_allreduce 160.1 +- 3.7 beside its ring variant 158.6 +- 2.3: no call;
     # `none` (the compute-only reference, 212.8) is no contender
     assert [e.label for e in cell.ranked][:2] == [
         "neighbor_allreduce (exponential-2, dynamic, AWC)",
         "neighbor_allreduce (ring, static, AWC)"]
-    assert cell.verdict == winner_map.TOO_CLOSE
+    assert cell.verdict == winner_cells.TOO_CLOSE
     assert cell.text().endswith("(1.5 img/s)")
     assert all("none" not in e.label for e in cell.ranked)
     out = io.StringIO()
@@ -181,14 +181,14 @@ def test_projections_at_other_links_and_stragglers_make_a_map_labelled_projected
 
 
 def test_a_projected_lead_within_the_models_own_error_is_too_close_to_call():
-    Entry, Cell = winner_map.Entry, winner_map.Cell
+    Entry, Cell = winner_cells.Entry, winner_cells.Cell
     second = Entry("allreduce", 106.0, (100.0, 107.0), None)
-    near = Cell(winner_map.PROJECTED, [Entry("a", 110.0, (108.0, 112.0), None), second], [])
-    far = Cell(winner_map.PROJECTED, [Entry("a", 120.0, (118.0, 122.0), None), second], [])
-    assert near.verdict == winner_map.TOO_CLOSE  # bands apart, but 3.8% < 5%
-    assert far.verdict == winner_map.CLEAR
-    measured = Cell(winner_map.SPEED, near.ranked, [])
-    assert measured.verdict == winner_map.CLEAR  # measured: the intervals alone decide
+    near = Cell(winner_cells.PROJECTED, [Entry("a", 110.0, (108.0, 112.0), None), second], [])
+    far = Cell(winner_cells.PROJECTED, [Entry("a", 120.0, (118.0, 122.0), None), second], [])
+    assert near.verdict == winner_cells.TOO_CLOSE  # bands apart, but 3.8% < 5%
+    assert far.verdict == winner_cells.CLEAR
+    measured = Cell(winner_cells.SPEED, near.ranked, [])
+    assert measured.verdict == winner_cells.CLEAR  # measured: the intervals alone decide
 
 
 def test_a_projection_of_the_workload_is_a_column_beside_the_measured_ones(tmp_path):
@@ -212,9 +212,9 @@ def test_a_projection_of_the_workload_is_a_column_beside_the_measured_ones(tmp_p
                             projection_file.usable(load_results([tmp_path / "p"])[0])[0])
     (the,) = found
     assert the.networks == ["200mbit", "10gbit (projected)", ""]
-    assert the.kinds == [winner_map.ACCURACY, winner_map.PROJECTED_TIME]
+    assert the.kinds == [winner_cells.ACCURACY, winner_cells.PROJECTED_TIME]
     cell = the.cells[("", "10gbit (projected)")]
-    assert cell.kind is winner_map.PROJECTED_TIME and cell.lines()[0] == "PROJECTED"
+    assert cell.kind is winner_cells.PROJECTED_TIME and cell.lines()[0] == "PROJECTED"
     # the fixture's median steps to the target (of the runs that record them, in either
     # cell) times the projected step
     runs_steps = {}
@@ -257,3 +257,89 @@ def test_a_projection_of_the_workload_is_a_column_beside_the_measured_ones(tmp_p
                              err=io.StringIO()) == 0
     assert len([line for line in charts.getvalue().splitlines()
                 if "winner-map-" in line and "projected" not in line]) == 1
+
+
+def chart_texts(fig) -> list:
+    """What the chart's cells say, row by row: (large, small) per cell."""
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    return list(zip(texts[::2], texts[1::2]))
+
+
+def test_the_chart_gives_each_cell_the_first_its_lead_or_too_close_and_fits_a_page(tmp_path):
+    from matplotlib.image import imread
+
+    from commbench.analysis import plot_command
+    from commbench.plots import winner_map as chart
+
+    runs = tmp_path / "runs"
+    cell_runs(runs, "200mbit", "", {"allreduce": [30, 31, 32],
+                                    "neighbor_allreduce": [20, 21, 22]})
+    cell_runs(runs, "", "", {"allreduce": [10, 12, 14], "neighbor_allreduce": [11, 13, 15]})
+    cell_runs(runs, "200mbit", "1:2", {"allreduce": [None, None, 40],
+                                       "neighbor_allreduce": [None, None, None]})
+    fig = chart.figure(the_map(runs))
+    # rows: no straggler, rank 1 2x slower; columns: 200mbit, shared memory
+    assert chart_texts(fig) == [("neighbor_allreduce", "1.5×"),  # 31 s over 21 s
+                                ("too close", "allreduce\n~ neighbor_allreduce"),
+                                ("none reached it", ""), ("not run", "")]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["allreduce", "neighbor_allreduce (exponential-2, dynamic, AWC)"]
+    out = io.StringIO()
+    assert plot_command.plot([runs], tmp_path / "charts", out=out, err=io.StringIO()) == 0
+    (path,) = [line for line in out.getvalue().splitlines() if "winner-map-" in line]
+    assert imread(path).shape[1] <= 2000
+
+
+def test_a_chart_of_many_columns_stays_under_2000_px_and_marks_projections(tmp_path):
+    from matplotlib.image import imread
+
+    from commbench.plots import scaling
+    from commbench.plots import winner_map as chart
+
+    Entry, Cell = winner_cells.Entry, winner_cells.Cell
+    cells = {}
+    for i, rate in enumerate(range(100, 1300, 100)):  # 12 links, the last 4 projected
+        kind = winner_cells.PROJECTED_TIME if i >= 8 else winner_cells.ACCURACY
+        network = f"{rate}mbit" + (winner_cells.PROJECTED_COLUMN if i >= 8 else "")
+        band = (10.0, 11.0) if i >= 8 else None  # measured: single runs
+        cells[("", network)] = Cell(kind, [Entry("local_sgd (H=8)", 10.5, band, None),
+                                           Entry("allreduce", 21.0, band and (20, 22), None)],
+                                    [])
+    found = winner_cells.WinnerMap.of(winner_cells.ACCURACY, "a task; 4 workers", "task", "", 4,
+                                      cells)
+    fig = chart.figure(found)
+    texts = chart_texts(fig)
+    assert texts[0] == ("local_sgd", "2.0× *") and texts[-1] == ("local_sgd", "2.0×")
+    assert "* single runs" in fig.axes[0].get_title()
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[-1] == "projected by commbench's cost model, not measured"
+    hatched = [p for p in fig.axes[0].patches if p.get_hatch()]
+    assert len(hatched) == 4
+    (path,) = scaling.save_named(fig, tmp_path, "winner-map-wide")
+    assert imread(str(path)).shape[1] <= 2000
+
+
+def test_short_names_keep_only_the_settings_that_tell_two_apart():
+    from commbench.plots import winner_map as chart
+
+    names = chart.short_names(["allreduce", "allreduce (powersgd:4)", "local_sgd (H=8)",
+                               "neighbor_allreduce (exponential-2, dynamic, AWC)",
+                               "neighbor_allreduce (ring, static, AWC)"])
+    assert names == {"allreduce": "allreduce", "allreduce (powersgd:4)": "allreduce powersgd:4",
+                     "local_sgd (H=8)": "local_sgd",
+                     "neighbor_allreduce (exponential-2, dynamic, AWC)":
+                         "neighbor_allreduce exponential-2",
+                     "neighbor_allreduce (ring, static, AWC)": "neighbor_allreduce ring"}
+    # one setting is not enough where a third shares it: the next one too
+    assert chart.short_names(["a (x, p)", "a (x, q)", "a (y, p)"]) == {
+        "a (x, p)": "a x p", "a (x, q)": "a x q", "a (y, p)": "a y"}
+    assert chart.wrap_name("hierarchical_neighbor_allreduce", 18) == \
+        "hierarchical_\nneighbor_allreduce"
+
+
+def test_the_lead_as_a_factor_reads_the_same_way_for_times_and_rates():
+    Entry, Cell = winner_cells.Entry, winner_cells.Cell
+    fast, slow = Entry("a", 10.0, None, None), Entry("b", 16.0, None, None)
+    assert Cell(winner_cells.ACCURACY, [fast, slow], []).ratio == 1.6  # 16 s over 10 s
+    assert Cell(winner_cells.SPEED, [slow, fast], []).ratio == 1.6  # 16 img/s over 10
+    assert Cell(winner_cells.SPEED, [slow], []).ratio is None

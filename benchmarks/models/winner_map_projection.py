@@ -58,7 +58,7 @@ def study_settings(results: Path):
     for line in notes:
         print(f"note: {line}", file=sys.stderr)
     groups = group(runs)
-    from commbench.analysis.winner_map import network_order
+    from commbench.analysis.winner_cells import network_order
 
     # uneven links ("1gbit (m3 at 100mbit)") have no single rate to state
     links = sorted({g.key.network for g in groups if g.key.network and " " not in g.key.network},
@@ -76,7 +76,7 @@ def project(calibration: Path, out: Path, links, stragglers) -> None:
 
 
 def compare(groups, projections) -> None:
-    from commbench.analysis import winner_map
+    from commbench.analysis import winner_cells, winner_map
 
     errors = {}
     calls = []
@@ -84,7 +84,7 @@ def compare(groups, projections) -> None:
           f"{'projected':>9} {'error':>7}")
     for found in winner_map.maps(groups, projections):
         for (slow, network), cell in sorted(found.cells.items()):
-            projected = found.cells.get((slow, network + winner_map.PROJECTED_COLUMN))
+            projected = found.cells.get((slow, network + winner_cells.PROJECTED_COLUMN))
             if cell.kind.projected or projected is None:
                 continue
             # a strategy is the same whatever layout its label names
@@ -94,7 +94,7 @@ def compare(groups, projections) -> None:
                     continue
                 error = by_strategy[entry.strategy] / entry.value - 1
                 errors.setdefault(entry.label, []).append(error)
-                print(f"{winner_map.row_name(slow):<16} {network:<8} {entry.label[:58]:<58} "
+                print(f"{winner_cells.row_name(slow):<16} {network:<8} {entry.label[:58]:<58} "
                       f"{entry.value:8.1f}s {by_strategy[entry.strategy]:8.1f}s "
                       f"{100 * error:+6.1f}%")
             if cell.ranked and projected.ranked:
@@ -109,9 +109,9 @@ def compare(groups, projections) -> None:
     print("\nthe first, measured and projected (target: right where the measured lead is "
           "clear)")
     for slow, network, verdict, measured, projected, called in calls:
-        right = "not called" if called == winner_map.TOO_CLOSE else \
+        right = "not called" if called == winner_cells.TOO_CLOSE else \
             "right" if measured == projected else "WRONG"
-        print(f"  {winner_map.row_name(slow):<16} {network:<8} measured: {measured[:40]} "
+        print(f"  {winner_cells.row_name(slow):<16} {network:<8} measured: {measured[:40]} "
               f"({verdict}); projected: {projected[:40]} ({called}): {right}")
 
 

@@ -111,11 +111,11 @@ def write_winner_maps(groups: List, out_dir: Union[str, Path],
     runs) span several networks or straggler settings, the best in each
     (commbench.analysis.winner_map), with projected columns from `projections`; with
     projected, the groups are projection files and the maps winner-map-projected-n<N>."""
-    from commbench.analysis import winner_map
+    from commbench.analysis import winner_map, winner_projection
     from commbench.plots import scaling
     from commbench.plots import winner_map as chart
 
-    found = winner_map.projected_maps(groups) if projected else \
+    found = winner_projection.projected_maps(groups) if projected else \
         winner_map.maps(groups, projections)
     names = unique_names([f"{m.slug}-n{m.workers}" for m in found],
                          [m.hardware for m in found])

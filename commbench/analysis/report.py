@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
 from commbench.result import metrics
-from commbench.analysis import accuracy_tables, reader, runs, split_table, tables, winner_map
+from commbench.analysis import accuracy_tables, reader, runs, split_table, tables, winner_table
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
 from commbench.result.store import to_json
@@ -66,8 +66,8 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
     if found is None:
         return 1
     groups, trained, benches, projections = found
-    parts = [(render, groups), (winner_map.render, groups), (accuracy_tables.render, trained),
-             (lambda found, f: winner_map.render(found, f, projections), trained),
+    parts = [(render, groups), (winner_table.render, groups), (accuracy_tables.render, trained),
+             (lambda found, f: winner_table.render(found, f, projections), trained),
              (microbench.render, benches)]
     texts = [text for text in (draw(items, fmt) for draw, items in parts if items) if text]
     if fmt == "json" and (projections or len(texts) > 1):  # one JSON document
@@ -81,7 +81,7 @@ def report(paths: Iterable[Union[str, Path]], fmt: str = "text",
             from commbench.simulate import table as simulate
 
             texts.append(simulate.render_files(projections, fmt))
-            projected = winner_map.render_projected(projections, fmt)
+            projected = winner_table.render_projected(projections, fmt)
             texts += [projected] if projected else []
         out.write("\n".join(texts))
     out.flush()
