@@ -23,7 +23,7 @@ SPLIT_AND_WIRE_FIELDS = (
     *(section(f"summary.step_split.{part}", **(_MAYBE if part in step_split.LATER else {}))
       for part in step_split.PARTS),
     number("summary.step_split.*.mean"),
-    section("summary.wire", **_MAYBE),
+    section("summary.wire", **_MAYBE), validate.flag("summary.wire_unrecorded", **_MAYBE),
     *(number(f"summary.wire.{key}", 0, **_MAYBE)
       for key in ("bytes_per_step", "messages_per_step", "bytes_per_image")),
 )
@@ -105,7 +105,8 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
         final_consensus=_float(summary.get("final_consensus_distance")),
         oversubscribed=crowded,
         flags=tuple(metrics.trust_flags({**summary, "oversubscribed": crowded})),
-        diverged=summary.get("diverged"))
+        diverged=summary.get("diverged"),
+        wire_unrecorded=bool(summary.get("wire_unrecorded")))
 
 
 def oversubscribed(doc: Dict[str, Any]) -> bool:

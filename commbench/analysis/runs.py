@@ -142,6 +142,8 @@ class Run(ResultRun):
     # where its loss first went non-finite ({"step", "rank"}), None when it never did:
     # its img/sec stand, its loss and consensus distance are NaN or infinite
     diverged: Optional[Dict[str, int]] = None
+    # its strategy communicated but counted no bytes on the wire (commbench.record)
+    wire_unrecorded: bool = False
 
 
 @dataclass
