@@ -105,8 +105,7 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
         final_consensus=_float(summary.get("final_consensus_distance")),
         oversubscribed=crowded,
         flags=tuple(metrics.trust_flags({**summary, "oversubscribed": crowded})),
-        diverged=summary.get("diverged"),
-        wire_unrecorded=bool(summary.get("wire_unrecorded")))
+        diverged=summary.get("diverged"))
 
 
 def oversubscribed(doc: Dict[str, Any]) -> bool:

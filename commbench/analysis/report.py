@@ -102,7 +102,8 @@ def render(groups: List[Group], fmt: str = "text") -> str:
         parts.append(f"{tables.heading(g.key.title(), fmt)}\n\n{baseline_line(g)}\n\n{table}")
         if any(p.diverged for p in g.points):
             parts.append(tables.lines(diverged_lines(g), fmt))
-        unrecorded = unrecorded_lines(g)
+        unrecorded = split_table.unrecorded_lines(
+            (p.series, p.workers, run) for p in g.points for run in p.runs)
         if unrecorded:
             parts.append(tables.lines(unrecorded, fmt))
         if g.has_split:
@@ -119,14 +120,6 @@ def diverged_lines(group: Group) -> List[str]:
     return [f"Diverged at step {run.diverged['step']} (first seen on rank "
             f"{run.diverged['rank']}): {p.series.label()}, N={p.workers}, {run.path}; its "
             "img/sec stand" for p in group.points for run in p.diverged]
-
-
-def unrecorded_lines(group: Group) -> List[str]:
-    """One line per run of the group whose strategy communicated but counted no bytes."""
-    return [f"No bytes on the wire recorded: {p.series.label()}, N={p.workers}, {run.path}: "
-            "its strategy communicates but counted none (docs/plugins.md, \"Bytes on the "
-            "wire\"); its 0 bytes are not what it sent"
-            for p in group.points for run in p.runs if run.wire_unrecorded]
 
 
 def baseline_line(group: Group) -> str:

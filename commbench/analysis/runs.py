@@ -120,6 +120,11 @@ class ResultRun:
         and the worker count."""
         return (self.key.matching(), self.series, self.workers)
 
+    @property
+    def wire_unrecorded(self) -> bool:
+        """Its strategy communicated but counted no byte on the wire (commbench.record)."""
+        return bool(self.doc["summary"].get("wire_unrecorded"))
+
 
 @dataclass(frozen=True)
 class Run(ResultRun):
@@ -142,8 +147,6 @@ class Run(ResultRun):
     # where its loss first went non-finite ({"step", "rank"}), None when it never did:
     # its img/sec stand, its loss and consensus distance are NaN or infinite
     diverged: Optional[Dict[str, int]] = None
-    # its strategy communicated but counted no bytes on the wire (commbench.record)
-    wire_unrecorded: bool = False
 
 
 @dataclass
