@@ -2,7 +2,8 @@
 
 Built-ins and third-party plugins are found the same way: the entry-point group
 `commbench.optimizers` (see pyproject.toml). A `package.module:Class` dotted path
-loads a plugin that is not installed, for quick experiments.
+loads a plugin that is not installed, for quick experiments. Plugins' microbench ops
+are found the same way, in their own group (commbench.microbench.ops).
 """
 
 from __future__ import annotations
@@ -35,21 +36,22 @@ class PluginEntry:
         return obj
 
 
-def _entry_points():
+def _entry_points(group: str):
     eps = metadata.entry_points()
     if hasattr(eps, "select"):  # Python >= 3.10
-        return list(eps.select(group=GROUP))
+        return list(eps.select(group=group))
     # Python 3.9: entry points do not know their distribution; walk the
     # distributions instead, so that `commbench list` can name each plugin's source.
     return [SimpleNamespace(name=ep.name, value=ep.value, dist=dist)
             for dist in metadata.distributions() for ep in dist.entry_points
-            if ep.group == GROUP]
+            if ep.group == group]
 
 
-def discover() -> Dict[str, PluginEntry]:
-    """Every installed plugin by name; two different plugins of one name are an error."""
+def discover(group: str = GROUP) -> Dict[str, PluginEntry]:
+    """Every installed plugin of the entry-point group by name; two different plugins of
+    one name are an error."""
     found: Dict[str, PluginEntry] = {}
-    for ep in _entry_points():
+    for ep in _entry_points(group):
         dist = getattr(ep, "dist", None)
         entry = PluginEntry(ep.name, ep.value, dist.metadata["Name"] if dist else "?")
         seen = found.get(ep.name)

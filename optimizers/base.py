@@ -70,6 +70,10 @@ class Strategy:
     # False when an engine fuses what it is handed into messages of its own, out of
     # sight: its results give the bytes on the wire but no count of messages.
     counts_messages: ClassVar[bool] = True
+    # False for a strategy that sends nothing (`none`). Any other that records no bytes
+    # on the wire in a job of several workers is flagged (summary.wire_unrecorded): it
+    # communicated where commbench did not count it (commbench.comm.collectives counts).
+    communicates: ClassVar[bool] = True
 
     @property
     def sees_wire(self) -> bool:

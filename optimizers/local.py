@@ -9,6 +9,7 @@ class Local(Strategy):
     name = "none"
     summary = "no communication: every worker trains alone (compute-only reference)"
     decentralized = True  # workers' models drift apart; the consensus distance shows how far
+    communicates = False
 
     def wrap(self, model, optimizer) -> TrainStep:
         return TrainingStep(model, optimizer)

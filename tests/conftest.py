@@ -91,3 +91,15 @@ def one_worker(tmp_path):
                             world_size=1)
     yield types.SimpleNamespace(rank=0, world_size=1)
     dist.destroy_process_group()
+
+
+@pytest.fixture
+def recorder():
+    """The recorder on, as during a measured step, and reset afterwards."""
+    from commbench.timing import spans
+
+    spans.RECORDER.reset()
+    spans.RECORDER.on = True
+    spans.RECORDER.begin_step()
+    yield spans.RECORDER
+    spans.RECORDER.reset()

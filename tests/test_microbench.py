@@ -17,7 +17,7 @@ from launchers import mpiexec
 SWEEP = ["-m", "commbench", "microbench", "-b", "8", "-e", "64K", "-f", "32", "-n", "2",
          "-w", "1"]
 # Horovod's op needs Horovod (tests/test_horovod.py runs it)
-ALL_OPS = ",".join(op for op in microbench.OPS if op != "horovod")
+ALL_OPS = ",".join(op for op in microbench.ops.OPS if op != "horovod")
 
 
 def test_sizes_follow_nccl_tests_flags():
@@ -33,7 +33,7 @@ def test_sizes_follow_nccl_tests_flags():
     assert microbench.sizes(1, 8, 2) == [4, 8]  # whole float32 elements, no duplicates
     with pytest.raises(UsageError):
         microbench.sizes(64, 8, 2)
-    ops = flags.names_from(microbench.OPS)
+    ops = flags.names_from(microbench.ops.OPS)
     assert ops("allreduce,allreduce") == ["allreduce"]
     with pytest.raises(Exception):
         ops("allgather")

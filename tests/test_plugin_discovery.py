@@ -1,7 +1,9 @@
 """Third-party plugins: a real package (tests/plugin_example/) pip-installed into a
 temporary target directory on PYTHONPATH is found through the entry-point group
 `commbench.optimizers`, listed with its source, and runs a real job; the same class
-also loads by `module:Class` path without being installed."""
+also loads by `module:Class` path without being installed. Its microbench op is found
+through `commbench.microbench_ops` and runs. It communicates uncounted: its result and
+`report` say so."""
 
 import os
 import shutil
@@ -110,6 +112,25 @@ def test_installed_plugin_runs_under_mpiexec(installed, tmp_path):
     assert doc["summary"]["workers"] == 2
     # The plugin averages the parameters after every step: all ranks end equal.
     assert doc["summary"]["parameters_identical"] is True
+    # It calls torch.distributed itself, so no byte was counted: flagged, not a silent 0.
+    assert doc["summary"]["wire"]["bytes_per_step"] == 0
+    assert doc["summary"]["wire_unrecorded"] is True
+    assert "On the wire: NOT RECORDED" in done.stdout
+    report = commbench("report", str(tmp_path))
+    assert report.returncode == 0, report.stderr
+    flagged = [line for line in report.stdout.splitlines() if "No bytes on the wire" in line]
+    assert len(flagged) == 1 and "example_average, N=2" in flagged[0], report.stdout
+
+
+def test_an_installed_plugins_microbench_op_is_listed_and_runs(installed, tmp_path):
+    done = commbench("microbench", "--help", env=installed)
+    assert done.returncode == 0 and "example_average" in done.stdout, done.stderr
+    done = commbench("microbench", "--op", "example_average", "-b", "64", "-e", "64", "-n", "2",
+                     "-w", "1", "--results-dir", str(tmp_path), env=installed)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = only_result(tmp_path)
+    assert doc["summary"]["ops"] == ["example_average"] and doc["summary"]["wrong"] == 0
+    assert {row["op"] for row in doc["rows"]} == {"example_average"}
 
 
 def test_dotted_path_runs_the_plugin_without_installing_it(tmp_path):

@@ -53,20 +53,20 @@ class FakeEntryPoint:
 
 
 def test_two_different_plugins_with_one_name_are_an_error(monkeypatch):
-    monkeypatch.setattr(registry, "_entry_points", lambda: [
+    monkeypatch.setattr(registry, "_entry_points", lambda group: [
         FakeEntryPoint("x", "a.b:C"), FakeEntryPoint("x", "d.e:F")])
     with pytest.raises(UsageError, match="two plugins are named 'x'"):
         registry.discover()
 
 
 def test_the_same_plugin_declared_twice_is_not_an_error(monkeypatch):
-    monkeypatch.setattr(registry, "_entry_points", lambda: [
+    monkeypatch.setattr(registry, "_entry_points", lambda group: [
         FakeEntryPoint("x", "a.b:C"), FakeEntryPoint("x", "a.b:C")])
     assert list(registry.discover()) == ["x"]
 
 
 def test_a_broken_plugin_is_listed_as_unusable_not_a_crash(monkeypatch):
-    monkeypatch.setattr(registry, "_entry_points", lambda: [
+    monkeypatch.setattr(registry, "_entry_points", lambda group: [
         FakeEntryPoint("broken", "no_such_module_xyz:Plugin"),
         FakeEntryPoint("ok", "test_registry:DottedPathPlugin")])
     rows = {r["name"]: r for r in registry.describe_all()}

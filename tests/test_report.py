@@ -86,3 +86,27 @@ def test_a_list_of_files_reports_like_their_directory():
     # how `commbench sweep` calls it: with exactly the files it made
     code, out, _ = run_report(sorted(RUNS.glob("*.json")))
     assert code == 0 and out == (GOLDEN / "report.txt").read_text()
+
+
+@pytest.mark.parametrize("fixture, label", [
+    (RUNS / "20261122T145426-resnet18-allreduce-n2-9d4aee5d.json", "allreduce"),
+    (DATA / "accuracy" / "target" /
+     "20261125T085948-resnet18-allreduce-n2-accuracy-1dea79cd.json", "allreduce"),
+])
+def test_a_run_that_communicated_and_counted_no_bytes_is_named_in_one_line(tmp_path, fixture,
+                                                                           label):
+    """summary.wire_unrecorded (commbench.result.record), in a speed or an accuracy result: the
+    run is named with its file, so its 0 bytes on the wire are not read as what it sent."""
+    from cli_helpers import commbench
+    from commbench.result import store
+
+    doc = store.read_result(fixture)
+    doc["summary"]["wire_unrecorded"] = True
+    flagged = tmp_path / fixture.name
+    flagged.write_text(store.to_json(doc))
+    done = commbench("report", tmp_path)
+    assert done.returncode == 0 and done.stderr == ""
+    lines = [line for line in done.stdout.splitlines() if "No bytes on the wire" in line]
+    assert lines == [f"No bytes on the wire recorded: {label}, N=2, {flagged}: its strategy "
+                     'communicates but counted none (docs/plugins.md, "Bytes on the wire"); '
+                     "its 0 bytes are not what it sent"]

@@ -29,16 +29,6 @@ def batch():
     return torch.randn(8, 4, generator=generator), torch.randint(0, 3, (8,), generator=generator)
 
 
-@pytest.fixture
-def recorder():
-    """The recorder on, as during a measured step, and reset afterwards."""
-    spans.RECORDER.reset()
-    spans.RECORDER.on = True
-    spans.RECORDER.begin_step()
-    yield spans.RECORDER
-    spans.RECORDER.reset()
-
-
 def kinds(recorder):
     return [event.kind for event in recorder.events]
 

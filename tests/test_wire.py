@@ -41,8 +41,31 @@ def test_the_summary_of_a_periodic_strategy_says_what_its_communicating_steps_se
                        "bytes_per_communicating_step": 800.0}
 
 
-def strategy(sees_wire, counts_messages=True):
-    return type("Plugin", (), {"sees_wire": sees_wire, "counts_messages": counts_messages})()
+def strategy(sees_wire, counts_messages=True, communicates=True):
+    return type("Plugin", (), {"sees_wire": sees_wire, "counts_messages": counts_messages,
+                               "communicates": communicates})()
+
+
+@pytest.mark.parametrize("plugin, sent, flagged", [
+    (strategy(True), [0, 0], True),  # several ranks, none counted a byte
+    (strategy(True), [0, 8], False),
+    (strategy(True), [0], False),  # one worker sends nothing
+    (strategy(True, communicates=False), [0, 0], False),  # `none`
+    (strategy(False), [0, 0], False),  # an engine out of sight: not measured, said so
+])
+def test_a_strategy_that_communicates_and_counted_no_byte_is_flagged(plugin, sent, flagged):
+    doc = {"summary": {}}
+    record.flag_unrecorded_wire(doc, plugin, sent)
+    assert doc == {"summary": {"wire_unrecorded": True} if flagged else {}}
+
+
+def test_rank_0_says_in_one_line_that_no_byte_was_counted():
+    from commbench.job.console import wire_lines
+
+    summary = {"wire": wire.summarize([[NOTHING]] * 2, 8), "wire_unrecorded": True}
+    assert wire_lines(summary) == [
+        "On the wire: NOT RECORDED: this strategy communicates but counted no bytes "
+        '(docs/plugins.md, "Bytes on the wire"); its 0 bytes are not what it sent']
 
 
 def test_an_engine_that_communicates_out_of_sight_records_no_bytes():

@@ -71,6 +71,10 @@ def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
         diverged = [(row, run) for row in g.rows for run in row.runs if run.diverged is not None]
         if diverged:
             parts.append(tables.lines([diverged_line(row, run) for row, run in diverged], fmt))
+        unrecorded = split_table.unrecorded_lines(
+            (row.series, row.workers, run) for row in g.rows for run in row.runs)
+        if unrecorded:
+            parts.append(tables.lines(unrecorded, fmt))
         if any(row.split is not None for row in g.rows):
             parts.append(split_table.render(
                 [(r.series, r.workers, r.split, r.wire) for r in g.rows], fmt))

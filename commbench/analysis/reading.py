@@ -25,7 +25,7 @@ SPLIT_AND_WIRE_FIELDS = (
     *(section(f"summary.step_split.{part}", **(_MAYBE if part in step_split.LATER else {}))
       for part in step_split.PARTS),
     number("summary.step_split.*.mean"),
-    section("summary.wire", **_MAYBE),
+    section("summary.wire", **_MAYBE), validate.flag("summary.wire_unrecorded", **_MAYBE),
     *(number(f"summary.wire.{key}", 0, **_MAYBE)
       for key in ("bytes_per_step", "messages_per_step", "bytes_per_image")),
 )

@@ -102,6 +102,10 @@ def render(groups: List[Group], fmt: str = "text") -> str:
         parts.append(f"{tables.heading(g.key.title(), fmt)}\n\n{baseline_line(g)}\n\n{table}")
         if any(p.diverged for p in g.points):
             parts.append(tables.lines(diverged_lines(g), fmt))
+        unrecorded = split_table.unrecorded_lines(
+            (p.series, p.workers, run) for p in g.points for run in p.runs)
+        if unrecorded:
+            parts.append(tables.lines(unrecorded, fmt))
         if g.has_split:
             parts.append(split_table.render(
                 [(p.series, p.workers, p.split, p.sent) for p in g.points], fmt))

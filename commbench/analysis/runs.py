@@ -121,6 +121,11 @@ class ResultRun:
         and the worker count."""
         return (self.key.matching(), self.series, self.workers)
 
+    @property
+    def wire_unrecorded(self) -> bool:
+        """Its strategy communicated but counted no byte on the wire (commbench.result.record)."""
+        return bool(self.doc["summary"].get("wire_unrecorded"))
+
 
 @dataclass(frozen=True)
 class Run(ResultRun):

@@ -8,7 +8,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from commbench import units
 from commbench.analysis import tables
-from commbench.analysis.runs import Series
+from commbench.analysis.runs import ResultRun, Series
 
 PARTS = ("step", "compute", "codec", "exposed", "waiting", "injected", "other", "overlapped")
 HEADERS = ["strategy", "topology", "N", "step ms", "compute", "codec", "exposed", "waiting",
@@ -32,3 +32,12 @@ def render(rows: Iterable[Row], fmt: str) -> str:
             + ["-" if wire is None or wire.get("bytes_per_step") is None
                else units.format_bytes(wire["bytes_per_step"])])
     return f"\n{TITLE}\n\n" + tables.render(HEADERS, cells, "ll" + "r" * 10, fmt)
+
+
+def unrecorded_lines(runs: Iterable[Tuple[Series, int, ResultRun]]) -> List[str]:
+    """One line per run (with its row's series and worker count) whose strategy
+    communicated but counted no byte: its sent/step of 0 is not what it sent."""
+    return [f"No bytes on the wire recorded: {series.label()}, N={workers}, {run.path}: "
+            "its strategy communicates but counted none (docs/plugins.md, \"Bytes on the "
+            "wire\"); its 0 bytes are not what it sent"
+            for series, workers, run in runs if run.wire_unrecorded]

@@ -116,6 +116,9 @@ def wire_lines(summary: Dict[str, Any]) -> List[str]:
     if sent is None:
         return ["On the wire: not measured (this strategy's engine communicates inside its "
                 "own optimizer step, out of commbench's sight)"]
+    if summary.get("wire_unrecorded"):
+        return ["On the wire: NOT RECORDED: this strategy communicates but counted no bytes "
+                "(docs/plugins.md, \"Bytes on the wire\"); its 0 bytes are not what it sent"]
     messages = "messages the engine fused out of sight" if sent["messages_per_step"] is None \
         else f"{sent['messages_per_step']:.1f} messages"
     lines = [f"On the wire (sent per rank): {units.format_bytes(sent['bytes_per_step'])} in "

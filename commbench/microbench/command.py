@@ -30,7 +30,7 @@ from commbench.errors import UsageError
 from commbench.config.flags import (accepting, add_flags, flag_fields, int_at_least_2, names_from,
                              non_negative_int, positive_int)
 from commbench.microbench import harness, link
-from commbench.microbench.ops import OPS
+from commbench.microbench import ops
 from commbench.microbench.ops.base import ELEMENT_BYTES
 from commbench.microbench.results import KIND, impl_label
 
@@ -49,8 +49,9 @@ def size(text: str) -> int:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--op", type=names_from(OPS), default=["allreduce", "neighbor_allreduce"],
-                        metavar="OPS", help=f"comma-separated ops: {', '.join(OPS)} "
+    known = ops.names()
+    parser.add_argument("--op", type=names_from(known), default=["allreduce", "neighbor_allreduce"],
+                        metavar="OPS", help=f"comma-separated ops: {', '.join(known)} "
                         "(default: allreduce,neighbor_allreduce)")
     parser.add_argument("-b", "--minbytes", type=size, default=8, metavar="SIZE",
                         help="smallest size per rank, bytes (K/M/G suffixes; default: 8)")
@@ -95,8 +96,8 @@ def main(args) -> int:
         raise UsageError(f"argument --compression: {codec} approximates a model's gradient "
                          "matrices; microbench times flat buffers: measure it in training "
                          "(commbench run --compression ...)")
-    for op in args.op:
-        if codec.on and not OPS[op].compresses:
+    for op in args.op:  # find() first: a plugin's op that is no Op fails before any job
+        if not ops.find(op).compresses and codec.on:
             raise UsageError(f"argument --compression: means nothing to the {op} op, which "
                              "sends float32; leave it out or time that op apart")
     the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
@@ -131,7 +132,7 @@ def main(args) -> int:
     found: List[Dict[str, Any]] = []
     for op in args.op:
         for nbytes in the_sizes:
-            measured = harness.bench(OPS[op], plugins[op], ctx, config,
+            measured = harness.bench(ops.find(op), plugins[op], ctx, config,
                                      nbytes // ELEMENT_BYTES, args)
             for line in format_rows(measured):
                 say(line)

@@ -56,18 +56,20 @@ def finish(config: RunConfig, ctx, strategy, measured: Union[Speed, Trained],
     offsets, offset_errors = clock_offsets(ctx)
     slowed = straggler.THIS_RANK
     mine = {**measured.mine(), "spans": spans.RECORDER.events, "hostname": socket.gethostname(),
-            "slowdown": slowed.facts() if slowed is not None else None}
+            "slowdown": slowed.facts() if slowed is not None else None,
+            "sent": spans.RECORDER.sent.nbytes}
     everyone: List[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, mine)
     if ctx.rank != 0:
         return None
     gathered = {key: [rank[key] for rank in everyone] for key in mine}
     events, hosts = gathered.pop("spans"), gathered.pop("hostname")
-    slowdowns = gathered.pop("slowdown")
+    slowdowns, sent = gathered.pop("slowdown"), gathered.pop("sent")
     clocks = {"seconds": offsets, "uncertainty": offset_errors}
     split = measured_split(strategy, ctx, events, offsets)
     doc = measured.document(config, ctx, strategy, gathered, split, clocks, machine)
     add_wire(doc, strategy, events, split, config.batch_size)
+    flag_unrecorded_wire(doc, strategy, sent)
     doc["summary"]["slow_ranks"] = straggler.summary(config.slow_ranks, slowdowns, events)
     stem = result_stem(config, ctx, strategy) + measured.stem_suffix
     return write(config, doc, stem, events, hosts, clocks)
@@ -167,6 +169,16 @@ def add_wire(doc: Dict[str, Any], strategy, events, split: Optional[List[List[Ro
             kind: summarize([[row for row, s in zip(rows, mine) if bool(s.nbytes) == busy]
                              for rows, mine in zip(split, sent)])
             for kind, busy in (("communicating", True), ("local", False))}
+
+
+def flag_unrecorded_wire(doc: Dict[str, Any], strategy, sent: List[int]) -> None:
+    """summary.wire_unrecorded, true (and only then present): a strategy that
+    communicates recorded no bytes on the wire on any of its several ranks (sent: each
+    rank's over the whole measurement). It moved them where commbench does not count (it
+    called torch.distributed itself, or its pieces passed no sent=), and its bytes would
+    read 0 where they are not."""
+    if type(strategy).communicates and strategy.sees_wire and len(sent) > 1 and not any(sent):
+        doc["summary"]["wire_unrecorded"] = True
 
 
 def write(config: RunConfig, doc: Dict[str, Any], stem: str, events, hosts: List[str],

@@ -20,7 +20,9 @@ Schema (version 1), a `run` result:
                       first_non_finite_step [rank] (null where every loss was finite)
     summary           commbench.result.metrics.summarize() of the samples, plus
                       parameters_identical, final_loss, final_consensus_distance,
-                      diverged (below)
+                      diverged (below), wire (commbench.result.record), and
+                      wire_unrecorded: true (present only then) when the strategy
+                      communicates but counted no byte on the wire
 
 An `accuracy` result (a run trained to accuracy, commbench.job.accuracy_loop) has the same
 header, config, strategy and environment, and instead of samples:

@@ -1,11 +1,13 @@
 """An external commbench plugin: average all parameters over every worker after every
-N-th local SGD step (torch.distributed all_reduce; N is the plugin's own flag
---period), plus a plugin that cannot run here, so that `commbench list` has a
-reason to show."""
+N-th local SGD step (N is the plugin's own flag --period), its microbench op, and a
+plugin that cannot run here, so that `commbench list` has a reason to show. It calls
+torch.distributed's all_reduce itself, uncounted, so that its results show the flag
+of a strategy that records no bytes on the wire (docs/plugins.md counts them)."""
 
 from dataclasses import dataclass
 
 from commbench.config.flags import flag, positive_int
+from commbench.microbench.ops.allreduce import Allreduce
 from commbench.optimizers.base import Strategy
 from commbench.job.training_step import TrainingStep
 
@@ -35,6 +37,21 @@ class ParameterAverage(Strategy):
 
     def facts(self):
         return {"plugin_package": "commbench-plugin-example"}
+
+
+class ParameterAverageOp(Allreduce):
+    """microbench op `example_average`: one parameter of S bytes averaged as the plugin
+    averages each parameter; raw rows as the `allreduce` op's."""
+
+    name = "example_average"
+    compresses = False
+
+    def __init__(self, plugin_cls, ctx, config, data):
+        super().__init__(plugin_cls, ctx, config, data)
+        self.plugin.parameters, self.plugin.steps = [self.buffer], 0
+
+    def run(self):
+        self.plugin.average(0.0)  # --period 1, its default: every call averages
 
 
 class NeedsAMissingModule(Strategy):
