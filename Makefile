@@ -1,5 +1,6 @@
 # commbench from a fresh clone:
-#   make          set up .venv (once) and run the quick scaling study; ends with the chart
+#   make          set up .venv (once) and run the quick scaling study on as many workers
+#                 as the machine has cores; ends with the chart's path
 #   make test     run the tests in that environment (and the engines', once built), in
 #                 tiers: fast, job, mpi (make test-fast, test-job, test-mpi: one tier)
 #   make engines  build Horovod into .venv and the Bluefog environment (.venv-bluefog)
@@ -25,7 +26,14 @@ TORCH_INDEX := --index-url https://download.pytorch.org/whl/$(TORCH)
 endif
 # Open MPI refuses to start as root without these; harmless for other users.
 ROOT_OK := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-QUICK_STUDY := --quick --np 1,2,4 --machine-size 2 \
+# No more workers than cores (more would measure CPU sharing, and the sweep leaves them
+# out): 1,2 on 2 or 3 cores, 1,2,4 from 4. nproc counts hardware threads; where they
+# outnumber the physical cores, the sweep leaves out what does not fit, saying so.
+# Machines of one worker, so that hierarchical_neighbor_allreduce has two machines from
+# 2 workers on.
+QUICK_NP := $(shell n=$$(nproc 2>/dev/null || echo 1); \
+    if [ "$$n" -ge 4 ]; then echo 1,2,4; elif [ "$$n" -ge 2 ]; then echo 1,2; else echo 1; fi)
+QUICK_STUDY := --quick --np $(QUICK_NP) --machine-size 1 \
     --dist-optimizer allreduce,neighbor_allreduce,hierarchical_neighbor_allreduce,none
 
 .PHONY: all study env test test-fast test-job test-mpi engines clean

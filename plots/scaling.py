@@ -45,7 +45,7 @@ def figure(group: "Group", styles: Optional[Dict["Series", dict]] = None) -> "Fi
     _efficiency(axes[1], group, style, efficiency_name)
     if consensus:
         _consensus(axes[2], consensus, style)
-    fig.suptitle(group.key.title(), fontsize=11)
+    fig.suptitle(group.key.title() + doubts(group), fontsize=11)
     handles, labels = axes[0].get_legend_handles_labels()
     order = sorted(range(len(labels)),
                    key=lambda i: labels[i].startswith(("ideal", "oversubscribed")))
@@ -55,6 +55,17 @@ def figure(group: "Group", styles: Optional[Dict["Series", dict]] = None) -> "Fi
                loc="outside lower center", ncol=max(1, min(4, len(labels), fits)), fontsize=9,
                frameon=False)
     return fig
+
+
+def doubts(group: "Group") -> str:
+    """A second title line when some point is not to be trusted, and why (the FLAGS
+    codes): a reader who sees only the picture must not take those points at face value."""
+    doubtful = [p for p in group.points if p.flags]
+    if not doubtful:
+        return ""
+    why = dict.fromkeys(f for p in doubtful for f in p.flags)
+    return (f"\n{len(doubtful)} of {len(group.points)} points not to be trusted "
+            f"({', '.join(why)}): see `commbench report`")
 
 
 def save_named(fig: "Figure", out_dir, name: str, formats=()) -> list:

@@ -5,8 +5,10 @@ driver's table and the study specs load and agree with the index. Nothing is run
 import argparse
 import ast
 import importlib.util
+import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -114,11 +116,31 @@ def test_the_time_to_accuracy_study_plans_its_sweeps(monkeypatch, capsys):
     assert "wall time of the study" in capsys.readouterr().out
 
 
-def test_the_stability_study_runs_the_sweep_make_runs():
-    make = re.search(r"QUICK_STUDY := (.*?)\n\n", (ROOT / "Makefile").read_text(), re.DOTALL)
-    flags = shlex.split(make.group(1).replace("\\\n", " "))
+def make_study(tmp_path, cores: int):
+    """The sweep flags `make study` gives on a machine of `cores` (nproc faked)."""
+    (tmp_path / "nproc").write_text(f"#!/bin/sh\necho {cores}\n")
+    (tmp_path / "nproc").chmod(0o755)
+    done = subprocess.run(["make", "-n", "-C", str(ROOT), "study", "ENV_DONE="],
+                          capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    line = [line for line in done.stdout.splitlines() if " sweep " in line]
+    assert len(line) == 1, done.stdout
+    return shlex.split(line[0].split(" sweep ", 1)[1])
+
+
+@pytest.mark.parametrize("cores, workers", [(1, "1"), (2, "1,2"), (3, "1,2"), (4, "1,2,4"),
+                                            (16, "1,2,4")])
+def test_make_runs_no_more_workers_than_cores(tmp_path, cores, workers):
+    flags = _pairs(make_study(tmp_path, cores))
+    assert flags["--np"] == workers and flags["--machine-size"] == "1"
+    assert flags["--dist-optimizer"] == ("allreduce,neighbor_allreduce,"
+                                         "hierarchical_neighbor_allreduce,none")
+
+
+def test_the_stability_study_runs_the_sweep_make_runs_on_this_2_core_machine(tmp_path):
     spec = STUDY.specs()["quick_sweep_stability"]["sweep"]
-    assert _pairs(spec) == _pairs(flags)
+    assert _pairs(spec) == _pairs(make_study(tmp_path, 2))
 
 
 def _pairs(flags):

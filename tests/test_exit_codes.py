@@ -1,5 +1,5 @@
 """Exit codes that tell the truth: a sweep that skipped a job it was asked for exits 1
-and ends with what it skipped; a value or a combination of flags that would be
+and lists what it skipped before its report; a value or a combination of flags that would be
 ignored, or fail later, is refused at once in one line with exit 2. In-process: no job
 is started (the one real sweep is in tests/test_sweep.py)."""
 
@@ -36,7 +36,7 @@ def one_line_error(argv, capsys) -> str:
     return err
 
 
-# --- sweep: a skip is a failure, said last ---------------------------------------------
+# --- sweep: a skip is a failure, said once before the report ---------------------------
 
 def test_a_dry_run_that_would_skip_exits_1_and_ends_with_the_skipped(tmp_path, capsys):
     code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1,2", "--dist-optimizer",
@@ -60,6 +60,7 @@ def test_a_hole_in_the_grid_is_listed_last_but_fails_nothing(tmp_path, capsys):
     """hierarchical cannot run on one worker; it runs on 4, and 1 worker runs allreduce:
     every strategy and every count asked for was measured."""
     code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1,4", "--machine-size", "2",
+                            "--oversubscribe",
                             "--dist-optimizer", "allreduce,hierarchical_neighbor_allreduce",
                             "--results-dir", str(tmp_path)], capsys)
     assert code == 0
@@ -69,6 +70,7 @@ def test_a_hole_in_the_grid_is_listed_last_but_fails_nothing(tmp_path, capsys):
 
 def test_a_worker_count_nothing_runs_at_exits_1(tmp_path, capsys):
     code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1,4", "--machine-size", "2",
+                            "--oversubscribe",
                             "--dist-optimizer", "hierarchical_neighbor_allreduce",
                             "--results-dir", str(tmp_path)], capsys)
     assert code == 1 and "# never ran: 1 worker(s)\n# skipped: " in out
@@ -86,16 +88,21 @@ def _ran(tmp_path):
 def test_a_sweep_that_skipped_exits_1_after_running_the_rest(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sweep_command, "run_jobs", _ran(tmp_path))
     reported = []
-    monkeypatch.setattr(sweep_command, "_commbench", lambda *a: reported.append(a[0]))
+    monkeypatch.setattr(sweep_command, "_commbench",
+                        lambda *a: (reported.append(a[0]), print(f"$ commbench {a[0]}")))
     code, out, _ = exit_of(["sweep", "--np", "1,2", "--dist-optimizer", "none,bogus",
                             "--results-dir", str(tmp_path)], capsys)
     assert code == 1
     assert reported == ["report", "plot"]  # what could run ran, and was reported
-    assert out.splitlines()[-3] == "never ran: strategy bogus"
-    last = out.splitlines()[-2:]
-    assert [line.split(": argument")[0] for line in last] == ["skipped: bogus on 1",
-                                                               "skipped: bogus on 2"]
-    assert all("unknown strategy 'bogus'" in line for line in last)
+    lines = out.splitlines()
+    assert lines[-5] == "never ran: strategy bogus"
+    skipped = lines[-4:-2]
+    assert [line.split(": argument")[0] for line in skipped] == ["skipped: bogus on 1",
+                                                                  "skipped: bogus on 2"]
+    assert all("unknown strategy 'bogus'" in line for line in skipped)
+    # once, and before the report: the chart's path stays the last line
+    assert lines[-2:] == ["$ commbench report", "$ commbench plot"]
+    assert out.count("skipped: bogus on 1") == 1
 
 
 def test_a_sweep_with_nothing_skipped_exits_0(tmp_path, capsys, monkeypatch):
@@ -104,6 +111,56 @@ def test_a_sweep_with_nothing_skipped_exits_0(tmp_path, capsys, monkeypatch):
     code, out, _ = exit_of(["sweep", "--np", "1", "--dist-optimizer", "none",
                             "--results-dir", str(tmp_path)], capsys)
     assert code == 0 and "skipped" not in out
+
+
+# --- sweep: no more workers than cores unless asked ------------------------------------
+
+CROWDED = ("# left out 4 worker(s): more than this machine's 2 physical core(s), they would "
+           "measure CPU sharing (--oversubscribe runs them)")
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    monkeypatch.setattr("commbench.result.environment.physical_cores", lambda: 2)
+
+
+def test_a_sweep_leaves_out_the_worker_counts_above_the_cores_saying_so_once(
+        tmp_path, capsys, two_cores):
+    code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1,2,4", "--dist-optimizer",
+                            "allreduce,none", "--results-dir", str(tmp_path)], capsys)
+    lines = out.splitlines()
+    assert code == 0  # what fits was asked for too: no mistake
+    assert [line.split()[2] for line in lines[:4]] == ["1", "2", "1", "2"]  # mpiexec -n N
+    assert lines[4:] == [CROWDED]
+
+
+def test_oversubscribe_runs_them_all(tmp_path, capsys, two_cores):
+    code, out, _ = exit_of(["sweep", "--dry-run", "--np", "1,2,4", "--dist-optimizer",
+                            "none", "--oversubscribe", "--results-dir", str(tmp_path)], capsys)
+    assert code == 0 and "left out" not in out
+    assert [line.split()[2] for line in out.splitlines()] == ["1", "2", "4"]
+
+
+def test_a_sweep_lists_what_it_left_out_once_before_its_report(tmp_path, capsys, monkeypatch,
+                                                                 two_cores):
+    monkeypatch.setattr(sweep_command, "run_jobs", _ran(tmp_path))
+    monkeypatch.setattr(sweep_command, "_commbench", lambda *a: print(f"$ commbench {a[0]}"))
+    code, out, _ = exit_of(["sweep", "--np", "2,4", "--dist-optimizer", "none",
+                            "--results-dir", str(tmp_path)], capsys)
+    assert code == 0
+    assert out.splitlines() == [CROWDED[2:], "$ commbench report", "$ commbench plot"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--np", "4,8"], "argument --np: 4,8 worker(s): more than this machine's 2 physical "
+                      "core(s), they would measure CPU sharing (--oversubscribe runs them)"),
+    (["--emulate", "2x1", "--oversubscribe"],
+     "argument --oversubscribe: only with --np; an emulated sweep runs each layout as given"),
+])
+def test_a_sweep_that_cannot_fit_is_one_line(tmp_path, capsys, two_cores, args, says):
+    err = one_line_error(["sweep", "--dry-run", *args, "--results-dir", str(tmp_path)],
+                         capsys)
+    assert err == f"commbench: error: {says}\n"
 
 
 def test_a_sweep_gives_topology_flags_only_to_strategies_with_a_topology(tmp_path):

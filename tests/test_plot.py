@@ -78,6 +78,19 @@ def test_legend_has_one_entry_per_strategy_plus_the_ideal_line():
     assert efficiency.get_ylabel() == "scaling efficiency (%)"
 
 
+def test_the_title_says_how_many_points_are_not_to_be_trusted_and_why():
+    group = reader.analyse([RUNS])[0][0]
+    doubtful = [p for p in group.points if p.flags]
+    title = scaling.figure(group).get_suptitle()
+    first, second = title.split("\n")
+    assert first == group.key.title() and "oversubscribed" in second
+    assert second.startswith(f"{len(doubtful)} of {len(group.points)} points not to be "
+                             "trusted (") and second.endswith("): see `commbench report`")
+    trusted = copy.deepcopy(group)
+    trusted.points = [p for p in trusted.points if not p.flags]
+    assert trusted.points and scaling.figure(trusted).get_suptitle() == group.key.title()
+
+
 def test_consensus_panel_has_a_line_per_decentralized_configuration():
     runs = [r for r in reader.load_runs([RUNS])[0] if r.series.strategy == "neighbor_allreduce"]
     group = grouping.group_runs(runs)[0]

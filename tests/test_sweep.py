@@ -53,7 +53,7 @@ def test_sweep_runs_every_combination_reports_failures_and_goes_on(tmp_path):
 
 
 def test_dry_run_prints_the_exact_commands_and_skips_impossible_ones(tmp_path):
-    done = in_process(tmp_path, "--dry-run", "--np", "1,2,4",
+    done = in_process(tmp_path, "--dry-run", "--np", "1,2,4", "--oversubscribe",
                  "--dist-optimizer", "allreduce,no_such_strategy", "--batch-size", "8")
     assert done.returncode == 1, done.stderr  # it would not run all it was asked for
     lines = done.stdout.strip().splitlines()
@@ -72,14 +72,17 @@ def test_dry_run_prints_the_exact_commands_and_skips_impossible_ones(tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(240)
-def test_a_sweep_that_skips_runs_the_rest_then_exits_1_naming_the_skipped_last(tmp_path):
+def test_a_sweep_that_skips_runs_the_rest_then_exits_1_ending_with_its_chart(tmp_path):
     done = sweep(tmp_path, "--np", "1", "--dist-optimizer", "none,bogus", *TINY_RUN,
                  timeout=200)
     assert done.returncode == 1, done.stdout[-3000:]
     assert "done in" in done.stdout and len(list((tmp_path / "results").glob("*.json"))) == 1
-    last = done.stdout.strip().splitlines()[-1]
-    assert last.startswith("skipped: bogus on 1: argument --dist-optimizer: unknown "
-                           "strategy 'bogus'"), done.stdout[-2000:]
+    lines = done.stdout.strip().splitlines()
+    skipped = [i for i, line in enumerate(lines) if line.startswith("skipped: ")]
+    assert len(skipped) == 1 and lines[skipped[0]].startswith(
+        "skipped: bogus on 1: argument --dist-optimizer: unknown strategy 'bogus'")
+    assert skipped[0] < lines.index("$ commbench report ...")  # listed once, before it
+    assert Path(lines[-1]).parent == tmp_path / "charts" and Path(lines[-1]).is_file()
 
 
 def test_topology_flags_go_only_to_the_strategies_that_have_one(tmp_path):

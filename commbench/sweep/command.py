@@ -25,7 +25,7 @@ from commbench.sweep.execute import job_environment, run_jobs
 from commbench.sweep.plan import (SHARED_MEMORY, Job, cluster_shape, plan, plan_emulated,
                                   shell_line)
 
-# A few minutes for 1,2,4 workers x 3 strategies on 2 cores, each job measured long
+# A few minutes for 1,2 workers x 3 strategies on 2 cores (`make`), each job measured long
 # enough that its own interval is narrow; whether two sweeps then agree is up to how
 # steady the machine is (benchmarks/diagnostics/machine_drift.py and
 # benchmarks/studies/quick_sweep_stability.json).
@@ -69,12 +69,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link-of", action="append", default=[], metavar="MACHINE=RATE,...",
                         help="with --emulate: a rate of its own for a machine of every "
                              "cluster, by index from 0 (e.g. m3=100mbit: uneven links)")
+    parser.add_argument("--oversubscribe", action="store_true",
+                        help="with --np: also run the worker counts above this machine's "
+                             "physical cores, which measure CPU sharing and are flagged "
+                             "oversubscribed (default: leave them out, saying so)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the launcher commands, run nothing")
     parser.epilog = ("Any other `commbench run` flag is passed to every job whose strategy "
                      "reads it (--topology only to those with a topology); one that no "
-                     "strategy of the sweep reads is refused. Skipped jobs are listed last; "
-                     "a strategy or worker count that never ran makes the exit code 1.")
+                     "strategy of the sweep reads is refused. What was left out or skipped "
+                     "is listed once, after the jobs and before the report; a strategy or "
+                     "worker count that never ran makes the exit code 1.")
 
 
 # Flags this parser does not know are `commbench run` flags, for every job.
@@ -106,22 +111,23 @@ def main(args) -> int:
     flags = (QUICK if args.quick else []) + args.run_flags
     strategies = [s for s in args.dist_optimizer.split(",") if s]
     cluster = f"s{os.getpid() % 10**6}"  # this sweep's own: two sweeps never share one
-    if args.link_of and not args.emulate:
-        raise UsageError("argument --link-of: gives emulated machines their own rates; "
-                         "only with --emulate")
+    refuse_misplaced(args)
     stragglers = list(dict.fromkeys(args.slow_ranks or ["none"]))
+    crowded = ""  # the worker counts left out, in a line (an emulated sweep leaves none)
     if args.emulate:
         # a machine the cluster will not have: refused before anything runs
         parse_link_of(args.link_of, cluster_shape(args.emulate)[0])
         jobs = plan_emulated(args.emulate, args.link, cluster, strategies, flags,
                              args.results_dir, args.repeat, stragglers)
     else:
-        jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir, args.repeat,
+        counts, crowded = fitting(args.np, args.oversubscribe)
+        jobs = plan(counts, strategies, flags, args.launcher, args.results_dir, args.repeat,
                     stragglers)
     skipped, never = [j for j in jobs if j.skip_reason], never_run(jobs)
+    left_out = [crowded] if crowded else []
     if args.dry_run:
         print_commands(jobs, args, cluster)
-        for line in skip_summary(skipped, never):  # comments: the lines above still run
+        for line in left_out + skip_summary(skipped, never):  # comments: the lines above run
             print(f"# {line}")
         return 1 if never else 0
     Path(args.results_dir).mkdir(parents=True, exist_ok=True)
@@ -134,17 +140,46 @@ def main(args) -> int:
                      args.link_of)
     else:
         run_jobs(jobs, args.job_timeout, env)
-    made = [str(j.result) for j in jobs if j.result]
-    if made:
-        _commbench("report", *made)
-        _commbench("plot", *made, "-o", args.plots_dir)
     failed = [j for j in jobs if not j.ok and not j.skip_reason]
     if failed:
         print(f"{len(failed)} job(s) failed: " + ", ".join(
             f"{j.strategy} on {j.workers}" for j in failed), flush=True)
-    for line in skip_summary(skipped, never):  # last, where a long sweep's reader looks
+    # once, before the report: the chart's path stays the sweep's last line
+    for line in left_out + skip_summary(skipped, never):
         print(line, flush=True)
+    made = [str(j.result) for j in jobs if j.result]
+    if made:
+        _commbench("report", *made)
+        _commbench("plot", *made, "-o", args.plots_dir)
     return 1 if failed or never or not made else 0
+
+
+def refuse_misplaced(args) -> None:
+    """A flag of one kind of sweep given to the other means nothing there: refused."""
+    if args.link_of and not args.emulate:
+        raise UsageError("argument --link-of: gives emulated machines their own rates; "
+                         "only with --emulate")
+    if args.oversubscribe and args.emulate:
+        raise UsageError("argument --oversubscribe: only with --np; an emulated sweep runs "
+                         "each layout as given")
+
+
+def fitting(counts: List[int], oversubscribe: bool) -> Tuple[List[int], str]:
+    """The worker counts to run on this machine, and a line naming those left out: a
+    count above its physical cores measures CPU sharing, not communication (each such
+    point is flagged oversubscribed), so it runs only when asked for. Every count left
+    out is a usage error, in one line."""
+    from commbench.result.environment import physical_cores
+
+    cores = physical_cores()
+    over = [] if oversubscribe else [n for n in counts if n > cores]
+    if not over:
+        return counts, ""
+    said = f"{','.join(map(str, over))} worker(s): more than this machine's {cores} " \
+        "physical core(s), they would measure CPU sharing (--oversubscribe runs them)"
+    if len(over) == len(counts):
+        raise UsageError(f"argument --np: {said}")
+    return [n for n in counts if n <= cores], f"left out {said}"
 
 
 def print_commands(jobs: List[Job], args, cluster: str) -> None:

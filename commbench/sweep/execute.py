@@ -34,11 +34,7 @@ def job_environment(quick: bool = False) -> Dict[str, str]:
 
 
 def run_jobs(jobs: List[Job], timeout: float, env: Dict[str, str]) -> None:
-    runnable = [j for j in jobs if not j.skip_reason]
-    for job in jobs:
-        if job.skip_reason:
-            print(f"skip {job.strategy} on {job.workers} worker(s): {job.skip_reason}",
-                  flush=True)
+    runnable = [j for j in jobs if not j.skip_reason]  # the rest are listed by the sweep
     start = time.monotonic()
     for index, job in enumerate(runnable, 1):
         again = f" (repeat {job.repeat})" if job.repeat > 1 else ""
