@@ -15,6 +15,7 @@ from typing import List, Optional
 
 from commbench import __version__
 from commbench.errors import UsageError
+from commbench.flags import OneLineParser
 
 # subcommand -> (module, one-line help). Modules import heavy packages lazily.
 SUBCOMMANDS = {
@@ -50,18 +51,12 @@ Start here:
       strategies, topologies and models, and which can run here"""
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (no usage block), exit 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def build_parser() -> Parser:
-    parser = Parser(prog="commbench", description=DESCRIPTION,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="commbench", description=DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"commbench {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                parser_class=OneLineParser)
     for name, (module, help_text) in SUBCOMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         importlib.import_module(module).add_arguments(command)

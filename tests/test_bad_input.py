@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from cli_helpers import commbench
+from cli_helpers import commbench, refused
 from commbench import results
 from commbench import flags
 from commbench.cli import main
@@ -116,3 +116,17 @@ def test_names_inside_a_result_never_leave_the_output_directory(tmp_path):
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix == ".png"]
     assert written and all(p.parent == out for p in written)
     assert not (tmp_path.parent / "escaped").exists()
+
+
+@pytest.mark.parametrize("args, value", [
+    (("--target-accuracy", "-inf"), "-inf"),
+    (("run", "--batch-size", "-3"), "-3"),
+    (("simulate", "--link", "10gbit", "--latency", "-1us"), "-1us"),
+    (("microbench", "-b", "-7"), "-7"),
+    (("sweep", "--dry-run", "--np", "1", "--num-iters", "-2.5e1"), "-2.5e1"),
+])
+def test_a_value_that_starts_with_a_minus_reaches_its_check_and_is_repeated(args, value):
+    # argparse takes "-inf" or "-1us" after a space for a flag, and would answer
+    # "expected one argument" although one was given.
+    line = refused(*args)
+    assert "expected one argument" not in line and repr(value) in line, line
