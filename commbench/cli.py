@@ -36,6 +36,9 @@ SUBCOMMANDS = {
                      "MPI 5 mpirun take Open MPI 4's -bind-to/-map-by (horovodrun, bfrun)"),
 }
 
+# The commands whose processes are the ranks of a job; the others have no rank to name.
+RANKED = ("run", "microbench")
+
 DESCRIPTION = """\
 How fast does distributed training scale under each communication strategy -
 global allreduce (DDP, Horovod) or decentralized neighbor averaging (Bluefog-style)?
@@ -89,9 +92,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
     except Exception as e:  # one line per failing rank, never a traceback wall
-        from commbench.failure import describe_and_abort
+        from commbench import failure
 
-        describe_and_abort(e)
+        if args.command in RANKED:
+            failure.describe_and_abort(e)
+        code = say_error(failure.describe_without_rank(e), 1)
     ending(code or 0)
 
 

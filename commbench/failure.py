@@ -44,6 +44,18 @@ def describe_and_abort(error: BaseException) -> None:
     _abort(1)
 
 
+def describe_without_rank(error: BaseException) -> str:
+    """The line for a command that is no job's rank (plot, report, ...): a file's error
+    names the file and why, as the user can act on it; another its type and first line."""
+    if os.environ.get("COMMBENCH_DEBUG"):
+        traceback.print_exception(type(error), error, error.__traceback__)
+    if isinstance(error, OSError) and error.filename is not None:
+        paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p is not None)
+        return f"{paths}: {error.strerror or error}"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
 def _abort(code: int, mpi_usable: bool = True) -> None:
     # Under MPI a normal exit would enter MPI_Finalize, which waits for every peer:
     # Abort makes the launcher kill all ranks now. Not while another thread is inside
