@@ -21,7 +21,7 @@ commbench.microbench.results (which also reads it back for `report` and `plot`).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from commbench import compression, units
 from commbench.config import RunConfig, config_from_args
@@ -73,11 +73,29 @@ def sizes(begin: int, end: int, factor: int) -> List[int]:
     """Sizes in bytes from begin to end (inclusive) times factor, whole float32 elements."""
     if begin > end:
         raise UsageError(f"argument -b/--minbytes: {begin} is larger than -e/--maxbytes {end}")
+    return list(dict.fromkeys(measured for _, measured in _asked(begin, end, factor)))
+
+
+def _asked(begin: int, end: int, factor: int) -> List[Tuple[int, int]]:
+    """(asked, measured) for each size from begin to end: a size that is not whole
+    float32 elements is measured rounded down to them, one element at the least."""
     out, size = [], begin
     while size <= end:
-        out.append(max(ELEMENT_BYTES, size // ELEMENT_BYTES * ELEMENT_BYTES))
+        out.append((size, max(ELEMENT_BYTES, size // ELEMENT_BYTES * ELEMENT_BYTES)))
         size *= factor
-    return list(dict.fromkeys(out))
+    return out
+
+
+def rounded_sizes(begin: int, end: int, factor: int, most: int = 6) -> Optional[str]:
+    """The line that says which sizes asked for were measured at another size and why;
+    None when every one was measured as asked."""
+    changed = [f"{asked} -> {measured}" for asked, measured in _asked(begin, end, factor)
+               if asked != measured]
+    if not changed:
+        return None
+    more = f", ... ({len(changed)} in all)" if len(changed) > most else ""
+    return (f"# sizes measured in whole float32 elements ({ELEMENT_BYTES} bytes each), not as "
+            f"asked (bytes): {', '.join(changed[:most])}{more}")
 
 
 def main(args) -> int:
@@ -118,6 +136,9 @@ def main(args) -> int:
         f"({'static' if args.disable_dynamic_topology else 'dynamic one-peer'}); "
         f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
         f"check {'on' if args.check else 'off'}")
+    rounded = rounded_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    if rounded:
+        say(rounded)
     if codec.on:
         say(f"# --compression {codec}: commbench's rows send {codec.wire_fraction:g} of each "
             "float32 byte. algbw/busbw/link count the float32 payload (fp32-equivalent); "
