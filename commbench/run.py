@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from typing import Any, Callable, Dict, List, Optional
 
 from commbench import (console, device_time, environment, measurements, metrics,
@@ -24,7 +23,7 @@ from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.loop import LossWatch, device_sync, measure, warm_up
 from commbench.compute_only import ComputeOnly, phase_medians
-from commbench.models import build_model, model_names
+from commbench.models import build_model, check_input, model_names
 from commbench.recipe import Recipe
 
 
@@ -68,7 +67,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
     torch.manual_seed(config.seed + (ctx.rank if config.independent_init else 0))
     model = build_model(config.model, data.classes).to(ctx.device)
     images, labels = data.next()
-    _check_image_size(model, images, config)
+    check_input(model, images, config.model, config.image_size, config.batch_size)
     sync = device_sync(ctx.device)
     console.print_header(say, config, ctx, strategy)
     if ctx.rank == 0:
@@ -271,29 +270,6 @@ def _check_same_config(ctx, config: RunConfig) -> None:
                 if keys else f"commbench versions differ ({ours[0]} vs {theirs[0]})")
         raise UsageError(f"ranks were started with different configurations: rank "
                          f"{odd[0]} and rank 0 {what}")
-
-
-# What torch says when a layer's input is smaller than its kernel or pooling window.
-TOO_SMALL = re.compile(r"(input|output|kernel) size", re.IGNORECASE)
-
-
-def _check_image_size(model, images, config: RunConfig) -> None:
-    """One image through the model, so that an image too small for it is a clear error
-    on every rank now rather than a shape error deep inside the first step."""
-    import torch
-
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(images[:1])
-    except RuntimeError as e:
-        first = (str(e).splitlines() or [""])[0]
-        if not TOO_SMALL.search(first):
-            raise  # out of memory, a cuDNN or CUDA error: not the user's image size
-        raise UsageError(f"argument --image-size: {config.image_size} is too small for "
-                         f"{config.model} ({first})")
-    finally:
-        model.train()
 
 
 def _trainable(model, config: RunConfig, device, recipe: Recipe):
