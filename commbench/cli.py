@@ -14,7 +14,7 @@ import sys
 from typing import List, Optional
 
 from commbench import __version__
-from commbench.errors import UsageError
+from commbench.errors import NotRecorded, UsageError
 from commbench.flags import OneLineParser
 
 # subcommand -> (module, one-line help). Modules import heavy packages lazily.
@@ -86,6 +86,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         code = module.main(args)
     except UsageError as e:
         code = say_error(str(e), UsageError.exit_code)
+    except NotRecorded as e:  # said once, by the rank that could not write
+        code = say_error(str(e), e.exit_code) if str(e) else e.exit_code
     except KeyboardInterrupt:
         code = say_error("interrupted", 130)
     except BrokenPipeError:  # `commbench list | head`: the reader left, nothing to say

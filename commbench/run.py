@@ -139,22 +139,24 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
         say("Measuring the compute-only reference again...")
         reference.half()
 
-    recorded = record.finish(config, ctx, strategy, record.Speed(
+    unwritten = record.finish(config, ctx, strategy, record.Speed(
         timings, reference, model, progress.consensus, data.facts), machine)
     steps = len(timings.batch_seconds) * config.num_batches_per_iter
-    return _tell(say, config, ctx, recorded, steps,
+    return _tell(say, config, ctx, unwritten, steps,
                  lambda summary: console.print_summary(say, summary, ctx))
 
 
-def _tell(say, config: RunConfig, ctx, recorded: Optional[record.Recorded], steps: int,
+def _tell(say, config: RunConfig, ctx, unwritten: Optional[record.Unwritten], steps: int,
           print_summary: Callable[[Dict[str, Any]], None]) -> Dict[str, Any]:
-    """The end of either kind of run, once every rank knows rank 0 has written: rank 0
-    prints the summary, where the timeline went and the result's path; the result's
-    document on rank 0, {} elsewhere."""
-    record.wait_for_rank_0(ctx)
+    """The end of either kind of run. Rank 0 prints the summary before it writes, so
+    that a result that cannot be written (a full disk) loses no number the console has
+    not shown; once every rank knows it was written, where the timeline went and the
+    result's path. The result's document on rank 0, {} elsewhere."""
+    if unwritten is not None:
+        print_summary(unwritten.doc["summary"])
+    recorded = record.written_by_rank_0(ctx, lambda: record.write(config, *unwritten))
     if recorded is None:
         return {}
-    print_summary(recorded.doc["summary"])
     timeline_lines(say, config, steps, recorded)
     say(f"Result: {recorded.path}")
     return recorded.doc
@@ -202,14 +204,14 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps,
         strategy.sees_wire)
-    recorded = record.finish(config, ctx, strategy, record.Trained(
+    unwritten = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine)
 
     def print_summary(summary: Dict[str, Any]) -> None:
         console.print_outcome(say, summary)
         say(console.split_line(summary["step_split"], ctx.device.type))
 
-    return _tell(say, config, ctx, recorded, outcome["steps"], print_summary)
+    return _tell(say, config, ctx, unwritten, outcome["steps"], print_summary)
 
 
 def _batches(config: RunConfig, ctx) -> batches.Batches:

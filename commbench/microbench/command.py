@@ -162,13 +162,12 @@ def main(args) -> int:
             "pass within the rate limiter's burst, not a figure of the link")
     wrong = sum(r["wrong"] or 0 for r in found)
     say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    if ctx.rank == 0:
-        doc = result_document(args, ctx, the_sizes, found, wrong, machine)
-        path = results.write_result(args.results_dir, doc, f"microbench-n{ctx.world_size}")
-        say(f"# Result: {path}")
-    from commbench.record import wait_for_rank_0
+    from commbench.record import written_by_rank_0
 
-    wait_for_rank_0(ctx)
+    path = written_by_rank_0(ctx, lambda: results.write_result(
+        args.results_dir, result_document(args, ctx, the_sizes, found, wrong, machine),
+        f"microbench-n{ctx.world_size}"))
+    say(f"# Result: {path}")
     return 1 if wrong else 0
 
 
