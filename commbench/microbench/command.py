@@ -130,21 +130,7 @@ def main(args) -> int:
 
     ctx = init_distributed(launch, args.no_cuda, args.timeout, args.machine_size)
     say = Printer(ctx.rank == 0)
-    say(f"# commbench microbench: {ctx.world_size} ranks ({ctx.launch.launcher}, "
-        f"{ctx.num_machines} machine(s)), {ctx.backend} on {ctx.device}, float32")
-    say(f"# ops: {', '.join(args.op)}; topology {args.topology} "
-        f"({'static' if args.disable_dynamic_topology else 'dynamic one-peer'}); "
-        f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
-        f"check {'on' if args.check else 'off'}")
-    rounded = rounded_sizes(args.minbytes, args.maxbytes, args.stepfactor)
-    if rounded:
-        say(rounded)
-    if codec.on:
-        say(f"# --compression {codec}: commbench's rows send {codec.wire_fraction:g} of each "
-            "float32 byte. algbw/busbw/link count the float32 payload (fp32-equivalent); "
-            "sent(B) and recv(B) count the bytes actually sent, as do the result's "
-            "*bw_sent figures")
-    say(HEADER)
+    print_header(say, args, ctx, codec)
     # Taken before the measurement: nothing that could fail between it and the write.
     machine = environment.collect(ctx) if ctx.rank == 0 else None
     found: List[Dict[str, Any]] = []
@@ -172,6 +158,25 @@ def main(args) -> int:
 
 
 # --- printing and the result file -----------------------------------------------------
+
+
+def print_header(say, args, ctx, codec) -> None:
+    """What the job is, which sizes were measured other than asked, and the table's head."""
+    say(f"# commbench microbench: {ctx.world_size} ranks ({ctx.launch.launcher}, "
+        f"{ctx.num_machines} machine(s)), {ctx.backend} on {ctx.device}, float32")
+    say(f"# ops: {', '.join(args.op)}; topology {args.topology} "
+        f"({'static' if args.disable_dynamic_topology else 'dynamic one-peer'}); "
+        f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
+        f"check {'on' if args.check else 'off'}")
+    rounded = rounded_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    if rounded:
+        say(rounded)
+    if codec.on:
+        say(f"# --compression {codec}: commbench's rows send {codec.wire_fraction:g} of each "
+            "float32 byte. algbw/busbw/link count the float32 payload (fp32-equivalent); "
+            "sent(B) and recv(B) count the bytes actually sent, as do the result's "
+            "*bw_sent figures")
+    say(HEADER)
 
 IMPL_WIDTH = 32  # "MPI Neighbor_allgather + combine"
 HEADER = (f"# {'op':<32} {'impl':<{IMPL_WIDTH}} {'size(B)':>11} {'time(us)':>10} "
