@@ -14,7 +14,8 @@ import sys
 from typing import List, Optional
 
 from commbench import __version__
-from commbench.errors import UsageError
+from commbench.errors import NotRecorded, UsageError
+from commbench.config.flags import OneLineParser
 
 # subcommand -> (module, one-line help). Modules import heavy packages lazily.
 SUBCOMMANDS = {
@@ -35,6 +36,9 @@ SUBCOMMANDS = {
                      "MPI 5 mpirun take Open MPI 4's -bind-to/-map-by (horovodrun, bfrun)"),
 }
 
+# The commands whose processes are the ranks of a job; the others have no rank to name.
+RANKED = ("run", "microbench")
+
 DESCRIPTION = """\
 How fast does distributed training scale under each communication strategy -
 global allreduce (DDP, Horovod) or decentralized neighbor averaging (Bluefog-style)?
@@ -50,18 +54,12 @@ Start here:
       strategies, topologies and models, and which can run here"""
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (no usage block), exit 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def build_parser() -> Parser:
-    parser = Parser(prog="commbench", description=DESCRIPTION,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="commbench", description=DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"commbench {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                parser_class=OneLineParser)
     for name, (module, help_text) in SUBCOMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         importlib.import_module(module).add_arguments(command)
@@ -88,15 +86,19 @@ def main(argv: Optional[List[str]] = None) -> None:
         code = module.main(args)
     except UsageError as e:
         code = say_error(str(e), UsageError.exit_code)
+    except NotRecorded as e:  # said once, by the rank that could not write
+        code = say_error(str(e), e.exit_code) if str(e) else e.exit_code
     except KeyboardInterrupt:
         code = say_error("interrupted", 130)
     except BrokenPipeError:  # `commbench list | head`: the reader left, nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
     except Exception as e:  # one line per failing rank, never a traceback wall
-        from commbench.job.failure import describe_and_abort
+        from commbench.job import failure
 
-        describe_and_abort(e)
+        if args.command in RANKED:
+            failure.describe_and_abort(e)
+        code = say_error(failure.describe_without_rank(e), 1)
     ending(code or 0)
 
 

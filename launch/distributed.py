@@ -1,7 +1,8 @@
 """Set up torch.distributed for whichever launcher started us, and leave it at the end.
 
 The ranks meet as commbench.launch.rendezvous finds, in a store where rank 0 takes a
-roll call (so that a rank that never arrives is named after --timeout, not waited for);
+roll call (so that a rank that never arrives is named after --timeout, not waited for,
+as is one that stops before the process group or the first exchange: late_ranks);
 backend NCCL on one GPU per rank (commbench.launch.gpus), gloo on the CPU; every rank
 learns every rank's machine, fills in what the launcher did not say and takes its share
 of the machine's cores.
@@ -20,6 +21,7 @@ from commbench.job.failure import mpi_deadline, name_ranks, patience_for_rank_0,
 from commbench.launch import gpus
 from commbench.launch.detect import LaunchInfo
 from commbench.launch.groups import SUBGROUPS
+from commbench.launch.late_ranks import LateRanks
 from commbench.launch.lost_machine import NO_ANSWER
 from commbench.launch.rendezvous import Meeting, bracket, poll_until, rendezvous_address
 
@@ -86,18 +88,22 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
             torch.cuda.set_device(own)
     options = dict(backend=backend, rank=info.rank, world_size=info.world_size,
                    timeout=timedelta(seconds=timeout))
+    late = LateRanks(None, info.rank, info.world_size, timeout)
     if dist.is_initialized():
         pass  # embedded in a program that set up torch.distributed itself (e.g. benchmarks/)
     elif info.world_size == 1:
         dist.init_process_group(store=dist.HashStore(), **options)
     else:
-        store = _roll_call(rendezvous_address(info, timeout), info, timeout)
-        dist.init_process_group(store=store, **options)
+        meeting = rendezvous_address(info, timeout)
+        store = _roll_call(meeting, info, timeout)
+        late = LateRanks(store, info.rank, info.world_size, timeout, meeting.hosts)
+        with late.step("torch.distributed's process group"):
+            dist.init_process_group(store=store, **options)
 
     # MPI calls (mpi4py transports) and subgroups get the same patience as the job's group.
     mpi_deadline.seconds = timeout
     SUBGROUPS.timeout = timedelta(seconds=timeout)
-    hosts, group = _exchange_hosts(backend, use_cuda)
+    hosts, group = _exchange_hosts(backend, use_cuda, late)
     hostnames = [h for h, _, _, _ in hosts]
     physical_hosts = tuple(p for _, _, p, _ in hosts)
     info = _fill_node_layout(info, hostnames)
@@ -184,13 +190,13 @@ def _store(meeting: Meeting, info: LaunchInfo, timeout: float, where: str) -> An
     return store
 
 
-def _exchange_hosts(backend: str, use_cuda: bool
+def _exchange_hosts(backend: str, use_cuda: bool, late: LateRanks
                     ) -> Tuple[List[Tuple[str, int, str, Dict[str, Any]]], Any]:
     """Every rank's hostname, its machine's physical cores, its real machine and what
     the machine says of its network and GPUs, gathered over gloo: a rank must be on its
     own GPU before the first NCCL operation, and which GPU is its own follows from these
     hostnames when the launcher did not say. Also the gloo group used (None: the job's
-    own)."""
+    own). The job's first exchange: a rank that does not come is named (`late`)."""
     import torch.distributed as dist
 
     from commbench.result.environment import emulated_network, machine_facts, physical_cores
@@ -201,7 +207,8 @@ def _exchange_hosts(backend: str, use_cuda: bool
     name = socket.gethostname()
     real = (emulated_network() or {}).get("host", name)
     mine = (name, physical_cores(), real, machine_facts(use_cuda))
-    return [tuple(h) for h in _gather(mine, group)], group
+    with late.step("the first exchange (every rank's machine, over gloo)"):
+        return [tuple(h) for h in _gather(mine, group)], group
 
 
 def _gather(mine: Any, group: Any) -> List[Any]:

@@ -1,6 +1,7 @@
 """Strategies that break on purpose mid-run, loaded by dotted path in the failure
 tests: the faults are real (a signal, an exception), only the trigger is staged."""
 
+import errno
 import os
 import signal
 import time
@@ -14,7 +15,9 @@ FAULT_MARK = "COMMBENCH_TEST_FAULT_MARK"  # a file the faulty rank writes the ti
 
 
 class _Faulty:
-    """Mixed into a strategy: its rank 1 breaks at its 4th step."""
+    """Mixed into a strategy: its rank 1 (faulty_rank) breaks at its 4th step."""
+
+    faulty_rank = FAULTY_RANK
 
     def wrap(self, model, optimizer):
         step = super().wrap(model, optimizer)
@@ -22,7 +25,7 @@ class _Faulty:
 
         def faulty(images, labels):
             count[0] += 1
-            if self.ctx.rank == FAULTY_RANK and count[0] == FAULTY_STEP:
+            if self.ctx.rank == self.faulty_rank and count[0] == FAULTY_STEP:
                 mark = os.environ.get(FAULT_MARK)
                 if mark:  # when, on the clock every process shares, the fault began
                     with open(mark, "w") as f:
@@ -52,6 +55,27 @@ class Stopped(_Faulty, Allreduce):
 
     def fault(self):
         os.kill(os.getpid(), signal.SIGSTOP)  # alive but silent: only a timeout ends this
+
+
+FILL = "COMMBENCH_TEST_FILL"  # a folder whose file system fills_the_disk fills
+
+
+class FillsTheDisk(_Faulty, Allreduce):
+    """Rank 0 fills the file system of the folder FILL names in the middle of the run,
+    after start-up checked its free space: the result's write then finds it full."""
+
+    name = "fills_the_disk"
+    faulty_rank = 0
+
+    def fault(self):
+        with open(os.path.join(os.environ[FILL], "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"x" * 65536)
+                    f.flush()
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
 
 
 class StoppedNeighbor(_Faulty, NeighborAllreduce):

@@ -3,11 +3,12 @@ no traceback; on every rank under a launcher, before any communication."""
 
 import json
 import os
+import re
 import shutil
 
 import pytest
 
-from cli_helpers import commbench
+from cli_helpers import commbench, refused
 from commbench.result import store
 from commbench.config import flags
 from commbench.cli import main
@@ -67,6 +68,9 @@ def test_zero_is_refused_where_a_positive_value_is_needed(field, capsys):
      "argument --topology: topology 'star' has no dynamic schedule"),
     (["--slow-ranks", "1,2:2"], "argument --slow-ranks: rank 2 does not exist; this job has "
      "ranks 0 to 1"),
+    (["--batch-size", "1", "--image-size", "1"], "argument --batch-size: resnet18 cannot "
+     "train on a batch of 1 image of 1 px: its BatchNorm layer bn1 would get one value per "
+     "channel (1x1 px per image)"),
 ])
 def test_impossible_requests_fail_on_every_rank_under_mpiexec(args, message, tmp_path):
     done = mpiexec(2, ["-m", "commbench", *TINY_RUN, *args, "--results-dir", str(tmp_path)],
@@ -116,3 +120,39 @@ def test_names_inside_a_result_never_leave_the_output_directory(tmp_path):
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix == ".png"]
     assert written and all(p.parent == out for p in written)
     assert not (tmp_path.parent / "escaped").exists()
+
+
+@pytest.mark.parametrize("args, value", [
+    (("--target-accuracy", "-inf"), "-inf"),
+    (("run", "--batch-size", "-3"), "-3"),
+    (("simulate", "--link", "10gbit", "--latency", "-1us"), "-1us"),
+    (("microbench", "-b", "-7"), "-7"),
+    (("sweep", "--dry-run", "--np", "1", "--num-iters", "-2.5e1"), "-2.5e1"),
+])
+def test_a_value_that_starts_with_a_minus_reaches_its_check_and_is_repeated(args, value):
+    # argparse takes "-inf" or "-1us" after a space for a flag, and would answer
+    # "expected one argument" although one was given.
+    line = refused(*args)
+    assert "expected one argument" not in line and repr(value) in line, line
+
+
+@pytest.mark.parametrize("batch, side, layer", [(1, 1, "bn1"), (1, 32, "layer4.0.bn1"),
+                                                (2, 1, None), (1, 64, None)])
+def test_a_batch_that_leaves_batchnorm_one_value_per_channel_is_refused(batch, side, layer):
+    import torch
+
+    from commbench.job.models import build_model, check_input
+
+    model = build_model("resnet18", 10)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    images = torch.zeros(batch, 3, side, side)
+    if layer is None:
+        check_input(model, images, "resnet18", side, batch)
+    else:
+        with pytest.raises(UsageError, match=rf"--batch-size: resnet18 cannot train on a "
+                           rf"batch of 1 image of {side} px: its BatchNorm layer "
+                           rf"{re.escape(layer)} would get one value per channel"):
+            check_input(model, images, "resnet18", side, batch)
+    # the check leaves the model as it was: in training mode, its statistics untouched
+    assert model.training and all(torch.equal(v, before[k])
+                                  for k, v in model.state_dict().items())

@@ -157,3 +157,15 @@ def test_a_plugin_whose_flag_clashes_with_run_is_one_line(monkeypatch, capsys):
     assert exit_.value.code == 2
     assert capsys.readouterr().err == ("commbench: error: plugin 'clashing' declares --model, "
                                        "which is a flag of commbench run\n")
+
+
+@pytest.mark.parametrize("args", [
+    ("plot", "tests/data/runs", "-o", "/proc/charts"),
+    ("report", "tests/data/runs", "-o", "/proc/report.txt"),
+])
+def test_a_command_with_no_ranks_names_the_path_and_the_reason_and_no_rank(args):
+    done = commbench(*args, cwd=Path(__file__).resolve().parents[1])
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1
+    assert lines[-1] == f"commbench: error: {args[-1]}: No such file or directory"
+    assert "rank" not in done.stderr

@@ -182,8 +182,7 @@ def test_the_exchange_sends_whole_buffers_on_nccl(monkeypatch):
 
 
 def test_a_cuda_error_is_not_blamed_on_the_image_size():
-    from commbench.config.run_config import RunConfig
-    from commbench.job.run import _check_image_size
+    from commbench.job.models import check_input
 
     class Model(torch.nn.Module):
         def __init__(self, message):
@@ -195,14 +194,14 @@ def test_a_cuda_error_is_not_blamed_on_the_image_size():
 
     images = torch.zeros(1, 3, 8, 8)
     with pytest.raises(RuntimeError, match="CUDA out of memory"):
-        _check_image_size(Model("CUDA out of memory. Tried to allocate 2.00 GiB"), images,
-                          RunConfig())
+        check_input(Model("CUDA out of memory. Tried to allocate 2.00 GiB"), images,
+                    "resnet18", 224, 32)
     with pytest.raises(RuntimeError, match="CUDNN_STATUS"):
-        _check_image_size(Model("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"), images,
-                          RunConfig())
+        check_input(Model("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"), images,
+                    "resnet18", 224, 32)
     with pytest.raises(UsageError, match="--image-size: 224 is too small"):
-        _check_image_size(Model("Given input size: (512x1x1). Calculated output size: "
-                                "(512x0x0). Output size is too small"), images, RunConfig())
+        check_input(Model("Given input size: (512x1x1). Calculated output size: "
+                          "(512x0x0). Output size is too small"), images, "resnet18", 224, 32)
 
 
 def test_gpu_facts_are_recorded(monkeypatch):

@@ -4,6 +4,7 @@ a worker's shard and its augmentation, and a path without the data refused in on
 (nothing is ever downloaded)."""
 
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +13,9 @@ import torch
 
 from cli_helpers import commbench
 from commbench.data import batches
-from commbench.data.local import LocalDataset
+from commbench.data.local import LocalDataset, read_image
 from commbench.errors import UsageError
-from launchers import mpiexec, only_result
+from launchers import TINY_RUN, mpiexec, only_result, run
 
 
 def image_folder(root: Path, per_class: int, val: int) -> Path:
@@ -158,3 +159,42 @@ def test_two_workers_train_on_an_image_folder_to_accuracy(tmp_path):
     assert sum(map(sum, doc["data"]["class_mix"])) == 64
     # colour is easy: the averaged model reaches 90% on the 16 validation images
     assert doc["summary"]["reached"] is True, doc["curve"]
+
+
+SPOILED = {"truncated": (lambda good: good[:200], "image file is truncated"),
+           "corrupt": (lambda good: b"not an image", "not an image format PIL knows")}
+
+
+@pytest.mark.job
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("spoiled", sorted(SPOILED))
+def test_an_image_that_cannot_be_read_is_named_with_why(tmp_path, spoiled):
+    import sys
+
+    root = image_folder(tmp_path / "colours", 4, 1)
+    spoil, why = SPOILED[spoiled]
+    for image in (root / "train").rglob("*.png"):
+        image.write_bytes(spoil(image.read_bytes()))
+    done = run([sys.executable, "-m", "commbench", *TINY_RUN, "--batch-size", "2",
+                "--data", f"imagefolder:{root}", "--results-dir", str(tmp_path / "out")],
+               timeout=150)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert re.fullmatch(rf"commbench: error: rank 0: OSError: cannot read image "
+                        rf"{re.escape(str(root))}/train/(red|blue)/\d\.png: {why}.*", lines[-1]), \
+        lines[-1]
+
+
+def test_a_dataloader_workers_error_is_said_by_its_own_last_line():
+    from torch._utils import ExceptionWrapper
+
+    from commbench.job.failure import what_failed
+
+    try:
+        read_image("/nowhere/0.png")
+    except OSError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+    with pytest.raises(OSError) as caught:
+        wrapped.reraise()
+    assert what_failed(caught.value) == \
+        "OSError: cannot read image /nowhere/0.png: No such file or directory"

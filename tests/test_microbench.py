@@ -39,6 +39,31 @@ def test_sizes_follow_nccl_tests_flags():
         ops("allgather")
 
 
+def test_every_size_measured_other_than_asked_is_named_in_one_line():
+    assert microbench.rounded_sizes(8, 1024, 4) is None
+    assert microbench.rounded_sizes(7, 7, 2) == (
+        "# sizes measured in whole float32 elements (4 bytes each), not as asked (bytes): "
+        "7 -> 4")
+    many = microbench.rounded_sizes(1, 1 << 20, 3)
+    assert "1 -> 4, 3 -> 4, 9 -> 8, 27 -> 24, 81 -> 80, 243 -> 240, ..." in many
+    assert many.endswith("(13 in all)") and "\n" not in many
+
+
+@pytest.mark.job
+def test_a_size_that_is_not_whole_float32_elements_is_said_and_recorded(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "commbench", "microbench", "-b", "7", "-e",
+                           "7", "-n", "1", "-w", "0", "--op", "allreduce", "--no-raw",
+                           "--results-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert microbench.rounded_sizes(7, 7, 2) + "\n" in done.stdout
+    doc = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert doc["config"]["minbytes"] == 7 and doc["summary"]["sizes"] == [4]
+
+
 def sweep(tmp_path, n, *flags):
     proc = mpiexec(n, [*SWEEP, "--results-dir", str(tmp_path), *flags], timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,9 +1,13 @@
 """A run whose loss went non-finite is still recorded (strict JSON, flagged with the
-step it diverged at), and a timeline that cannot be written never costs the result."""
+step it diverged at), a timeline that cannot be written never costs the result, and a
+disk that fills during the run costs the file, never the numbers printed before it."""
 
+import errno
 import json
 import math
 import os
+import re
+import subprocess
 
 import pytest
 
@@ -13,6 +17,8 @@ from commbench.result import record, store
 from commbench.timing import trace_file
 from commbench.config.run_config import RunConfig
 from commbench.job.speed_loop import LossWatch
+from commbench.errors import NotRecorded
+from fault_plugins import FILL
 from launchers import PYTHON, TINY_RUN, mpiexec, only_result, run
 
 
@@ -120,3 +126,45 @@ def test_a_diverged_accuracy_run_stops_at_its_next_evaluation_not_reached(tmp_pa
         (False, "diverged", 3)
     assert 1 <= summary["diverged"]["step"] <= 3
     assert "Target 0.8 not reached: diverged" in done.stdout
+
+
+def test_a_result_that_meets_a_full_disk_names_its_file_and_leaves_no_part(tmp_path,
+                                                                           monkeypatch):
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(store.os, "fsync", full)
+    with pytest.raises(NotRecorded) as caught:
+        store.write_result(tmp_path, store.new_document("run"), "stem")
+    line = str(caught.value)
+    assert re.fullmatch(rf"the result was not written to {re.escape(str(tmp_path))}/\S+"
+                        r"-stem-\w+\.json: No space left on device; the numbers printed "
+                        "above are all that is left of it", line), line
+    assert list(tmp_path.iterdir()) == []  # no temp file, no part of a result
+
+
+@pytest.mark.job
+@pytest.mark.timeout(240)
+def test_a_disk_that_fills_during_the_run_keeps_the_numbers_on_the_console(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    # 20 MiB: start-up wants 16 MiB free (store.MIN_FREE_BYTES); the run fills the rest.
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        tests = os.path.dirname(os.path.abspath(__file__))
+        done = run([PYTHON, "-m", "commbench", "--dist-optimizer=fault_plugins:FillsTheDisk",
+                    *TINY_RUN, "--results-dir", str(disk / "results")], timeout=200,
+                   env={"PYTHONPATH": tests, FILL: str(disk)})
+        left = sorted(p.name for p in (disk / "results").iterdir())
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Total img/sec on 1 " in done.stdout and "Result:" not in done.stdout
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"commbench: error: the result was not written to {disk / 'results'}/")
+    assert done.stderr.rstrip().endswith("No space left on device; the numbers printed "
+                                         "above are all that is left of it")
+    assert "Traceback" not in done.stderr and left == []

@@ -1,7 +1,8 @@
-"""Start-up is under --timeout too: a rank that stops before the process group exists
-ends the job after --timeout with one line, naming the ranks that did not arrive where
-the waiting rank can know them, and nothing is written (commbench.job.failure's start-up
-line, the roll calls of commbench.launch.rendezvous and commbench.launch.distributed)."""
+"""Start-up is under --timeout too: a rank that stops before the process group exists,
+or before its first exchange, ends the job after --timeout with one line, naming the
+ranks that did not arrive where the waiting rank can know them, and nothing is written
+(commbench.job.failure's start-up line, the roll calls of commbench.launch.rendezvous and
+commbench.launch.distributed, and commbench.launch.late_ranks after them)."""
 
 import os
 import re
@@ -58,6 +59,10 @@ def only_startup_line(done) -> str:
                                     "rendezvous"),
     ("mpiexec", "mpi-roll-call", "rank 1 of 2 did not arrive at the rendezvous over MPI"),
     ("mpiexec", "store-roll-call", "rank 1 (%s) of 2 did not arrive at torch.distributed"),
+    # After the roll call: named as the roll call names, not by gloo's time-out.
+    ("torchrun", "process-group", "rank 1 of 2 did not reach torch.distributed's process "
+                                  "group within 20 s"),
+    ("mpiexec", "first-collective", "rank 1 (%s) of 2 did not reach the first exchange"),
 ])
 def test_a_rank_stopped_in_start_up_ends_the_job_within_the_timeout(launcher, when, named,
                                                                     tmp_path):
@@ -126,3 +131,25 @@ def test_polling_stops_at_the_deadline_and_not_before_success():
     began = time.monotonic()
     assert not poll_until(began + 0.2, lambda: False)
     assert 0.2 <= time.monotonic() - began < 2
+
+
+def test_a_failed_start_up_step_names_the_ranks_that_never_entered_it(monkeypatch):
+    import torch.distributed as dist
+
+    from commbench.launch import late_ranks
+
+    said = []
+    monkeypatch.setattr(late_ranks, "startup_failed", said.append)
+    store = dist.HashStore()
+    for rank in (1, 3):
+        store.add(f"commbench/entered/the step/{rank}", 1)
+    late = late_ranks.LateRanks(store, 0, 4, 20, ("a", "b", "c", "d"))
+    with pytest.raises(RuntimeError, match="gloo's time-out"):
+        with late.step("the step"):
+            raise RuntimeError("gloo's time-out")
+    assert said == ["rank 2 (c) of 4 did not reach the step within 20 s (--timeout)"]
+    store.add("commbench/entered/the step/2", 1)  # every rank came: the error is not theirs
+    with pytest.raises(RuntimeError, match="something else"):
+        with late.step("the step"):
+            raise RuntimeError("something else")
+    assert len(said) == 1

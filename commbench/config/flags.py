@@ -12,7 +12,27 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 from typing import Any, Callable, Iterable, List, Optional, Union
+
+
+# A value that starts with "-" as a number can: -1, -1us, -.5, -inf, -nan. argparse
+# takes only -1 and -1.5 for values and any other as a flag with its argument missing
+# ("expected one argument"), so that the check that would refuse it never sees it.
+NEGATIVE_VALUE = re.compile(r"^-(\.?\d|(inf|infinity|nan)$)", re.IGNORECASE)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (no usage block), exit 2, and a value that
+    starts with "-" as a number can reaches its flag's check (NEGATIVE_VALUE)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def _parse_optional(self, arg_string):
+        if NEGATIVE_VALUE.match(arg_string) and arg_string not in self._option_string_actions:
+            return None  # a value, never a flag
+        return super()._parse_optional(arg_string)
 
 
 def accepting(what: str) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:

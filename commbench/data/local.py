@@ -104,11 +104,26 @@ class LocalDataset:
                 return datasets.CIFAR10(self.path, train=train, transform=transform,
                                         download=False)
             return datasets.ImageFolder(str(Path(self.path) / ("train" if train else "val")),
-                                        transform=transform)
+                                        transform=transform, loader=read_image)
         except (RuntimeError, FileNotFoundError, OSError) as e:
             why = str(e).splitlines()[0].split(". You can use download=True")[0]
             raise UsageError(f"argument --data: cannot read {self.describe()}: {why} "
                              "(commbench never downloads data)") from None
+
+
+def read_image(path: str):
+    """torchvision's image loader, but an image that cannot be decoded is named: PIL
+    does not name a truncated one, and a corrupt one only as an open file object."""
+    from PIL import UnidentifiedImageError
+    from torchvision.datasets.folder import default_loader
+
+    try:
+        return default_loader(path)
+    except UnidentifiedImageError:
+        raise OSError(f"cannot read image {path}: not an image format PIL knows (corrupt "
+                      "or not an image)") from None
+    except OSError as e:
+        raise OSError(f"cannot read image {path}: {e.strerror or e}") from None
 
 
 def labels_of(dataset) -> List[int]:

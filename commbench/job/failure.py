@@ -34,14 +34,32 @@ def describe_and_abort(error: BaseException) -> None:
         rank = detect_launch().rank
     except Exception:
         rank = "?"
-    text = str(error).strip().splitlines()
-    detail = text[0] if text else ""
-    print(f"commbench: error: rank {rank}: {type(error).__name__}: {detail}",
-          file=sys.stderr, flush=True)
+    print(f"commbench: error: rank {rank}: {what_failed(error)}", file=sys.stderr, flush=True)
     if os.environ.get("COMMBENCH_DEBUG"):
         traceback.print_exception(type(error), error, error.__traceback__)
     time.sleep(launcher_first(error))
     _abort(1)
+
+
+def what_failed(error: BaseException) -> str:
+    """`Type: first line of the message`. A DataLoader worker's error arrives as "Caught
+    Type in DataLoader worker process N." above the worker's traceback, whose last line
+    is the error itself (an unreadable image, named): that line instead."""
+    text = str(error).strip().splitlines()
+    if text and text[0].startswith("Caught ") and "Original Traceback" in str(error):
+        return text[-1].strip()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def describe_without_rank(error: BaseException) -> str:
+    """The line for a command that is no job's rank (plot, report, ...): a file's error
+    names the file and why, as the user can act on it; another its type and first line."""
+    if os.environ.get("COMMBENCH_DEBUG"):
+        traceback.print_exception(type(error), error, error.__traceback__)
+    if isinstance(error, OSError) and error.filename is not None:
+        paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p is not None)
+        return f"{paths}: {error.strerror or error}"
+    return what_failed(error)
 
 
 def _abort(code: int, mpi_usable: bool = True) -> None:

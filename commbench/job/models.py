@@ -1,11 +1,17 @@
 """Models by name: any torchvision classification model, built from its constructor
-with the run's number of classes (no weights)."""
+with the run's number of classes (no weights), and whether it can train on the images
+and batches asked for."""
 
 from __future__ import annotations
 
-from typing import List
+import math
+import re
+from typing import Dict, List, Tuple
 
 from commbench.errors import UsageError
+
+# What torch says when a layer's input is smaller than its kernel or pooling window.
+TOO_SMALL = re.compile(r"(input|output|kernel) size", re.IGNORECASE)
 
 
 def model_names() -> List[str]:
@@ -29,3 +35,43 @@ def build_model(name: str, num_classes: int):
         kwargs["aux_logits"] = False  # the extra heads return tuples, not logits
         kwargs["init_weights"] = True
     return getattr(models, name)(**kwargs)
+
+
+def check_input(model, images, name: str, image_size: int, batch_size: int) -> None:
+    """One image through the model, so that what it cannot train on is a clear error on
+    every rank now rather than torch's, deep inside the first step: an image smaller
+    than its kernels and windows, or a batch that leaves a BatchNorm layer a single
+    value per channel (it needs two to normalise in training)."""
+    import torch
+
+    per_channel: Dict[str, Tuple[int, ...]] = {}  # BatchNorm layer -> one image's shape
+
+    def note(layer: str):
+        def hook(_, inputs) -> None:  # None: the layer's input stays as it is
+            per_channel.setdefault(layer, tuple(inputs[0].shape[2:]))
+        return hook
+
+    hooks = [m.register_forward_pre_hook(note(layer)) for layer, m in model.named_modules()
+             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(images[:1])
+    except RuntimeError as e:
+        first = (str(e).splitlines() or [""])[0]
+        if not TOO_SMALL.search(first):
+            raise  # out of memory, a cuDNN or CUDA error: not the user's image size
+        raise UsageError(f"argument --image-size: {image_size} is too small for "
+                         f"{name} ({first})")
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train()
+    for layer, shape in per_channel.items():
+        if batch_size * math.prod(shape) < 2:
+            where = "x".join(map(str, shape)) + " px" if shape else "no pixels"
+            raise UsageError(
+                f"argument --batch-size: {name} cannot train on a batch of {batch_size} "
+                f"image of {image_size} px: its BatchNorm layer {layer} would get one value "
+                f"per channel ({where} per image), and training needs two; use "
+                "--batch-size 2 or more")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from typing import Any, Callable, Dict, List, Optional
 
 from commbench import registry
@@ -25,7 +24,7 @@ from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.job.speed_loop import LossWatch, device_sync, measure, warm_up
 from commbench.job.compute_only import ComputeOnly, phase_medians
-from commbench.job.models import build_model, model_names
+from commbench.job.models import build_model, check_input, model_names
 from commbench.job.recipe import Recipe
 
 
@@ -69,7 +68,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
     torch.manual_seed(config.seed + (ctx.rank if config.independent_init else 0))
     model = build_model(config.model, data.classes).to(ctx.device)
     images, labels = data.next()
-    _check_image_size(model, images, config)
+    check_input(model, images, config.model, config.image_size, config.batch_size)
     sync = device_sync(ctx.device)
     console.print_header(say, config, ctx, strategy)
     if ctx.rank == 0:
@@ -141,22 +140,24 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
         say("Measuring the compute-only reference again...")
         reference.half()
 
-    recorded = record.finish(config, ctx, strategy, record.Speed(
+    unwritten = record.finish(config, ctx, strategy, record.Speed(
         timings, reference, model, progress.consensus, data.facts), machine)
     steps = len(timings.batch_seconds) * config.num_batches_per_iter
-    return _tell(say, config, ctx, recorded, steps,
+    return _tell(say, config, ctx, unwritten, steps,
                  lambda summary: console.print_summary(say, summary, ctx))
 
 
-def _tell(say, config: RunConfig, ctx, recorded: Optional[record.Recorded], steps: int,
+def _tell(say, config: RunConfig, ctx, unwritten: Optional[record.Unwritten], steps: int,
           print_summary: Callable[[Dict[str, Any]], None]) -> Dict[str, Any]:
-    """The end of either kind of run, once every rank knows rank 0 has written: rank 0
-    prints the summary, where the timeline went and the result's path; the result's
-    document on rank 0, {} elsewhere."""
-    record.wait_for_rank_0(ctx)
+    """The end of either kind of run. Rank 0 prints the summary before it writes, so
+    that a result that cannot be written (a full disk) loses no number the console has
+    not shown; once every rank knows it was written, where the timeline went and the
+    result's path. The result's document on rank 0, {} elsewhere."""
+    if unwritten is not None:
+        print_summary(unwritten.doc["summary"])
+    recorded = record.written_by_rank_0(ctx, lambda: record.write(config, *unwritten))
     if recorded is None:
         return {}
-    print_summary(recorded.doc["summary"])
     timeline_lines(say, config, steps, recorded)
     say(f"Result: {recorded.path}")
     return recorded.doc
@@ -204,14 +205,14 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps,
         strategy.sees_wire)
-    recorded = record.finish(config, ctx, strategy, record.Trained(
+    unwritten = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine)
 
     def print_summary(summary: Dict[str, Any]) -> None:
         console.print_outcome(say, summary)
         say(console.split_line(summary["step_split"], ctx.device.type))
 
-    return _tell(say, config, ctx, recorded, outcome["steps"], print_summary)
+    return _tell(say, config, ctx, unwritten, outcome["steps"], print_summary)
 
 
 def _batches(config: RunConfig, ctx) -> batches.Batches:
@@ -272,29 +273,6 @@ def _check_same_config(ctx, config: RunConfig) -> None:
                 if keys else f"commbench versions differ ({ours[0]} vs {theirs[0]})")
         raise UsageError(f"ranks were started with different configurations: rank "
                          f"{odd[0]} and rank 0 {what}")
-
-
-# What torch says when a layer's input is smaller than its kernel or pooling window.
-TOO_SMALL = re.compile(r"(input|output|kernel) size", re.IGNORECASE)
-
-
-def _check_image_size(model, images, config: RunConfig) -> None:
-    """One image through the model, so that an image too small for it is a clear error
-    on every rank now rather than a shape error deep inside the first step."""
-    import torch
-
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(images[:1])
-    except RuntimeError as e:
-        first = (str(e).splitlines() or [""])[0]
-        if not TOO_SMALL.search(first):
-            raise  # out of memory, a cuDNN or CUDA error: not the user's image size
-        raise UsageError(f"argument --image-size: {config.image_size} is too small for "
-                         f"{config.model} ({first})")
-    finally:
-        model.train()
 
 
 def _trainable(model, config: RunConfig, device, recipe: Recipe):

@@ -21,7 +21,7 @@ commbench.microbench.results (which also reads it back for `report` and `plot`).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from commbench import units
 from commbench.config import compression
@@ -75,11 +75,29 @@ def sizes(begin: int, end: int, factor: int) -> List[int]:
     """Sizes in bytes from begin to end (inclusive) times factor, whole float32 elements."""
     if begin > end:
         raise UsageError(f"argument -b/--minbytes: {begin} is larger than -e/--maxbytes {end}")
+    return list(dict.fromkeys(measured for _, measured in _asked(begin, end, factor)))
+
+
+def _asked(begin: int, end: int, factor: int) -> List[Tuple[int, int]]:
+    """(asked, measured) for each size from begin to end: a size that is not whole
+    float32 elements is measured rounded down to them, one element at the least."""
     out, size = [], begin
     while size <= end:
-        out.append(max(ELEMENT_BYTES, size // ELEMENT_BYTES * ELEMENT_BYTES))
+        out.append((size, max(ELEMENT_BYTES, size // ELEMENT_BYTES * ELEMENT_BYTES)))
         size *= factor
-    return list(dict.fromkeys(out))
+    return out
+
+
+def rounded_sizes(begin: int, end: int, factor: int, most: int = 6) -> Optional[str]:
+    """The line that says which sizes asked for were measured at another size and why;
+    None when every one was measured as asked."""
+    changed = [f"{asked} -> {measured}" for asked, measured in _asked(begin, end, factor)
+               if asked != measured]
+    if not changed:
+        return None
+    more = f", ... ({len(changed)} in all)" if len(changed) > most else ""
+    return (f"# sizes measured in whole float32 elements ({ELEMENT_BYTES} bytes each), not as "
+            f"asked (bytes): {', '.join(changed[:most])}{more}")
 
 
 def main(args) -> int:
@@ -115,18 +133,7 @@ def main(args) -> int:
 
     ctx = init_distributed(launch, args.no_cuda, args.timeout, args.machine_size)
     say = Printer(ctx.rank == 0)
-    say(f"# commbench microbench: {ctx.world_size} ranks ({ctx.launch.launcher}, "
-        f"{ctx.num_machines} machine(s)), {ctx.backend} on {ctx.device}, float32")
-    say(f"# ops: {', '.join(args.op)}; topology {args.topology} "
-        f"({'static' if args.disable_dynamic_topology else 'dynamic one-peer'}); "
-        f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
-        f"check {'on' if args.check else 'off'}")
-    if codec.on:
-        say(f"# --compression {codec}: commbench's rows send {codec.wire_fraction:g} of each "
-            "float32 byte. algbw/busbw/link count the float32 payload (fp32-equivalent); "
-            "sent(B) and recv(B) count the bytes actually sent, as do the result's "
-            "*bw_sent figures")
-    say(HEADER)
+    print_header(say, args, ctx, codec)
     # Taken before the measurement: nothing that could fail between it and the write.
     machine = environment.collect(ctx) if ctx.rank == 0 else None
     found: List[Dict[str, Any]] = []
@@ -144,17 +151,35 @@ def main(args) -> int:
             "pass within the rate limiter's burst, not a figure of the link")
     wrong = sum(r["wrong"] or 0 for r in found)
     say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    if ctx.rank == 0:
-        doc = result_document(args, ctx, the_sizes, found, wrong, machine)
-        path = store.write_result(args.results_dir, doc, f"microbench-n{ctx.world_size}")
-        say(f"# Result: {path}")
-    from commbench.result.record import wait_for_rank_0
+    from commbench.result.record import written_by_rank_0
 
-    wait_for_rank_0(ctx)
+    path = written_by_rank_0(ctx, lambda: store.write_result(
+        args.results_dir, result_document(args, ctx, the_sizes, found, wrong, machine),
+        f"microbench-n{ctx.world_size}"))
+    say(f"# Result: {path}")
     return 1 if wrong else 0
 
 
 # --- printing and the result file -----------------------------------------------------
+
+
+def print_header(say, args, ctx, codec) -> None:
+    """What the job is, which sizes were measured other than asked, and the table's head."""
+    say(f"# commbench microbench: {ctx.world_size} ranks ({ctx.launch.launcher}, "
+        f"{ctx.num_machines} machine(s)), {ctx.backend} on {ctx.device}, float32")
+    say(f"# ops: {', '.join(args.op)}; topology {args.topology} "
+        f"({'static' if args.disable_dynamic_topology else 'dynamic one-peer'}); "
+        f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
+        f"check {'on' if args.check else 'off'}")
+    rounded = rounded_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    if rounded:
+        say(rounded)
+    if codec.on:
+        say(f"# --compression {codec}: commbench's rows send {codec.wire_fraction:g} of each "
+            "float32 byte. algbw/busbw/link count the float32 payload (fp32-equivalent); "
+            "sent(B) and recv(B) count the bytes actually sent, as do the result's "
+            "*bw_sent figures")
+    say(HEADER)
 
 IMPL_WIDTH = 32  # "MPI Neighbor_allgather + combine"
 HEADER = (f"# {'op':<32} {'impl':<{IMPL_WIDTH}} {'size(B)':>11} {'time(us)':>10} "

@@ -1,7 +1,7 @@
 """What a run records: every rank's samples and spans gathered to rank 0, the step
 split on rank 0's clock, the result file and then the timeline file. One `finish`
-writes either kind of result: a speed run's (`Speed`) or a run trained to accuracy's
-(`Trained`)."""
+makes either kind of result, a speed run's (`Speed`) or a run trained to accuracy's
+(`Trained`), and `write` writes it, once its summary has been printed."""
 
 from __future__ import annotations
 
@@ -9,31 +9,58 @@ import hashlib
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Union
+from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, TypeVar, Union
 
 from commbench.job import straggler
 from commbench.result import metrics, store
 from commbench.timing import gpu_kernels, spans, trace_file, wire
 from commbench.timing.clock_alignment import clock_offsets
 from commbench.config.run_config import RunConfig
-from commbench.job.speed_loop import Timings, barrier
+from commbench.errors import NotRecorded
+from commbench.job.speed_loop import Timings
 from commbench.job.per_iteration import diverged, flat_parameters, oversubscribed
 from commbench.timing.step_split import Row, split_steps, summarize
 
+T = TypeVar("T")
 Clocks = Dict[str, List[float]]  # the result's clock_offsets: seconds, uncertainty
 REFERENCE = ("reference_seconds", "reference_batch_seconds", "reference_windows",
              "reference_phase_seconds")
 
 
-def wait_for_rank_0(ctx) -> None:
-    """Every rank waits here until rank 0 has written its files. A rank that left
-    earlier would close its connections to the rendezvous store that rank 0 serves, and
-    that server in torch 1.10 closes each such socket twice: the second close can take
-    the descriptor of a file rank 0 has just opened, and its write fails."""
+def written_by_rank_0(ctx, write: Callable[[], T]) -> Optional[T]:
+    """Rank 0 writes (write()); every rank waits here until it has, and learns whether
+    it could: a NotRecorded on rank 0 is raised on every rank (with rank 0's line there
+    only), so that the whole job exits 1 together. What write() returned on rank 0, None
+    elsewhere. A rank that left earlier would close its connections to the rendezvous
+    store that rank 0 serves, and that server in torch 1.10 closes each such socket
+    twice: the second close can take the descriptor of a file rank 0 has just opened,
+    and its write fails."""
     import torch.distributed as dist
 
+    written, failure = None, None
+    if ctx.rank == 0:
+        try:
+            written = write()
+        except NotRecorded as e:
+            failure = str(e)
     if ctx.world_size > 1 and dist.is_initialized():
-        barrier()
+        told = [failure]
+        dist.broadcast_object_list(told, src=0)
+        failure = told[0]
+    if failure is not None:
+        raise NotRecorded(failure if ctx.rank == 0 else "")
+    return written
+
+
+class Unwritten(NamedTuple):
+    """What rank 0 gathered, not yet written: the result and its file name's stem, and
+    every rank's spans, host and clock offset for the timeline."""
+
+    doc: Dict[str, Any]
+    stem: str
+    events: List[Any]
+    hosts: List[str]
+    clocks: Clocks
 
 
 class Recorded(NamedTuple):
@@ -46,10 +73,10 @@ class Recorded(NamedTuple):
 
 
 def finish(config: RunConfig, ctx, strategy, measured: Union[Speed, Trained],
-           machine: Optional[Dict[str, Any]]) -> Optional[Recorded]:
+           machine: Optional[Dict[str, Any]]) -> Optional[Unwritten]:
     """Every rank's samples (measured.mine()) and spans gathered to rank 0, which splits
-    the steps and writes the result file (measured.document()), then the timeline: what
-    it wrote on rank 0, None elsewhere. measured: a Speed or a Trained; machine:
+    the steps and makes the result (measured.document()): what it will write (`write`)
+    on rank 0, None elsewhere. measured: a Speed or a Trained; machine:
     environment.collect(), taken before the measurement."""
     import torch.distributed as dist
 
@@ -72,7 +99,7 @@ def finish(config: RunConfig, ctx, strategy, measured: Union[Speed, Trained],
     flag_unrecorded_wire(doc, strategy, sent)
     doc["summary"]["slow_ranks"] = straggler.summary(config.slow_ranks, slowdowns, events)
     stem = result_stem(config, ctx, strategy) + measured.stem_suffix
-    return write(config, doc, stem, events, hosts, clocks)
+    return Unwritten(doc, stem, events, hosts, clocks)
 
 
 @dataclass

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple, Union
 
-from commbench.errors import UsageError
+from commbench.errors import NotRecorded, UsageError
 
 FORMAT = "commbench-result"
 # A program that starts a job (`commbench sweep`) names a file here; rank 0 writes the
@@ -130,17 +130,22 @@ def result_name(doc: Dict[str, Any], stem: str) -> str:
 
 
 def write_result(directory: Union[str, Path], doc: Dict[str, Any], stem: str) -> Path:
-    """Write doc under a new, unique name; atomically (temp file, then link)."""
+    """Write doc under a new, unique name; atomically (temp file, then link). A file
+    that cannot be written (a disk that filled during the run) is NotRecorded, naming
+    it and why: nothing of it is left on disk, so what was printed is all there is."""
     directory = Path(directory)
     data = to_json(doc, indent=1).encode()
     while True:
         final = directory / result_name(doc, stem)
         try:
             write_new_file(final, data)
-            _leave_receipt(final)
-            return final
         except FileExistsError:
             continue
+        except OSError as e:
+            raise NotRecorded(f"the result was not written to {final}: {e.strerror or e}; "
+                              "the numbers printed above are all that is left of it") from None
+        _leave_receipt(final)
+        return final
 
 
 def to_json(doc: Any, **options: Any) -> str:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Set, Tuple
 
 from commbench.errors import UsageError
+from commbench.config.flags import OneLineParser
 from commbench.timing.trace_file import beside
 
 # An emulated sweep's --link that is no network: its jobs run on this machine's shared
@@ -197,17 +198,10 @@ def own_timeline(flags: List[str], name: str) -> List[str]:
     return out
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """As commbench.cli's parser: a bad flag is one line (no usage block), exit 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def _run_parser() -> argparse.ArgumentParser:
     from commbench.job.run import add_arguments
 
-    parser = _OneLineParser(prog="commbench run")
+    parser = OneLineParser(prog="commbench run")
     add_arguments(parser)
     return parser
 
@@ -225,7 +219,7 @@ def _run_config(job_flags: List[str]):
 
     args, extra = _run_parser().parse_known_args(job_flags)
     if extra:  # said by the whole command, as `commbench run ...` would be
-        _OneLineParser(prog="commbench").error(f"unrecognized arguments: {' '.join(extra)}")
+        OneLineParser(prog="commbench").error(f"unrecognized arguments: {' '.join(extra)}")
     return config_from_args(args)
 
 

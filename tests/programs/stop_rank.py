@@ -5,7 +5,8 @@ start-up deadline tests.
 WHEN is a number of seconds after launch (a timer thread, while the main thread is
 still importing), or the point of start-up just before which the rank stops:
 `mpi-init`, `mpi-roll-call` (after MPI's initialisation), `store-roll-call` (before it
-reports to torch.distributed's store) or `first-collective` (after the roll call).
+reports to torch.distributed's store), `process-group` (after the roll call, before the
+process group) or `first-collective` (after the process group).
 When STOP_MARK names a file, the rank writes into it when it stopped (time.monotonic(),
 the clock every process of the machine shares)."""
 
@@ -61,6 +62,8 @@ def arm(when: str) -> None:
         stop_after(rendezvous, "_start_mpi")
     elif when == "store-roll-call":
         stop_before(distributed, "_roll_call")
+    elif when == "process-group":
+        stop_after(distributed, "_roll_call")
     elif when == "first-collective":
         stop_before(distributed, "_exchange_hosts")
     else:
