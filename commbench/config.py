@@ -215,6 +215,10 @@ def refuse_data_flags_that_mean_nothing(config: RunConfig) -> None:
         raise UsageError("argument --partition: the synthetic batch is one fixed batch, "
                          "not a dataset to split among workers; give --data learnable, "
                          "cifar10:PATH or imagefolder:PATH, or leave --partition out")
+    if _given(config, "num_classes") and config.data != "synthetic":
+        raise UsageError(f"argument --num-classes: sets the classes of the synthetic batch; "
+                         f"--data {config.data} has classes of its own (the result records "
+                         "them): leave it out")
     if _given(config, "augment") and config.data.split(":")[0] in ("synthetic", "learnable"):
         raise UsageError("argument --augment: augments the images of a dataset read from "
                          "disk (--data cifar10:PATH or imagefolder:PATH); generated data "

@@ -7,6 +7,7 @@ every rank gathered to rank 0 -> summary -> one result file written by rank 0.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -28,8 +29,7 @@ from commbench.models import build_model, model_names
 from commbench.recipe import Recipe
 
 
-def add_arguments(parser) -> None:
-    add_run_arguments(parser)
+add_arguments = add_run_arguments
 
 
 def main(args) -> int:
@@ -65,6 +65,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
     machine = environment.collect(ctx) if ctx.rank == 0 else None
 
     data = _batches(config, ctx)
+    config = dataclasses.replace(config, num_classes=data.classes)  # recorded: what was used
     torch.manual_seed(config.seed + (ctx.rank if config.independent_init else 0))
     model = build_model(config.model, data.classes).to(ctx.device)
     images, labels = data.next()
@@ -181,6 +182,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
                        say, machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     per_epoch = data.facts["steps_per_epoch"]
     rule = training_to_accuracy.StopRule.of(config, per_epoch)
+    training_to_accuracy.check_length(type(strategy), config, rule, per_epoch)
     total_batch = config.batch_size * ctx.world_size
     recipe = Recipe.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
     trained, optimizer = _trainable(model, config, ctx.device, recipe)

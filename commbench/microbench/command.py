@@ -97,6 +97,7 @@ def main(args) -> int:
         if codec.on and not OPS[op].compresses:
             raise UsageError(f"argument --compression: means nothing to the {op} op, which "
                              "sends float32; leave it out or time that op apart")
+    registry.refuse_unread(args.op, config, "op of this microbench")
     the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
     plugins = {op: registry.resolve(op) for op in args.op}
     for plugin in plugins.values():  # every rank fails alike, before any communication

@@ -23,7 +23,8 @@ from commbench.errors import UsageError
 from commbench.flags import periods, positive_float, positive_int
 from commbench.microbench import results as microbench_results
 from commbench.simulate import (calibrate, engines, network_inputs, nccl_tests_output,
-                                projection_file, published, table, transports)
+                                projection_file, published, strategy_flags, table,
+                                transports)
 from commbench.simulate import compute as compute_model
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import STRATEGIES
@@ -125,6 +126,10 @@ def main(args) -> int:
     from commbench.analysis import reader, reading
 
     refuse_what_nccl_tests_replaces(args)
+    workers = _workers(args.np)
+    if args.slow_ranks:
+        straggler.check(args.slow_ranks, workers[-1],
+                        f"the largest worker count projected (--np {workers[-1]})")
     read_in, notes = reader.read(args.paths, {
         reading.KIND: lambda found: reading.usable(found, calibrate.CALIBRATION_FIELDS,
                                                    calibrate.check_run),
@@ -138,6 +143,8 @@ def main(args) -> int:
     model, batch, image = calibrate.workload(args, [r.doc for r in runs])
     runs = [r for r in runs if (r.doc["config"]["model"], r.doc["config"]["batch_size"],
                                 r.doc["config"]["image_size"]) == (model, batch, image)]
+    strategy_flags.refuse_what_changes_nothing(
+        args, [s.name for s in map(calibrate.strategy_of, [r.doc for r in runs]) if s])
     # the links first: a bad --nccl-tests file is said before a model is built
     found_links = network_inputs.network_from(args, calibrate.fit_microbench(
         [b.doc for b in benches], [b.path.name for b in benches]))
@@ -145,7 +152,6 @@ def main(args) -> int:
     grads = compute_model.gradients(model, image)
     computes = calibrate.compute_by_workers(args, runs, grads, batch)
     strategies = calibrate.strategies_to_project(args, runs)
-    workers = _workers(args.np)
     per_machine = args.per_machine or calibrate.workers_per_machine(runs)
     fp16 = args.fp16_allreduce  # every strategy; a run's or --compression's: its own
     on_gpu = args.img_sec is not None or any(

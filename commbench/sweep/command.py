@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run on an emulated cluster instead (needs root; see `commbench "
                              "cluster`): each layout M machines x S ranks per machine, e.g. "
                              "1x1,2x2,4x1; takes the place of --np")
-    parser.add_argument("--link", type=link_rates, default=["1gbit"], metavar="RATE,...",
+    parser.add_argument("--link", type=link_rates, metavar="RATE,...",
                         help="with --emulate: each machine's link rate, one cluster per rate; "
                              f"{SHARED_MEMORY}: no cluster, the layout's ranks on this "
                              "machine's shared memory (default: 1gbit)")
@@ -105,14 +105,16 @@ def main(args) -> int:
     flags = (QUICK if args.quick else []) + args.run_flags
     strategies = [s for s in args.dist_optimizer.split(",") if s]
     cluster = f"s{os.getpid() % 10**6}"  # this sweep's own: two sweeps never share one
-    if args.link_of and not args.emulate:
-        raise UsageError("argument --link-of: gives emulated machines their own rates; "
-                         "only with --emulate")
+    for given, flag in ((args.link_of, "--link-of"), (args.link, "--link")):
+        if given and not args.emulate:
+            raise UsageError(f"argument {flag}: sets the links of emulated machines; only "
+                             "with --emulate (a sweep without it runs on this machine's "
+                             "shared memory)")
     stragglers = list(dict.fromkeys(args.slow_ranks or ["none"]))
     if args.emulate:
         # a machine the cluster will not have: refused before anything runs
         parse_link_of(args.link_of, cluster_shape(args.emulate)[0])
-        jobs = plan_emulated(args.emulate, args.link, cluster, strategies, flags,
+        jobs = plan_emulated(args.emulate, args.link or ["1gbit"], cluster, strategies, flags,
                              args.results_dir, args.repeat, stragglers)
     else:
         jobs = plan(args.np, strategies, flags, args.launcher, args.results_dir, args.repeat,
