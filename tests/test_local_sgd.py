@@ -9,7 +9,7 @@ import pytest
 from cli_helpers import commbench, refused
 from commbench import wire
 from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
-from programs.commbench_runs import consensus_of, run_commbench
+from programs.commbench_runs import assert_usage_error, consensus_of, run_commbench
 
 STRATEGY = "local_sgd"
 
@@ -89,3 +89,41 @@ def test_a_sweep_hands_its_flags_to_its_jobs_only():
     jobs = [line for line in done.stdout.splitlines() if "--dist-optimizer=" in line]
     assert len(jobs) == 2 and "--average-every" not in jobs[0], jobs
     assert "--dist-optimizer=local_sgd --average-every 4" in jobs[1], jobs
+
+
+def test_a_run_to_accuracy_that_would_never_meet_is_refused():
+    """--average-every beyond every step the run may take: local SGD in name only."""
+    from dataclasses import replace
+
+    from commbench import registry
+    from commbench.config import RunConfig
+    from commbench.errors import UsageError
+    from commbench.training_to_accuracy import StopRule, check_length
+
+    cls = registry.resolve(STRATEGY)
+    config = RunConfig(dist_optimizer=STRATEGY, data="learnable", max_epochs=1.0,
+                       options={"average_every": 16})
+    rule = StopRule.of(config, steps_per_epoch=10)
+    with pytest.raises(UsageError, match=r"^argument --average-every: 16 ends no period "
+                       r"within the 10 steps this run trains at most \(--max-epochs 1 x 10 "
+                       r"steps per epoch\)"):
+        check_length(cls, config, rule, 10)
+    met_once = replace(config, options={"average_every": 10})
+    check_length(cls, met_once, StopRule.of(met_once, 10), 10)
+    warm = replace(config, options={"average_every": 16, "local_warmup_steps": 1})
+    check_length(cls, warm, StopRule.of(warm, 10), 10)  # the warm-up averages
+    inside = replace(config, options={"average_every": [4, 16]})
+    check_length(cls, inside, StopRule.of(inside, 10), 10)  # meets inside machines
+    budget = replace(config, max_epochs=None, time_budget=60.0)
+    check_length(cls, budget, StopRule.of(budget, 10), 10)  # not bounded in steps
+    check_length(registry.resolve("allreduce"), config, rule, 10)
+
+
+@pytest.mark.mpi
+def test_a_run_to_accuracy_that_would_never_meet_ends_every_rank_in_one_line(tmp_path):
+    # 64 samples over 2 ranks of 8: 4 steps per epoch, so 4 steps in all
+    assert_usage_error(2, ["--dist-optimizer", STRATEGY, "--data", "learnable:samples=64",
+                           "--max-epochs", "1", "--average-every", "8",
+                           "--reference-iters", "0", "--timeout", "60"],
+                       "argument --average-every: 8 ends no period within the 4 steps this "
+                       "run trains at most (--max-epochs 1 x 4 steps per epoch)", tmp_path)

@@ -76,6 +76,7 @@ def test_one_worker_curve_is_the_same_from_the_same_seed_and_not_reached_has_no_
                   "--max-epochs", "0.6") for i in range(2)]
     (done, doc), (_, again) = runs
     assert doc["kind"] == "accuracy"
+    assert doc["config"]["num_classes"] == 10  # what was used: the task's, not 1000
     # one recipe: the peak scaled with the total batch, warm-up over the first epoch
     assert doc["recipe"]["peak_lr"] == pytest.approx(0.1 * 32 / 256)
     assert (doc["recipe"]["warmup_steps"], doc["recipe"]["total_steps"]) == (6, 6)
