@@ -114,6 +114,20 @@ def test_the_time_to_accuracy_study_plans_its_sweeps(monkeypatch, capsys):
     assert "wall time of the study" in capsys.readouterr().out
 
 
+def test_on_shared_memory_only_sweeps_with_machines_get_a_machine_size(monkeypatch, tmp_path):
+    from cli_helpers import commbench
+
+    ran = []
+    monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
+    STUDY.main(["time_to_accuracy", "--partitions", "iid"])
+    sweeps = [c for c in ran if c[3] == "sweep"]
+    assert ["--machine-size" in c for c in sweeps] == [True, True, False]
+    assert "--no-broadcast-buffers" in sweeps[2]  # allreduce alone: it has no machines
+    for command in sweeps:  # each plans without refusing a flag
+        done = commbench(*command[3:], "--dry-run", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+
+
 def test_the_stability_study_runs_the_sweep_make_runs():
     make = re.search(r"QUICK_STUDY := (.*?)\n\n", (ROOT / "Makefile").read_text(), re.DOTALL)
     flags = shlex.split(make.group(1).replace("\\\n", " "))
