@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 from typing import Any, Callable, Dict, List, Optional
 
@@ -240,13 +239,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
     partition.parse(config.partition)
     training_to_accuracy.check(config)
     if config.timeline is not None:
-        try:
-            trace_file.check_writable(config.timeline)
-        except OSError as e:
-            raise UsageError(f"argument --timeline: {e}") from None
-        if os.path.exists(config.timeline):
-            raise UsageError(f"argument --timeline: {config.timeline} exists; commbench "
-                             "never overwrites a measurement")
+        trace_file.check_new(config.timeline, "--timeline")
     if config.model not in model_names():
         build_model(config.model, config.num_classes)  # raises the UsageError
     return strategy_cls

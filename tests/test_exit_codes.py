@@ -244,34 +244,6 @@ def test_a_config_several_plugins_share_keeps_its_topology_flags(monkeypatch):
     registry.resolve("allreduce").check(config, TWO_RANKS)
 
 
-def test_num_classes_with_a_dataset_is_one_line_exit_2(tmp_path):
-    done = commbench("--data", "cifar10:/nowhere", "--num-classes", "5", "--max-epochs", "1",
-                     "--results-dir", str(tmp_path))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "argument --num-classes: sets the classes of the synthetic batch" in done.stderr
-
-
-@pytest.mark.parametrize("strategy", ["allreduce", "none", "diloco", "gradient_allreduce"])
-def test_machine_size_for_a_strategy_without_machines_is_one_line_exit_2(strategy, tmp_path):
-    done = commbench("--dist-optimizer", strategy, "--machine-size", "3", "--results-dir",
-                     str(tmp_path))
-    assert done.returncode == 2 and done.stdout == "", done.stderr
-    assert done.stderr == (f"commbench: error: argument --machine-size: means nothing to "
-                           f"{strategy}, which groups no ranks into machines; leave it out "
-                           "(the neighbor averaging strategies and local_sgd's "
-                           "--average-every h1,h2 read it)\n")
-    assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.parametrize("strategy", ["neighbor_allreduce", "local_sgd"])
-def test_machine_size_that_does_not_divide_the_ranks_is_refused(strategy):
-    from commbench import registry
-
-    with pytest.raises(UsageError, match="^argument --machine-size: 3 does not divide the 2 "):
-        registry.resolve(strategy).check(
-            _config("--dist-optimizer", strategy, "--machine-size", "3"), TWO_RANKS)
-
-
 def test_a_topology_flag_for_a_strategy_without_one_is_one_line_exit_2(tmp_path):
     done = commbench("--dist-optimizer", "allreduce", "--topology", "ring", "--results-dir",
                      str(tmp_path))
@@ -285,9 +257,6 @@ def test_a_topology_flag_for_a_strategy_without_one_is_one_line_exit_2(tmp_path)
     (["--partition", "dirichlet:0.1"], "argument --partition: the synthetic batch"),
     (["--data", "synthetic", "--partition", "dirichlet:0.5"], "argument --partition: "),
     (["--warmup-epochs", "2"], "argument --warmup-epochs: a speed run keeps"),
-    (["--data", "learnable:classes=4", "--num-classes", "5", "--target-accuracy", "0.5"],
-     "argument --num-classes: sets the classes of the synthetic batch; --data "
-     "learnable:classes=4 has classes of its own"),
 ])
 def test_a_data_flag_that_means_nothing_is_refused(argv, message):
     with pytest.raises(UsageError, match=f"^{message}"):

@@ -216,6 +216,8 @@ def test_stragglers_and_shared_memory_are_axes_of_one_emulated_study(tmp_path):
     (["--emulate", "2x1", "--link-of", "m2=100mbit"], "m2 is not a machine of this cluster"),
     (["--emulate", "2x1", "--link", "shm,fast"], "argument --link: must be link rates"),
     (["--np", "2", "--slow-ranks", "1:0.5"], "argument --slow-ranks: must be none or"),
+    (["--emulate", "2x1", "--launcher", "torchrun"], "argument --launcher: an emulated sweep "
+     "starts every job under Open MPI, never torchrun"),
 ])
 def test_bad_axes_are_one_line_before_anything_runs(tmp_path, args, says):
     done = in_process(tmp_path, "--dry-run", *args)

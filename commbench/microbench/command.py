@@ -81,7 +81,7 @@ def sizes(begin: int, end: int, factor: int) -> List[int]:
 
 
 def main(args) -> int:
-    from commbench import environment, metrics, registry, results
+    from commbench import environment, metrics, results
     from commbench.allocator import steady_malloc
     from commbench.launch.detect import detect_launch
 
@@ -89,22 +89,8 @@ def main(args) -> int:
     launch = detect_launch()
     config = config_from_args(args)  # what the plugins validate and read settings from
     codec = compression.of(config)
-    if codec.kind == "powersgd":
-        raise UsageError(f"argument --compression: {codec} approximates a model's gradient "
-                         "matrices; microbench times flat buffers: measure it in training "
-                         "(commbench run --compression ...)")
-    for op in args.op:
-        if codec.on and not OPS[op].compresses:
-            raise UsageError(f"argument --compression: means nothing to the {op} op, which "
-                             "sends float32; leave it out or time that op apart")
-    registry.refuse_unread(args.op, config, "op of this microbench")
+    plugins = checked_plugins(args, config, launch)
     the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
-    plugins = {op: registry.resolve(op) for op in args.op}
-    for plugin in plugins.values():  # every rank fails alike, before any communication
-        why_not = registry.usable_reason(plugin)
-        if why_not:
-            raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
-        plugin.check(config, launch)
     results.ensure_writable(args.results_dir)
     metrics.load_statistics()  # as the run does: nothing new to load after the calls
 
@@ -150,6 +136,30 @@ def main(args) -> int:
 
     wait_for_rank_0(ctx)
     return 1 if wrong else 0
+
+
+def checked_plugins(args, config: RunConfig, launch) -> Dict[str, Any]:
+    """The plugin of each op, once every rank has checked the request alike, before any
+    communication: what the ops send, a flag none of them reads, each plugin's checks."""
+    from commbench import registry
+
+    codec = compression.of(config)
+    if codec.kind == "powersgd":
+        raise UsageError(f"argument --compression: {codec} approximates a model's gradient "
+                         "matrices; microbench times flat buffers: measure it in training "
+                         "(commbench run --compression ...)")
+    for op in args.op:
+        if codec.on and not OPS[op].compresses:
+            raise UsageError(f"argument --compression: means nothing to the {op} op, which "
+                             "sends float32; leave it out or time that op apart")
+    registry.refuse_unread(args.op, config, "op of this microbench")
+    plugins = {op: registry.resolve(op) for op in args.op}
+    for plugin in plugins.values():
+        why_not = registry.usable_reason(plugin)
+        if why_not:
+            raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
+        plugin.check(config, launch)
+    return plugins
 
 
 # --- printing and the result file -----------------------------------------------------

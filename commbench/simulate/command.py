@@ -126,10 +126,7 @@ def main(args) -> int:
     from commbench.analysis import reader, reading
 
     refuse_what_nccl_tests_replaces(args)
-    workers = _workers(args.np)
-    if args.slow_ranks:
-        straggler.check(args.slow_ranks, workers[-1],
-                        f"the largest worker count projected (--np {workers[-1]})")
+    workers = _workers(args.np, args.slow_ranks)
     read_in, notes = reader.read(args.paths, {
         reading.KIND: lambda found: reading.usable(found, calibrate.CALIBRATION_FIELDS,
                                                    calibrate.check_run),
@@ -143,8 +140,7 @@ def main(args) -> int:
     model, batch, image = calibrate.workload(args, [r.doc for r in runs])
     runs = [r for r in runs if (r.doc["config"]["model"], r.doc["config"]["batch_size"],
                                 r.doc["config"]["image_size"]) == (model, batch, image)]
-    strategy_flags.refuse_what_changes_nothing(
-        args, [s.name for s in map(calibrate.strategy_of, [r.doc for r in runs]) if s])
+    strategy_flags.refuse_what_changes_nothing(args, [r.doc for r in runs])
     # the links first: a bad --nccl-tests file is said before a model is built
     found_links = network_inputs.network_from(args, calibrate.fit_microbench(
         [b.doc for b in benches], [b.path.name for b in benches]))
@@ -183,12 +179,17 @@ def main(args) -> int:
                                  [str(r.path) for r in runs + benches], found_links.record(),
                                  {"model": model, "batch_size": batch, "image_size": image,
                                   "slow_ranks": slow, "link": args.link})
+    print(f"Projection: {path}\nChart: {_chart(path, title, rows)}")
+    return 0
+
+
+def _chart(path: Path, title: str, rows) -> Path:
+    """The projection's chart, beside its file."""
     from commbench.plots import projection
 
     chart = path.with_suffix(".png")
     projection.save(projection.figure(title, rows), chart)
-    print(f"Projection: {path}\nChart: {chart}")
-    return 0
+    return chart
 
 
 # The stated flags of each link class that a --nccl-tests fit of that class takes the
@@ -246,11 +247,16 @@ def _slow_ranks(args, found: set) -> str:
     return found.pop() if len(found) == 1 else "none"
 
 
-def _workers(text: str) -> List[int]:
+def _workers(text: str, slow_ranks: Optional[str]) -> List[int]:
+    """The worker counts of --np; a slowed rank (--slow-ranks) that none of them has is
+    refused: the title would name a rank no projected row has."""
     try:
         workers = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
         workers = []
     if not workers or workers[0] < 1:
         raise UsageError(f"argument --np: {text!r} is not a list of positive worker counts")
+    if slow_ranks:
+        straggler.check(slow_ranks, workers[-1],
+                        f"the largest worker count projected (--np {workers[-1]})")
     return workers

@@ -17,6 +17,7 @@ from commbench.errors import UsageError
 from commbench.flags import option_name
 from commbench.optimizers.base import COMPRESSION_FLAGS
 from commbench.optimizers.local_sgd import AVERAGE_EVERY
+from commbench.simulate.calibrate import strategy_of
 
 DEFAULT_STRATEGIES = ("allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce")
 # The flags that set up the strategies named with --dist-optimizer only.
@@ -25,10 +26,11 @@ TOPOLOGY_FLAGS = ("topology", "disable_dynamic_topology", "atc_style")
 WHOSE = "strategy of this projection"
 
 
-def refuse_what_changes_nothing(args, run_strategies: Sequence[str]) -> None:
+def refuse_what_changes_nothing(args, runs: Sequence[dict]) -> None:
     """UsageError for a flag no projected strategy reads, or a setting one of them cannot
-    run with. run_strategies: those of the runs given, projected without --dist-optimizer;
-    a name simulate has no cost model for is left for its own error."""
+    run with. runs: the documents of the runs projected (their strategies are, without
+    --dist-optimizer); a name simulate has no cost model for is left for its own error."""
+    run_strategies = [s.name for s in map(strategy_of, runs) if s]
     names = [s.strip() for s in (args.dist_optimizer or "").split(",") if s.strip()]
     if not names:
         _refuse_settings_of_strategies_not_named(args, bool(run_strategies))

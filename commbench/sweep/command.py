@@ -110,6 +110,9 @@ def main(args) -> int:
             raise UsageError(f"argument {flag}: sets the links of emulated machines; only "
                              "with --emulate (a sweep without it runs on this machine's "
                              "shared memory)")
+    if args.emulate and args.launcher != "mpiexec":
+        raise UsageError(f"argument --launcher: an emulated sweep starts every job under "
+                         f"Open MPI, never {args.launcher}; leave out --launcher or --emulate")
     stragglers = list(dict.fromkeys(args.slow_ranks or ["none"]))
     if args.emulate:
         # a machine the cluster will not have: refused before anything runs
