@@ -226,6 +226,17 @@ def test_bad_axes_are_one_line_before_anything_runs(tmp_path, args, says):
     assert not (tmp_path / "results").exists()
 
 
+def test_quick_jobs_trained_to_accuracy_take_its_workload_not_its_timing(tmp_path):
+    done = in_process(tmp_path, "--dry-run", "--quick", "--np", "1", "--data", "learnable",
+                      "--max-epochs", "1")
+    assert done.returncode == 0, done.stderr
+    (job,) = [line for line in done.stdout.splitlines() if not line.startswith("#")]
+    assert "--model squeezenet1_1 --image-size 32 --batch-size 16" in job
+    assert "--num-iters" not in job and "--reference-iters" not in job
+    timed = in_process(tmp_path, "--dry-run", "--quick", "--np", "1")
+    assert "--num-iters 60" in timed.stdout
+
+
 def test_a_layout_of_machines_on_shared_memory_keeps_its_machines(tmp_path):
     done = in_process(tmp_path, "--dry-run", "--emulate", "2x2,4x1", "--link", "shm",
                       "--dist-optimizer", "hierarchical_neighbor_allreduce,allreduce")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import commbench
+from cli_helpers import commbench, refused
 from commbench.config import MAX_EPOCHS, RunConfig
 from commbench.training_to_accuracy import Point, StopRule, outcome
 from launchers import PYTHON, mpiexec, only_result, run
@@ -139,3 +139,27 @@ def test_requests_that_cannot_train_are_one_line(flags, message, tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
     assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.parametrize("flag, value", [("--num-iters", "5"), ("--num-batches-per-iter", "2"),
+                                         ("--num-warmup-batches", "0"),
+                                         ("--reference-iters", "2"),
+                                         ("--reference-seconds", "0.5")])
+def test_a_speed_run_flag_is_refused_when_training_to_accuracy(flag, value):
+    assert refused("--data", "learnable", "--max-epochs", "1", flag, value) == (
+        f"commbench: error: argument {flag}: sets up a speed run's timed iterations; training "
+        "to accuracy counts steps and epochs (--eval-every, --max-epochs, --time-budget) and "
+        "measures no compute-only reference: leave it out")
+
+
+def test_training_to_accuracy_records_that_it_measures_no_reference():
+    from commbench.cli import build_parser
+    from commbench.config import config_from_args
+
+    def config(*argv):
+        return config_from_args(build_parser().parse_args(["run", "--data", "learnable",
+                                                           *argv]))
+
+    assert config("--max-epochs", "1").reference_iters == 0  # not the speed run's 3
+    assert config("--max-epochs", "1", "--reference-iters", "0").reference_iters == 0
+    assert config().reference_iters == 3

@@ -22,15 +22,16 @@ from commbench.flags import (accepting, add_flags, flag_fields, positive_float, 
 from commbench.sweep.emulate import run_emulated
 from commbench.sweep.execute import job_environment, run_jobs
 from commbench.sweep.plan import (SHARED_MEMORY, Job, cluster_shape, plan, plan_emulated,
-                                  shell_line)
+                                  run_config_of, shell_line)
 
 # A few minutes for 1,2,4 workers x 3 strategies on 2 cores, each job measured long
 # enough that its own interval is narrow; whether two sweeps then agree is up to how
 # steady the machine is (benchmarks/diagnostics/machine_drift.py and
 # benchmarks/studies/quick_sweep_stability.json).
-QUICK = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16",
-         "--num-warmup-batches", "20", "--num-batches-per-iter", "5", "--num-iters", "60",
-         "--reference-iters", "4", "--reference-seconds", "3"]
+QUICK_WORKLOAD = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16"]
+QUICK = QUICK_WORKLOAD + ["--num-warmup-batches", "20", "--num-batches-per-iter", "5",
+                          "--num-iters", "60", "--reference-iters", "4",
+                          "--reference-seconds", "3"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how each job is started (default: mpiexec)")
     parser.add_argument("--quick", action="store_true",
                         help="a small model and images, one thread per worker: "
-                        + " ".join(QUICK))
+                        + " ".join(QUICK) + " (jobs trained to accuracy: "
+                        + " ".join(QUICK_WORKLOAD) + ")")
     parser.add_argument("--job-timeout", type=positive_float, default=900, metavar="SECONDS",
                         help="end a job that runs longer than this (default: 900)")
     add_flags(parser, flag_fields(RunConfig, ["results_dir"]))
@@ -80,6 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 PASSES_RUN_FLAGS = True
 
 
+def quick_flags(run_flags: List[str]) -> List[str]:
+    """--quick's flags: the small workload alone for jobs trained to accuracy, which time
+    no iterations (and refuse a speed run's flags)."""
+    return QUICK_WORKLOAD if run_config_of(run_flags).trains_to_accuracy else QUICK
+
+
 @accepting("layouts MxS (machines x ranks per machine), comma-separated, e.g. 2x2,4x1")
 def layouts(text: str) -> List[Tuple[int, int]]:
     found = [tuple(int(n) for n in part.lower().split("x")) for part in text.split(",")]
@@ -102,7 +110,7 @@ def link_rates(text: str) -> List[str]:
 
 
 def main(args) -> int:
-    flags = (QUICK if args.quick else []) + args.run_flags
+    flags = (quick_flags(args.run_flags) if args.quick else []) + args.run_flags
     strategies = [s for s in args.dist_optimizer.split(",") if s]
     cluster = f"s{os.getpid() % 10**6}"  # this sweep's own: two sweeps never share one
     for given, flag in ((args.link_of, "--link-of"), (args.link, "--link")):

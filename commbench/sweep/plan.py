@@ -110,6 +110,11 @@ def checked_flags(strategies: List[str], flags: List[str]) -> List[str]:
     return flags
 
 
+def run_config_of(flags: List[str]):
+    """The RunConfig of run flags however spelt; a bad flag ends the sweep in one line."""
+    return _run_config(spelled_out(flags, _run_options()))
+
+
 def spelled_out(flags: List[str], options: Set[str]) -> List[str]:
     """flags with each abbreviation of one of options (`--topo ring`, `--topo=ring`)
     written in full, as argparse reads it; an ambiguous or unknown one is left for the
