@@ -23,6 +23,10 @@ TWO_RUNS = [DATA / "runs" / "20261122T145415-resnet18-allreduce-n1-3d57beb9.json
     # every strategy projected sends as --compression says: each must take it
     (["--dist-optimizer", "allreduce,local_sgd", "--compression", "bf16"],
      "argument --compression: means nothing to local_sgd, which compresses nothing"),
+    (["--dist-optimizer", "allreduce,local_sgd", "--fp16-allreduce"],
+     "argument --fp16-allreduce: means nothing to local_sgd, which compresses nothing"),
+    (["--dist-optimizer", "allreduce,none", "--compression", "bf16"],
+     "argument --compression: means nothing to none, which compresses nothing"),
     (["--dist-optimizer", "allreduce,hierarchical_neighbor_allreduce", "--compression",
       "powersgd:4"], "argument --compression: hierarchical_neighbor_allreduce cannot send "
      "powersgd"),
@@ -54,6 +58,7 @@ def test_the_runs_strategies_are_projected_as_they_ran(tmp_path):
 
 @pytest.mark.parametrize("argv", [
     ["--dist-optimizer", "allreduce,neighbor_allreduce", "--topology", "ring"],
+    ["--dist-optimizer", "allreduce,none", "--fp16-allreduce"],  # none sends nothing
     ["--dist-optimizer", "local_sgd", "--average-every", "4"],
     ["--slow-ranks", "3:2", "--np", "1,4"],
 ])

@@ -24,6 +24,7 @@ DEFAULT_STRATEGIES = ("allreduce", "neighbor_allreduce", "hierarchical_neighbor_
 NAMED_ONLY = ("average_every", "compression", "hierarchical_allreduce", "horovod_version")
 TOPOLOGY_FLAGS = ("topology", "disable_dynamic_topology", "atc_style")
 WHOSE = "strategy of this projection"
+SEND_NOTHING = ("none",)  # the compute-only reference: no message to make narrower
 
 
 def refuse_what_changes_nothing(args, runs: Sequence[dict]) -> None:
@@ -47,8 +48,10 @@ def refuse_what_changes_nothing(args, runs: Sequence[dict]) -> None:
                          f"({', '.join(names)}); only horovod reads it")
     for cls in _plugins(names):
         cls.check_flags(config)
-        # a projection sends every strategy's messages as --compression says
-        cls.refuse_flags_it_ignores(config, COMPRESSION_FLAGS)
+        # A projection sends every strategy's messages as --compression says (and labels
+        # each so); --fp16-allreduce halves the bytes of those that send any.
+        cls.refuse_flags_it_ignores(config, ("compression",) if cls.name in SEND_NOTHING
+                                    else COMPRESSION_FLAGS)
 
 
 def _refuse_settings_of_strategies_not_named(args, from_runs: bool) -> None:
