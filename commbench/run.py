@@ -156,6 +156,8 @@ def _tell(say, config: RunConfig, ctx, recorded: Optional[record.Recorded], step
     if recorded is None:
         return {}
     print_summary(recorded.doc["summary"])
+    if recorded.doc["strategy"].get("meetings") == 0:  # a periodic strategy's (its facts)
+        say(f"Warning: the models never met in {steps} steps; the workers trained alone")
     timeline_lines(say, config, steps, recorded)
     say(f"Result: {recorded.path}")
     return recorded.doc

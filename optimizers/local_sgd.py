@@ -92,6 +92,7 @@ class PeriodicStrategy(Strategy):
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
         self.steps = 0
+        self.meetings = 0  # recorded: a run that ends before H steps never averaged
         self.buffers: List[Any] = []  # BatchNorm's statistics: no optimizer steps them
 
     def wrap(self, model, optimizer) -> TrainStep:
@@ -112,10 +113,14 @@ class PeriodicStrategy(Strategy):
     def after_update(self, started: float) -> None:
         self.steps += 1
         if self.meets_after(self.steps):
+            self.meetings += 1
             self.meet(started)
 
     def meet(self, started: float) -> None:
         raise NotImplementedError
+
+    def facts(self) -> Dict[str, Any]:
+        return {"meetings": self.meetings}
 
 
 def size_of(tensors: List[Any]) -> int:
@@ -190,4 +195,4 @@ class LocalSgd(PeriodicStrategy):
 
     def facts(self) -> Dict[str, Any]:
         return {"average_every": self.options.average_every,
-                "local_warmup_steps": self.options.local_warmup_steps}
+                "local_warmup_steps": self.options.local_warmup_steps, **super().facts()}

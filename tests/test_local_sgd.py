@@ -4,6 +4,8 @@ distance zero right after each averaging and not between:
 tests/programs/check_strategies.py); a whole run of `python -m commbench`; the flags
 it refuses."""
 
+import json
+
 import pytest
 
 from cli_helpers import commbench, refused
@@ -28,7 +30,7 @@ def test_a_run_averages_every_h_steps_and_records_the_drift_between(tmp_path):
     # first step of each iteration, so each ends one local step away from the average.
     doc = run_commbench(2, STRATEGY, ["--average-every", "2"], tmp_path)
     assert doc["strategy"] == {"name": STRATEGY, "decentralized": True, "average_every": 2,
-                               "local_warmup_steps": 0}
+                               "local_warmup_steps": 0, "meetings": 3}  # steps 2, 4, 6 of 7
     assert doc["config"]["average_every"] == 2
     assert all(distance > 0 for distance in consensus_of(doc))
     # On the wire: the model's parameters and floating buffers in a ring of 2 (each rank
@@ -136,3 +138,19 @@ def test_a_run_to_accuracy_that_would_never_meet_ends_every_rank_in_one_line(tmp
                        "epoch): the models would never meet, and the run would be local_sgd "
                        "in name only; average more often or train longer")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+def test_a_run_to_accuracy_ended_by_its_budget_before_a_meeting_records_and_says_so(tmp_path):
+    """Bounded by time alone, its steps cannot be known before: the result records that
+    the models never met, and the console says the workers trained alone."""
+    done = mpiexec(2, ["-m", "commbench", "--dist-optimizer", STRATEGY, "--model", "resnet18",
+                       "--image-size", "32", "--batch-size", "8", "--data",
+                       "learnable:samples=64", "--time-budget", "0.001", "--eval-every", "2",
+                       "--average-every", "8", "--timeout", "60", "--results-dir",
+                       str(tmp_path)], timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert doc["summary"]["steps"] == 2 and doc["strategy"]["meetings"] == 0
+    assert "Warning: the models never met in 2 steps; the workers trained alone" in done.stdout
