@@ -8,11 +8,12 @@ are found the same way, in their own group (commbench.microbench.ops).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from importlib import metadata
 from types import SimpleNamespace
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from commbench.errors import UsageError
 
@@ -151,3 +152,29 @@ def refuse_others_options(cls: Type, config) -> None:
             raise UsageError(f"argument {option_name(name)}: means nothing to {cls.name}; "
                              f"only {' and '.join(readers)} "
                              f"read{'s' if len(readers) == 1 else ''} it")
+
+
+def refuse_unread(names: Sequence[str], config, whose: str) -> None:
+    """The one rule for the flags of a command that serves several plugins (a sweep's
+    strategies, simulate's, microbench's ops): a flag given a value other than its
+    default (as `commbench run` tells) that every plugin named ignores changes nothing,
+    and is refused in one line; `whose` says of what (e.g. "strategy of this sweep").
+    Plugins that cannot be loaded do not count: the command says why apart."""
+    from commbench.config.flags import option_name
+
+    ignored = {}  # plugin -> the RunConfig fields and plugin options it ignores
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for name in dict.fromkeys(names):
+        try:
+            cls = resolve(name)
+        except UsageError:
+            continue
+        others = others_options(cls)
+        ignored[name] = set(cls.ignored_flags()) | set(others)
+        defaults.update({flag: default for flag, (default, _) in others.items()})
+    values = {**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)},
+              **config.options}
+    for flag in sorted(set.intersection(*ignored.values()) if ignored else ()):
+        if values.get(flag, defaults[flag]) != defaults[flag]:
+            raise UsageError(f"argument {option_name(flag)}: means nothing to any {whose} "
+                             f"({', '.join(ignored)}); leave it out")

@@ -7,9 +7,10 @@ and knows nothing else about the strategy. Heavy imports (horovod, bluefog) belo
 inside `wrap`, so that `commbench list` works everywhere.
 
 A run flag that means something to some strategies only (the topology settings,
---compression) is refused, in one line, when given to a strategy that would ignore it:
-recorded, it would look as if it had acted. A plugin that reads the topology sets
-`uses_topology`; one that can compress its messages lists the kinds in `compressions`.
+--compression, --machine-size) is refused, in one line, when given to a strategy that
+would ignore it: recorded, it would look as if it had acted. A plugin that reads the
+topology sets `uses_topology`; one that groups ranks into machines, `uses_machines`;
+one that can compress its messages lists the kinds in `compressions`.
 
 `wrap` returns commbench.job.training_step's `TrainingStep` (or a function around one),
 given what the strategy does at the step's points (after forward, before and after the
@@ -43,6 +44,14 @@ TrainStep = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 TOPOLOGY_FLAGS = ("topology", "disable_dynamic_topology", "atc_style")
 # Those that only strategies that compress their messages read.
 COMPRESSION_FLAGS = ("compression", "fp16_allreduce")
+# Why a strategy ignores each of those flags, and --machine-size: the refusal's reason.
+IGNORED_BECAUSE = {
+    **dict.fromkeys(TOPOLOGY_FLAGS, "averages along no topology; leave it out (`commbench "
+                    "list` names the strategies that have one)"),
+    **dict.fromkeys(COMPRESSION_FLAGS, "compresses nothing; leave it out (`commbench list` "
+                    "says which strategies compress what)"),
+    "machine_size": "groups no ranks into machines; leave it out (the neighbor averaging "
+                    "strategies and local_sgd's --average-every h1,h2 read it)"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,8 @@ class Strategy:
         return type(self).records_split
     # True when the strategy averages along a graph and so reads TOPOLOGY_FLAGS.
     uses_topology: ClassVar[bool] = False
+    # True when the strategy reads --machine-size (its machines, real or simulated).
+    uses_machines: ClassVar[bool] = False
     # The --compression kinds the strategy can send (commbench.config.compression.KINDS).
     compressions: ClassVar[Tuple[str, ...]] = ()
 
@@ -98,6 +109,23 @@ class Strategy:
         ranks with the same one-line error instead of a hang. Overrides call
         super().check() first.
         """
+        cls.check_flags(config)
+        if (config.machine_size is not None and cls.uses_machines
+                and launch.world_size % config.machine_size):
+            raise UsageError(f"argument --machine-size: {config.machine_size} does not divide "
+                             f"the {launch.world_size} ranks into equal machines")
+
+    @classmethod
+    def check_training_steps(cls, config: "RunConfig", steps: int, bound: str) -> None:
+        """Raise UsageError where a run trained to accuracy, bounded to `steps` steps by
+        `bound` (the flags that say so), would end before the strategy has acted. Called
+        on every rank alike once the steps of an epoch are known."""
+
+    @classmethod
+    def check_flags(cls, config: "RunConfig") -> None:
+        """The checks of check() that need the flags alone, not the launch: `commbench
+        simulate` makes them of every strategy it projects, so that it never projects
+        what `commbench run` refuses."""
         if not config.shared_by_plugins:
             cls.refuse_flags_it_ignores(config)
         if cls.compressions:
@@ -107,21 +135,20 @@ class Strategy:
     def ignored_flags(cls) -> Tuple[str, ...]:
         """The RunConfig fields whose flags mean nothing to this strategy."""
         return ((() if cls.uses_topology else TOPOLOGY_FLAGS)
-                + (() if cls.compressions else COMPRESSION_FLAGS))
+                + (() if cls.compressions else COMPRESSION_FLAGS)
+                + (() if cls.uses_machines else ("machine_size",)))
 
     @classmethod
-    def refuse_flags_it_ignores(cls, config: "RunConfig") -> None:
-        """Raise UsageError for a flag this strategy ignores that was given a value other
-        than its default (argparse leaves no other trace of what the user typed)."""
+    def refuse_flags_it_ignores(cls, config: "RunConfig",
+                                among: Optional[Tuple[str, ...]] = None) -> None:
+        """Raise UsageError for a flag this strategy ignores (of those among, or any) that
+        was given a value other than its default (argparse leaves no other trace of what
+        the user typed)."""
         defaults = {f.name: f.default for f in dataclasses.fields(config)}
         for name in cls.ignored_flags():
-            if getattr(config, name) != defaults[name]:
-                why = ("compresses nothing; leave it out (`commbench list` says which "
-                       "strategies compress what)" if name in COMPRESSION_FLAGS else
-                       "averages along no topology; leave it out (`commbench list` names "
-                       "the strategies that have one)")
+            if (among is None or name in among) and getattr(config, name) != defaults[name]:
                 raise UsageError(f"argument {option_name(name)}: means nothing to {cls.name}, "
-                                 f"which {why}")
+                                 f"which {IGNORED_BECAUSE[name]}")
 
     @classmethod
     def options_of(cls, config: "RunConfig") -> Any:

@@ -110,4 +110,4 @@ class Diloco(PeriodicStrategy):
         return {"average_every": self.options.average_every,
                 "outer_lr": self.options.outer_lr,
                 "outer_momentum": self.options.outer_momentum,
-                "outer_dtype": self.options.outer_dtype}
+                "outer_dtype": self.options.outer_dtype, **super().facts()}

@@ -67,6 +67,23 @@ class PeriodicStrategy(Strategy):
                              "measure more steps or average more often")
 
     @classmethod
+    def check_training_steps(cls, config, steps: int, bound: str) -> None:
+        every = cls.options_of(config).average_every
+        first = cls.first_meeting(cls.options_of(config))
+        if first > steps:
+            shown = ",".join(map(str, every)) if isinstance(every, list) else every
+            raise UsageError(f"argument --average-every: {shown} ends no period within the "
+                             f"{steps} steps this run trains at most ({bound}): the models "
+                             f"would never meet, and the run would be {cls.name} in name "
+                             "only; average more often or train longer")
+
+    @classmethod
+    def first_meeting(cls, options) -> int:
+        """The step after which the workers first meet."""
+        every = options.average_every
+        return every[0] if isinstance(every, list) else every
+
+    @classmethod
     def check_machine_periods(cls, config, launch) -> None:
         """--average-every h1,h2: this strategy's averaging inside machines."""
         raise UsageError(f"argument --average-every: {cls.name} meets over all workers "
@@ -75,6 +92,7 @@ class PeriodicStrategy(Strategy):
     def __init__(self, ctx, config):
         super().__init__(ctx, config)
         self.steps = 0
+        self.meetings = 0  # recorded: a run that ends before H steps never averaged
         self.buffers: List[Any] = []  # BatchNorm's statistics: no optimizer steps them
 
     def wrap(self, model, optimizer) -> TrainStep:
@@ -95,10 +113,14 @@ class PeriodicStrategy(Strategy):
     def after_update(self, started: float) -> None:
         self.steps += 1
         if self.meets_after(self.steps):
+            self.meetings += 1
             self.meet(started)
 
     def meet(self, started: float) -> None:
         raise NotImplementedError
+
+    def facts(self) -> Dict[str, Any]:
+        return {"meetings": self.meetings}
 
 
 def size_of(tensors: List[Any]) -> int:
@@ -118,6 +140,11 @@ class LocalSgd(PeriodicStrategy):
     summary = ("local SGD: every worker steps alone; the models averaged over all workers "
                "every H steps (--average-every)")
     Options = LocalSgdOptions
+    uses_machines = True  # --average-every h1,h2: averaging inside each machine
+
+    @classmethod
+    def first_meeting(cls, options) -> int:
+        return 1 if options.local_warmup_steps else super().first_meeting(options)
 
     @classmethod
     def check_machine_periods(cls, config, launch) -> None:
@@ -168,4 +195,4 @@ class LocalSgd(PeriodicStrategy):
 
     def facts(self) -> Dict[str, Any]:
         return {"average_every": self.options.average_every,
-                "local_warmup_steps": self.options.local_warmup_steps}
+                "local_warmup_steps": self.options.local_warmup_steps, **super().facts()}

@@ -61,6 +61,7 @@ class MixingStrategy(Strategy):
 
     decentralized = True
     uses_topology = True
+    uses_machines = True
     mixer: Optional[Mixer] = None
 
     @classmethod
@@ -71,9 +72,6 @@ class MixingStrategy(Strategy):
     @classmethod
     def check(cls, config, launch) -> None:
         super().check(config, launch)
-        if config.machine_size is not None and launch.world_size % config.machine_size:
-            raise UsageError(f"argument --machine-size: {config.machine_size} does not divide "
-                             f"the {launch.world_size} ranks into equal machines")
         # Every error of the topology itself shows here, before any communication.
         checked_schedule(config.topology, cls.nodes_before_init(config, launch),
                          not config.disable_dynamic_topology)

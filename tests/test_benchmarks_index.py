@@ -138,6 +138,20 @@ def test_make_runs_no_more_workers_than_cores(tmp_path, cores, workers):
                                          "hierarchical_neighbor_allreduce,none")
 
 
+def test_on_shared_memory_only_sweeps_with_machines_get_a_machine_size(monkeypatch, tmp_path):
+    from cli_helpers import commbench
+
+    ran = []
+    monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
+    STUDY.main(["time_to_accuracy", "--partitions", "iid"])
+    sweeps = [c for c in ran if c[3] == "sweep"]
+    assert ["--machine-size" in c for c in sweeps] == [True, True, False]
+    assert "--no-broadcast-buffers" in sweeps[2]  # allreduce alone: it has no machines
+    for command in sweeps:  # each plans without refusing a flag
+        done = commbench(*command[3:], "--dry-run", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+
+
 def test_the_stability_study_runs_the_sweep_make_runs_on_this_2_core_machine(tmp_path):
     spec = STUDY.specs()["quick_sweep_stability"]["sweep"]
     assert _pairs(spec) == _pairs(make_study(tmp_path, 2))

@@ -115,3 +115,17 @@ def test_every_strategy_trains_on_the_same_partition_of_a_learnable_task(tmp_pat
         assert sum(map(sum, data["class_mix"])) == 600 and len(data["class_mix"]) == 2
         mixes.append(data["class_mix"])
     assert mixes[0] == mixes[1]
+
+
+@pytest.mark.parametrize("data", ["learnable:classes=4", "cifar10:/nowhere"])
+def test_num_classes_with_a_dataset_of_its_own_classes_is_one_line_exit_2(data, tmp_path):
+    """The dataset's classes are used (and recorded), so the flag would change nothing."""
+    from cli_helpers import commbench
+
+    done = commbench("--data", data, "--num-classes", "5", "--max-epochs", "1",
+                     "--results-dir", str(tmp_path))
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr == (f"commbench: error: argument --num-classes: sets the classes of "
+                           f"the synthetic batch; --data {data} has classes of its own (the "
+                           "result records them): leave it out\n")
+    assert not list(tmp_path.iterdir())

@@ -82,7 +82,8 @@ def test_a_run_takes_outer_steps_every_h_steps(tmp_path):
     doc = run_commbench(2, STRATEGY, ["--average-every", "2", "--outer-dtype", "bf16"],
                         tmp_path)
     assert doc["strategy"] == {"name": STRATEGY, "decentralized": True, "average_every": 2,
-                               "outer_lr": 0.7, "outer_momentum": 0.9, "outer_dtype": "bf16"}
+                               "outer_lr": 0.7, "outer_momentum": 0.9, "outer_dtype": "bf16",
+                               "meetings": 3}  # after steps 2, 4 and 6 of 7
     assert all(distance > 0 for distance in consensus_of(doc))
     sent = doc["samples"]["sent_bytes"][0]
     assert sent[1::2] == [0, 0, 0] and len(set(sent[0::2])) == 1 and sent[0] > 0

@@ -11,6 +11,7 @@ from commbench.launch.distributed import DistContext
 from commbench.launch.detect import LaunchInfo
 from commbench.optimizers.hierarchical_neighbor_allreduce import HierarchicalNeighborAllreduce
 from programs.check_strategies import CHECKS_TIMEOUT, assert_strategy_clean
+from cli_helpers import commbench
 from programs.commbench_runs import assert_usage_error, consensus_of, run_commbench
 
 STRATEGY = "hierarchical_neighbor_allreduce"
@@ -87,3 +88,26 @@ def test_run_with_simulated_machines_reaches_consensus(tmp_path):
 def test_bad_machine_size_fails_fast_on_every_rank(tmp_path):
     assert_usage_error(4, ["--dist-optimizer", STRATEGY, "--machine-size", "3"],
                        "argument --machine-size: 3 does not divide the 4 ranks", tmp_path)
+
+
+# --- --machine-size for every strategy ---------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["allreduce", "none", "diloco", "gradient_allreduce"])
+def test_machine_size_for_a_strategy_without_machines_is_one_line_exit_2(strategy, tmp_path):
+    done = commbench("--dist-optimizer", strategy, "--machine-size", "3", "--results-dir",
+                     str(tmp_path))
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr == (f"commbench: error: argument --machine-size: means nothing to "
+                           f"{strategy}, which groups no ranks into machines; leave it out "
+                           "(the neighbor averaging strategies and local_sgd's "
+                           "--average-every h1,h2 read it)\n")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("strategy", ["neighbor_allreduce", "local_sgd"])
+def test_machine_size_that_does_not_divide_the_ranks_is_refused(strategy):
+    from commbench import registry
+
+    with pytest.raises(UsageError, match="^argument --machine-size: 3 does not divide the 2 "):
+        registry.resolve(strategy).check(
+            RunConfig(dist_optimizer=strategy, machine_size=3), launch(2))

@@ -267,3 +267,19 @@ def test_compression_is_refused_for_the_local_sgd_op_in_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "argument --compression: means nothing to the local_sgd op" in done.stderr
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.job
+@pytest.mark.parametrize("given, flag", [(["--topology", "ring"], "--topology"),
+                                         (["--machine-size", "2"], "--machine-size")])
+def test_a_flag_no_op_reads_is_refused_in_one_line(given, flag, tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, *SWEEP, "--op", "allreduce", *given,
+                           "--results-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == (
+        f"commbench: error: argument {flag}: means nothing to any op of this microbench "
+        "(allreduce); leave it out\n"), done.stderr
+    assert not list(tmp_path.iterdir())

@@ -57,11 +57,20 @@ def test_the_flag_reads_ranks_factor_and_probability(text, parsed):
 @pytest.mark.parametrize("value", ["1:0.5", "1:0", "1:-2", "1:nan", "1:inf", "1:1e300", "1",
                                    "1:",
                                    ":2", "a:2", "1,1:2", "-1:2", "1:2@0", "1:2@1.5",
-                                   "1:2@", ""])
+                                   "1:2@", "", "0:1", "0,2:1@0.5"])
 def test_bad_slow_ranks_are_refused_in_one_line(value):
     done = commbench("run", f"--slow-ranks={value}")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "argument --slow-ranks: must be none or RANKS:FACTOR[@P]" in done.stderr
+
+
+@pytest.mark.parametrize("command", [["sweep", "--dry-run"], ["simulate", "--img-sec", "100",
+                                                                "--link", "1gbit"]])
+def test_a_factor_of_1_slows_nothing_and_is_refused_by_every_command(command, tmp_path):
+    done = commbench(*command, "--slow-ranks", "0:1", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "1 < FACTOR <= 1000 (1 slows nothing)" in done.stderr and "'0:1'" in done.stderr
+    assert straggler.parse("0:1").describe() == "rank 0 1x slower"  # old results still read
 
 
 def test_a_rank_the_job_does_not_have_is_refused():

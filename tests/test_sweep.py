@@ -212,16 +212,32 @@ def test_stragglers_and_shared_memory_are_axes_of_one_emulated_study(tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--np", "2", "--link-of", "m1=100mbit"], "--link-of: gives emulated machines"),
+    (["--np", "2", "--link-of", "m1=100mbit"], "--link-of: sets the links of emulated "
+     "machines; only with --emulate"),
+    (["--np", "2", "--link", "100mbit"], "--link: sets the links of emulated machines; only "
+     "with --emulate"),
     (["--emulate", "2x1", "--link-of", "m2=100mbit"], "m2 is not a machine of this cluster"),
     (["--emulate", "2x1", "--link", "shm,fast"], "argument --link: must be link rates"),
     (["--np", "2", "--slow-ranks", "1:0.5"], "argument --slow-ranks: must be none or"),
+    (["--emulate", "2x1", "--launcher", "torchrun"], "argument --launcher: an emulated sweep "
+     "starts every job under Open MPI, never torchrun"),
 ])
 def test_bad_axes_are_one_line_before_anything_runs(tmp_path, args, says):
     done = in_process(tmp_path, "--dry-run", *args)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, \
         done.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_quick_jobs_trained_to_accuracy_take_its_workload_not_its_timing(tmp_path):
+    done = in_process(tmp_path, "--dry-run", "--quick", "--np", "1", "--data", "learnable",
+                      "--max-epochs", "1")
+    assert done.returncode == 0, done.stderr
+    (job,) = [line for line in done.stdout.splitlines() if not line.startswith("#")]
+    assert "--model squeezenet1_1 --image-size 32 --batch-size 16" in job
+    assert "--num-iters" not in job and "--reference-iters" not in job
+    timed = in_process(tmp_path, "--dry-run", "--quick", "--np", "1")
+    assert "--num-iters 60" in timed.stdout
 
 
 def test_a_layout_of_machines_on_shared_memory_keeps_its_machines(tmp_path):
@@ -231,4 +247,5 @@ def test_a_layout_of_machines_on_shared_memory_keeps_its_machines(tmp_path):
     jobs = [line for line in done.stdout.splitlines() if not line.startswith("#")]
     hierarchical = [j for j in jobs if "=hierarchical" in j]
     assert len(hierarchical) == 1 and "--machine-size 2" in hierarchical[0]  # 4x1: skipped
-    assert sum("--machine-size" in j for j in jobs) == 2  # 2x2's, not 4x1's
+    # hierarchical's 2x2 alone: allreduce groups no ranks into machines, 4x1 has none
+    assert sum("--machine-size" in j for j in jobs) == 1

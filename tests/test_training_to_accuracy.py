@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import commbench
+from cli_helpers import commbench, refused
 from commbench.config.run_config import MAX_EPOCHS, RunConfig
 from commbench.job.accuracy_loop import Point, StopRule, outcome
 from launchers import PYTHON, mpiexec, only_result, run
@@ -76,6 +76,7 @@ def test_one_worker_curve_is_the_same_from_the_same_seed_and_not_reached_has_no_
                   "--max-epochs", "0.6") for i in range(2)]
     (done, doc), (_, again) = runs
     assert doc["kind"] == "accuracy"
+    assert doc["config"]["num_classes"] == 10  # what was used: the task's, not 1000
     # one recipe: the peak scaled with the total batch, warm-up over the first epoch
     assert doc["recipe"]["peak_lr"] == pytest.approx(0.1 * 32 / 256)
     assert (doc["recipe"]["warmup_steps"], doc["recipe"]["total_steps"]) == (6, 6)
@@ -138,3 +139,27 @@ def test_requests_that_cannot_train_are_one_line(flags, message, tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
     assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.parametrize("flag, value", [("--num-iters", "5"), ("--num-batches-per-iter", "2"),
+                                         ("--num-warmup-batches", "0"),
+                                         ("--reference-iters", "2"),
+                                         ("--reference-seconds", "0.5")])
+def test_a_speed_run_flag_is_refused_when_training_to_accuracy(flag, value):
+    assert refused("--data", "learnable", "--max-epochs", "1", flag, value) == (
+        f"commbench: error: argument {flag}: sets up a speed run's timed iterations; training "
+        "to accuracy counts steps and epochs (--eval-every, --max-epochs, --time-budget) and "
+        "measures no compute-only reference: leave it out")
+
+
+def test_training_to_accuracy_records_that_it_measures_no_reference():
+    from commbench.cli import build_parser
+    from commbench.config.run_config import config_from_args
+
+    def config(*argv):
+        return config_from_args(build_parser().parse_args(["run", "--data", "learnable",
+                                                           *argv]))
+
+    assert config("--max-epochs", "1").reference_iters == 0  # not the speed run's 3
+    assert config("--max-epochs", "1", "--reference-iters", "0").reference_iters == 0
+    assert config().reference_iters == 3

@@ -44,7 +44,8 @@ def commbench(*args) -> None:
 
 def calibrate(directory: Path) -> None:
     for flags in (["--dist-optimizer", PLAIN], POWERSGD):
-        commbench("sweep", "--np", "4", *flags, *WORKLOAD, "--results-dir", directory,
+        commbench("sweep", "--np", "4", "--oversubscribe", *flags, *WORKLOAD,
+                  "--results-dir", directory,
                   "--plots-dir", directory / "charts")
 
 

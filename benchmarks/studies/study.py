@@ -11,7 +11,9 @@ Two kinds:
 
 - "sweeps": for each value of the `for_each` option, the `sweeps` (a sweep with
   `if_listed` runs only when its name is in that option), each `commbench sweep` with
-  the first `placement` whose `if` option is set, its flags and the `common` flags;
+  the first `placement` whose `if` option is set, its flags (and its `machines` flags,
+  unless the sweep says `"machines": false`: its strategies group no ranks into
+  machines, and a sweep refuses a flag none of them reads) and the `common` flags;
   then the `then` commands (`commbench report`, `plot`); the study's wall time last.
 - "repeated": the same `sweep` --sweeps times back to back, then per configuration the
   totals side by side and the ranking of strategies at each worker count.
@@ -70,13 +72,14 @@ def sweeps(spec: dict, args, extra) -> None:
     for value in getattr(args, each["option"]).split(","):
         values = dict(vars(args), **{each["as"]: value,
                                      each["as"] + "_slug": value.replace(":", "-")})
-        where = next(p["flags"] for p in spec["placement"] if not p.get("if") or values[p["if"]])
+        where = next(p for p in spec["placement"] if not p.get("if") or values[p["if"]])
         for sweep in spec["sweeps"]:
             listed = sweep.get("if_listed")
             if listed and listed["name"] not in values[listed["option"]].split(","):
                 continue
             command = [sys.executable, "-m", "commbench", "sweep",
-                       *flags(where + sweep["flags"] + spec["common"], values), *extra]
+                       *flags(placed(where, sweep) + sweep["flags"] + spec["common"], values),
+                       *extra]
             print("$", " ".join(command[1:]), flush=True)
             run_to_its_end(command)
         # every row of the value together (each sweep reports only its own jobs)
@@ -85,6 +88,13 @@ def sweeps(spec: dict, args, extra) -> None:
             print("$ commbench", " ".join(command), flush=True)
             run_to_its_end([sys.executable, "-m", "commbench", *command])
     print(f"\nwall time of the study: {time.monotonic() - started:.0f} s")
+
+
+def placed(placement: dict, sweep: dict) -> list:
+    """The flags a placement gives a sweep: its machines only to one whose strategies
+    have machines."""
+    return placement["flags"] + (placement.get("machines", []) if sweep.get("machines", True)
+                                 else [])
 
 
 def repeated(spec: dict, args, extra) -> None:

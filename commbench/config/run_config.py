@@ -32,6 +32,10 @@ TIMELINE_STEPS = 200
 # neither --max-epochs nor --time-budget.
 EVAL_EVERY = 20
 MAX_EPOCHS = 20.0
+# The flags of a speed run alone: training to accuracy counts steps and epochs, not timed
+# iterations, and measures no compute-only reference (--reference-iters 0 says so).
+SPEED_RUN_FLAGS = ("num_warmup_batches", "num_batches_per_iter", "num_iters",
+                   "reference_iters", "reference_seconds")
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     config = RunConfig(**{k: v for k, v in values.items() if k in core}, options=options,
                        shared_by_plugins="dist_optimizer" not in values)
     refuse_data_flags_that_mean_nothing(config)
+    if config.trains_to_accuracy:  # recorded as it runs: without the reference
+        config = dataclasses.replace(config, reference_iters=0)
     return config
 
 
@@ -216,10 +222,21 @@ def refuse_data_flags_that_mean_nothing(config: RunConfig) -> None:
         raise UsageError("argument --partition: the synthetic batch is one fixed batch, "
                          "not a dataset to split among workers; give --data learnable, "
                          "cifar10:PATH or imagefolder:PATH, or leave --partition out")
+    if _given(config, "num_classes") and config.data != "synthetic":
+        raise UsageError(f"argument --num-classes: sets the classes of the synthetic batch; "
+                         f"--data {config.data} has classes of its own (the result records "
+                         "them): leave it out")
     if _given(config, "augment") and config.data.split(":")[0] in ("synthetic", "learnable"):
         raise UsageError("argument --augment: augments the images of a dataset read from "
                          "disk (--data cifar10:PATH or imagefolder:PATH); generated data "
                          "has none to augment: leave it out")
+    speed_only = [n for n in SPEED_RUN_FLAGS if _given(config, n)
+                  and (n, getattr(config, n)) != ("reference_iters", 0)]
+    if speed_only and config.trains_to_accuracy:
+        raise UsageError(f"argument {option_name(speed_only[0])}: sets up a speed run's timed "
+                         "iterations; training to accuracy counts steps and epochs "
+                         "(--eval-every, --max-epochs, --time-budget) and measures no "
+                         "compute-only reference: leave it out")
     if _given(config, "warmup_epochs") and not config.trains_to_accuracy:
         raise UsageError("argument --warmup-epochs: a speed run keeps its learning rate "
                          "constant; only training to accuracy (--target-accuracy, "

@@ -89,6 +89,15 @@ def check(config: RunConfig) -> None:
                          "batch: nothing to learn)")
 
 
+def check_length(strategy_cls, config: RunConfig, rule: StopRule, steps_per_epoch: int) -> None:
+    """A run bounded in steps that would end before its strategy acts (a periodic one's
+    first meeting) is refused on every rank alike, before it trains."""
+    if rule.max_steps is not None:
+        strategy_cls.check_training_steps(config, rule.max_steps, (
+            f"--max-epochs {config.max_epochs or MAX_EPOCHS:g} x {steps_per_epoch} steps per "
+            "epoch"))
+
+
 class Evaluator:
     """Scores the averaged model and this worker's own on the validation set."""
 

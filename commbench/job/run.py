@@ -7,9 +7,9 @@ every rank gathered to rank 0 -> summary -> one result file written by rank 0.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import os
 from typing import Any, Callable, Dict, List, Optional
 
 from commbench import registry
@@ -28,8 +28,7 @@ from commbench.job.models import build_model, check_input, model_names
 from commbench.job.recipe import Recipe
 
 
-def add_arguments(parser) -> None:
-    add_run_arguments(parser)
+add_arguments = add_run_arguments
 
 
 def main(args) -> int:
@@ -65,6 +64,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
     machine = environment.collect(ctx) if ctx.rank == 0 else None
 
     data = _batches(config, ctx)
+    config = dataclasses.replace(config, num_classes=data.classes)  # recorded: what was used
     torch.manual_seed(config.seed + (ctx.rank if config.independent_init else 0))
     model = build_model(config.model, data.classes).to(ctx.device)
     images, labels = data.next()
@@ -155,6 +155,8 @@ def _tell(say, config: RunConfig, ctx, unwritten: Optional[record.Unwritten], st
     result's path. The result's document on rank 0, {} elsewhere."""
     if unwritten is not None:
         print_summary(unwritten.doc["summary"])
+        if unwritten.doc["strategy"].get("meetings") == 0:  # a periodic strategy's facts
+            say(f"Warning: the models never met in {steps} steps; the workers trained alone")
     recorded = record.written_by_rank_0(ctx, lambda: record.write(config, *unwritten))
     if recorded is None:
         return {}
@@ -183,6 +185,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
                        say, machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     per_epoch = data.facts["steps_per_epoch"]
     rule = accuracy_loop.StopRule.of(config, per_epoch)
+    accuracy_loop.check_length(type(strategy), config, rule, per_epoch)
     total_batch = config.batch_size * ctx.world_size
     recipe = Recipe.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
     trained, optimizer = _trainable(model, config, ctx.device, recipe)
@@ -240,13 +243,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
     partition.parse(config.partition)
     accuracy_loop.check(config)
     if config.timeline is not None:
-        try:
-            trace_file.check_writable(config.timeline)
-        except OSError as e:
-            raise UsageError(f"argument --timeline: {e}") from None
-        if os.path.exists(config.timeline):
-            raise UsageError(f"argument --timeline: {config.timeline} exists; commbench "
-                             "never overwrites a measurement")
+        trace_file.check_new(config.timeline, "--timeline")
     if config.model not in model_names():
         build_model(config.model, config.num_classes)  # raises the UsageError
     return strategy_cls

@@ -83,18 +83,24 @@ def parse(text: str) -> SlowRanks:
 
 
 @accepting("none or RANKS:FACTOR[@P]: ranks from 0, each once, comma-separated; "
-           f"1 <= FACTOR <= {MAX_FACTOR:g}; 0 < P <= 1 (e.g. 1:2 or 0,3:1.5@0.1)")
+           f"1 < FACTOR <= {MAX_FACTOR:g} (1 slows nothing); 0 < P <= 1 (e.g. 1:2 or "
+           "0,3:1.5@0.1)")
 def spec(text: str) -> str:
-    """The flag's check: the text written the one way results record it."""
-    return str(parse(text))
+    """The flag's check: the text written the one way results record it. A factor of 1
+    is refused here, not in parse(): it would slow nothing while the run is labelled
+    slowed, but results recorded with one still read back."""
+    slow = parse(text)
+    if slow.on and slow.factor == 1.0:
+        raise ValueError
+    return str(slow)
 
 
-def check(text: str, world_size: Optional[int]) -> None:
-    """UsageError for a slowed rank the job does not have (world size None: unknown)."""
+def check(text: str, world_size: Optional[int], who: str = "this job") -> None:
+    """UsageError for a slowed rank that `who` does not have (world size None: unknown)."""
     slow = parse(text)
     missing = [r for r in slow.ranks if world_size is not None and r >= world_size]
     if missing:
-        raise UsageError(f"argument --slow-ranks: rank {missing[0]} does not exist; this job "
+        raise UsageError(f"argument --slow-ranks: rank {missing[0]} does not exist; {who} "
                          f"has ranks 0 to {world_size - 1}")
 
 

@@ -101,7 +101,6 @@ def rounded_sizes(begin: int, end: int, factor: int, most: int = 6) -> Optional[
 
 
 def main(args) -> int:
-    from commbench import registry
     from commbench.result import environment, metrics, store
     from commbench.job.allocator import steady_malloc
     from commbench.launch.detect import detect_launch
@@ -110,21 +109,8 @@ def main(args) -> int:
     launch = detect_launch()
     config = config_from_args(args)  # what the plugins validate and read settings from
     codec = compression.of(config)
-    if codec.kind == "powersgd":
-        raise UsageError(f"argument --compression: {codec} approximates a model's gradient "
-                         "matrices; microbench times flat buffers: measure it in training "
-                         "(commbench run --compression ...)")
-    for op in args.op:  # find() first: a plugin's op that is no Op fails before any job
-        if not ops.find(op).compresses and codec.on:
-            raise UsageError(f"argument --compression: means nothing to the {op} op, which "
-                             "sends float32; leave it out or time that op apart")
+    plugins = checked_plugins(args, config, launch)
     the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
-    plugins = {op: registry.resolve(op) for op in args.op}
-    for plugin in plugins.values():  # every rank fails alike, before any communication
-        why_not = registry.usable_reason(plugin)
-        if why_not:
-            raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
-        plugin.check(config, launch)
     store.ensure_writable(args.results_dir)
     metrics.load_statistics()  # as the run does: nothing new to load after the calls
 
@@ -158,6 +144,30 @@ def main(args) -> int:
         f"microbench-n{ctx.world_size}"))
     say(f"# Result: {path}")
     return 1 if wrong else 0
+
+
+def checked_plugins(args, config: RunConfig, launch) -> Dict[str, Any]:
+    """The plugin of each op, once every rank has checked the request alike, before any
+    communication: what the ops send, a flag none of them reads, each plugin's checks."""
+    from commbench import registry
+
+    codec = compression.of(config)
+    if codec.kind == "powersgd":
+        raise UsageError(f"argument --compression: {codec} approximates a model's gradient "
+                         "matrices; microbench times flat buffers: measure it in training "
+                         "(commbench run --compression ...)")
+    for op in args.op:  # find() first: a plugin's op that is no Op fails before any job
+        if not ops.find(op).compresses and codec.on:
+            raise UsageError(f"argument --compression: means nothing to the {op} op, which "
+                             "sends float32; leave it out or time that op apart")
+    registry.refuse_unread(args.op, config, "op of this microbench")
+    plugins = {op: registry.resolve(op) for op in args.op}
+    for plugin in plugins.values():
+        why_not = registry.usable_reason(plugin)
+        if why_not:
+            raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
+        plugin.check(config, launch)
+    return plugins
 
 
 # --- printing and the result file -----------------------------------------------------

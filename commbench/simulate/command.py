@@ -24,7 +24,8 @@ from commbench.errors import UsageError
 from commbench.config.flags import periods, positive_float, positive_int
 from commbench.microbench import results as microbench_results
 from commbench.simulate import (calibrate, engines, network_inputs, nccl_tests_output,
-                                projection_file, published, table, transports)
+                                projection_file, published, strategy_flags, table,
+                                transports)
 from commbench.simulate import compute as compute_model
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.step import STRATEGIES
@@ -126,6 +127,7 @@ def main(args) -> int:
     from commbench.analysis import reader, reading
 
     refuse_what_nccl_tests_replaces(args)
+    workers = _workers(args.np, args.slow_ranks)
     read_in, notes = reader.read(args.paths, {
         reading.KIND: lambda found: reading.usable(found, calibrate.CALIBRATION_FIELDS,
                                                    calibrate.check_run),
@@ -139,6 +141,7 @@ def main(args) -> int:
     model, batch, image = calibrate.workload(args, [r.doc for r in runs])
     runs = [r for r in runs if (r.doc["config"]["model"], r.doc["config"]["batch_size"],
                                 r.doc["config"]["image_size"]) == (model, batch, image)]
+    strategy_flags.refuse_what_changes_nothing(args, [r.doc for r in runs])
     # the links first: a bad --nccl-tests file is said before a model is built
     found_links = network_inputs.network_from(args, calibrate.fit_microbench(
         [b.doc for b in benches], [b.path.name for b in benches]))
@@ -146,7 +149,6 @@ def main(args) -> int:
     grads = compute_model.gradients(model, image)
     computes = calibrate.compute_by_workers(args, runs, grads, batch)
     strategies = calibrate.strategies_to_project(args, runs)
-    workers = _workers(args.np)
     per_machine = args.per_machine or calibrate.workers_per_machine(runs)
     fp16 = args.fp16_allreduce  # every strategy; a run's or --compression's: its own
     on_gpu = args.img_sec is not None or any(
@@ -178,12 +180,17 @@ def main(args) -> int:
                                  [str(r.path) for r in runs + benches], found_links.record(),
                                  {"model": model, "batch_size": batch, "image_size": image,
                                   "slow_ranks": slow, "link": args.link})
+    print(f"Projection: {path}\nChart: {_chart(path, title, rows)}")
+    return 0
+
+
+def _chart(path: Path, title: str, rows) -> Path:
+    """The projection's chart, beside its file."""
     from commbench.plots import projection
 
     chart = path.with_suffix(".png")
     projection.save(projection.figure(title, rows), chart)
-    print(f"Projection: {path}\nChart: {chart}")
-    return 0
+    return chart
 
 
 # The stated flags of each link class that a --nccl-tests fit of that class takes the
@@ -241,11 +248,16 @@ def _slow_ranks(args, found: set) -> str:
     return found.pop() if len(found) == 1 else "none"
 
 
-def _workers(text: str) -> List[int]:
+def _workers(text: str, slow_ranks: Optional[str]) -> List[int]:
+    """The worker counts of --np; a slowed rank (--slow-ranks) that none of them has is
+    refused: the title would name a rank no projected row has."""
     try:
         workers = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
         workers = []
     if not workers or workers[0] < 1:
         raise UsageError(f"argument --np: {text!r} is not a list of positive worker counts")
+    if slow_ranks:
+        straggler.check(slow_ranks, workers[-1],
+                        f"the largest worker count projected (--np {workers[-1]})")
     return workers

@@ -23,15 +23,16 @@ from commbench.config.flags import (accepting, add_flags, flag_fields, positive_
 from commbench.sweep.emulate import run_emulated
 from commbench.sweep.execute import job_environment, run_jobs
 from commbench.sweep.plan import (SHARED_MEMORY, Job, cluster_shape, plan, plan_emulated,
-                                  shell_line)
+                                  run_config_of, shell_line)
 
 # A few minutes for 1,2 workers x 3 strategies on 2 cores (`make`), each job measured long
 # enough that its own interval is narrow; whether two sweeps then agree is up to how
 # steady the machine is (benchmarks/diagnostics/machine_drift.py and
 # benchmarks/studies/quick_sweep_stability.json).
-QUICK = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16",
-         "--num-warmup-batches", "20", "--num-batches-per-iter", "5", "--num-iters", "60",
-         "--reference-iters", "4", "--reference-seconds", "3"]
+QUICK_WORKLOAD = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16"]
+QUICK = QUICK_WORKLOAD + ["--num-warmup-batches", "20", "--num-batches-per-iter", "5",
+                          "--num-iters", "60", "--reference-iters", "4",
+                          "--reference-seconds", "3"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how each job is started (default: mpiexec)")
     parser.add_argument("--quick", action="store_true",
                         help="a small model and images, one thread per worker: "
-                        + " ".join(QUICK))
+                        + " ".join(QUICK) + " (jobs trained to accuracy: "
+                        + " ".join(QUICK_WORKLOAD) + ")")
     parser.add_argument("--job-timeout", type=positive_float, default=900, metavar="SECONDS",
                         help="end a job that runs longer than this (default: 900)")
     add_flags(parser, flag_fields(RunConfig, ["results_dir"]))
@@ -57,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run on an emulated cluster instead (needs root; see `commbench "
                              "cluster`): each layout M machines x S ranks per machine, e.g. "
                              "1x1,2x2,4x1; takes the place of --np")
-    parser.add_argument("--link", type=link_rates, default=["1gbit"], metavar="RATE,...",
+    parser.add_argument("--link", type=link_rates, metavar="RATE,...",
                         help="with --emulate: each machine's link rate, one cluster per rate; "
                              f"{SHARED_MEMORY}: no cluster, the layout's ranks on this "
                              "machine's shared memory (default: 1gbit)")
@@ -86,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 PASSES_RUN_FLAGS = True
 
 
+def quick_flags(run_flags: List[str]) -> List[str]:
+    """--quick's flags: the small workload alone for jobs trained to accuracy, which time
+    no iterations (and refuse a speed run's flags)."""
+    return QUICK_WORKLOAD if run_config_of(run_flags).trains_to_accuracy else QUICK
+
+
 @accepting("layouts MxS (machines x ranks per machine), comma-separated, e.g. 2x2,4x1")
 def layouts(text: str) -> List[Tuple[int, int]]:
     found = [tuple(int(n) for n in part.lower().split("x")) for part in text.split(",")]
@@ -108,7 +116,7 @@ def link_rates(text: str) -> List[str]:
 
 
 def main(args) -> int:
-    flags = (QUICK if args.quick else []) + args.run_flags
+    flags = (quick_flags(args.run_flags) if args.quick else []) + args.run_flags
     strategies = [s for s in args.dist_optimizer.split(",") if s]
     cluster = f"s{os.getpid() % 10**6}"  # this sweep's own: two sweeps never share one
     refuse_misplaced(args)
@@ -117,7 +125,7 @@ def main(args) -> int:
     if args.emulate:
         # a machine the cluster will not have: refused before anything runs
         parse_link_of(args.link_of, cluster_shape(args.emulate)[0])
-        jobs = plan_emulated(args.emulate, args.link, cluster, strategies, flags,
+        jobs = plan_emulated(args.emulate, args.link or ["1gbit"], cluster, strategies, flags,
                              args.results_dir, args.repeat, stragglers)
     else:
         counts, crowded = fitting(args.np, args.oversubscribe)
@@ -156,9 +164,14 @@ def main(args) -> int:
 
 def refuse_misplaced(args) -> None:
     """A flag of one kind of sweep given to the other means nothing there: refused."""
-    if args.link_of and not args.emulate:
-        raise UsageError("argument --link-of: gives emulated machines their own rates; "
-                         "only with --emulate")
+    for given, flag in ((args.link_of, "--link-of"), (args.link, "--link")):
+        if given and not args.emulate:
+            raise UsageError(f"argument {flag}: sets the links of emulated machines; only "
+                             "with --emulate (a sweep without it runs on this machine's "
+                             "shared memory)")
+    if args.emulate and args.launcher != "mpiexec":
+        raise UsageError(f"argument --launcher: an emulated sweep starts every job under "
+                         f"Open MPI, never {args.launcher}; leave out --launcher or --emulate")
     if args.oversubscribe and args.emulate:
         raise UsageError("argument --oversubscribe: only with --np; an emulated sweep runs "
                          "each layout as given")

@@ -104,9 +104,16 @@ def _name(base: str, slow: str, link: Optional[str]) -> str:
 def checked_flags(strategies: List[str], flags: List[str]) -> List[str]:
     """The run flags, each option in full; a bad flag, or one that no strategy of the
     sweep reads, ends the sweep here in one line, before any job."""
+    from commbench import registry
+
     flags = spelled_out(flags, _run_options())
-    refuse_unread(strategies, _run_config(flags))
+    registry.refuse_unread(strategies, _run_config(flags), "strategy of this sweep")
     return flags
+
+
+def run_config_of(flags: List[str]):
+    """The RunConfig of run flags however spelt; a bad flag ends the sweep in one line."""
+    return _run_config(spelled_out(flags, _run_options()))
 
 
 def spelled_out(flags: List[str], options: Set[str]) -> List[str]:
@@ -122,31 +129,6 @@ def spelled_out(flags: List[str], options: Set[str]) -> List[str]:
                 part = found[0] + equals + value
         out.append(part)
     return out
-
-
-def refuse_unread(strategies: List[str], config) -> None:
-    """Raise UsageError for a flag given a value (other than its default, as `commbench
-    run` tells) that every strategy of the sweep ignores. Strategies that cannot be
-    loaded do not count: their jobs are skipped, saying why."""
-    from commbench import registry
-    from commbench.config.flags import option_name
-
-    ignored = {}  # strategy -> the RunConfig fields and plugin options it ignores
-    defaults = {f.name: f.default for f in dataclasses.fields(config)}
-    for strategy in dict.fromkeys(strategies):
-        try:
-            cls = registry.resolve(strategy)
-        except UsageError:
-            continue
-        others = registry.others_options(cls)
-        ignored[strategy] = set(cls.ignored_flags()) | set(others)
-        defaults.update({name: default for name, (default, _) in others.items()})
-    values = {**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)},
-              **config.options}
-    for name in sorted(set.intersection(*ignored.values()) if ignored else ()):
-        if values.get(name, defaults[name]) != defaults[name]:
-            raise UsageError(f"argument {option_name(name)}: means nothing to any strategy "
-                             f"of this sweep ({', '.join(ignored)}); leave it out")
 
 
 def _job_flags(strategy: str, flags: List[str], results_dir: str, name: str) -> List[str]:

@@ -9,6 +9,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from commbench.errors import UsageError
 from commbench.result.store import write_new_file
 
 if TYPE_CHECKING:
@@ -87,6 +88,18 @@ def beside(path: str, name: str, separator: str = ".") -> str:
     if dot and "/" not in suffix:
         return f"{stem}{separator}{name}.{suffix}"
     return f"{path}{separator}{name}"
+
+
+def check_new(path: str, flag: str) -> None:
+    """UsageError, naming the flag, unless `path` is a file that can be written and does
+    not exist yet: commbench never overwrites a measurement."""
+    try:
+        check_writable(path)
+    except OSError as e:
+        raise UsageError(f"argument {flag}: {e}") from None
+    if os.path.exists(path):
+        raise UsageError(f"argument {flag}: {path} exists; commbench never overwrites a "
+                         "measurement")
 
 
 def check_writable(path: str) -> None:

@@ -35,9 +35,11 @@ def consensus_of(doc: Dict[str, Any]) -> List[float]:
     return consensus
 
 
-def assert_usage_error(n: int, flags: List[str], message: str, tmp_path: Path) -> None:
-    """A bad request ends every rank quickly with one line naming the problem."""
-    done = mpiexec(n, ["-m", "commbench", *TINY_RUN, "--results-dir", str(tmp_path), *flags],
+def assert_usage_error(n: int, flags: List[str], message: str, tmp_path: Path,
+                       base: List[str] = TINY_RUN) -> None:
+    """A bad request ends every rank quickly with one line naming the problem (flags
+    after those of base: a tiny speed run's by default)."""
+    done = mpiexec(n, ["-m", "commbench", *base, "--results-dir", str(tmp_path), *flags],
                    timeout=90)
     assert done.returncode != 0
     assert message in done.stderr, done.stderr[-3000:]
