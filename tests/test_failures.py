@@ -36,6 +36,9 @@ def test_a_killed_rank_ends_the_job(launcher, tmp_path):
     text = done.stdout + done.stderr
     if launcher == "mpiexec":
         assert "rank 1" in text and "signal 9" in text, text[-2000:]
+        # mpiexec's own status for a rank's death by signal N is 128 + N, as a shell's
+        # for a process of its own: 139 says a rank crashed, not mpiexec (docs/run.md)
+        assert done.returncode == 128 + 9, done.returncode
     else:
         assert "rank      : 1" in text or "rank: 1" in text, text[-2000:]
     assert not list((tmp_path / "results").glob("*.json"))
@@ -56,7 +59,9 @@ def test_a_silent_peer_is_ended_by_the_timeout(launcher, fault, tmp_path):
     """torch.distributed's timeout (gloo, under torchrun) and commbench's deadline on
     MPI waits (allreduce's and neighbor_allreduce's MPI transport, under mpiexec)."""
     done, seconds = run_fault(launcher, fault, tmp_path, "--timeout", "10")
-    assert done.returncode != 0
+    # commbench's own status, through the launcher's end of the job (issue 54: mpiexec
+    # was once seen to exit 139 after such an end; docs/run.md, When things go wrong)
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
     assert seconds < 10 + 30 + 20  # --timeout, then torchrun's grace before it kills
     assert "commbench: error: rank 0:" in done.stderr, done.stderr[-2000:]
     if fault == "StoppedNeighbor":  # (DDP's allreduce also broadcasts buffers over gloo)
