@@ -183,7 +183,7 @@ def test_the_exchange_sends_whole_buffers_on_nccl(monkeypatch):
 
 def test_a_cuda_error_is_not_blamed_on_the_image_size():
     from commbench.config import RunConfig
-    from commbench.run import _check_image_size
+    from commbench.run_checks import check_image_size
 
     class Model(torch.nn.Module):
         def __init__(self, message):
@@ -195,13 +195,13 @@ def test_a_cuda_error_is_not_blamed_on_the_image_size():
 
     images = torch.zeros(1, 3, 8, 8)
     with pytest.raises(RuntimeError, match="CUDA out of memory"):
-        _check_image_size(Model("CUDA out of memory. Tried to allocate 2.00 GiB"), images,
+        check_image_size(Model("CUDA out of memory. Tried to allocate 2.00 GiB"), images,
                           RunConfig())
     with pytest.raises(RuntimeError, match="CUDNN_STATUS"):
-        _check_image_size(Model("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"), images,
+        check_image_size(Model("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"), images,
                           RunConfig())
     with pytest.raises(UsageError, match="--image-size: 224 is too small"):
-        _check_image_size(Model("Given input size: (512x1x1). Calculated output size: "
+        check_image_size(Model("Given input size: (512x1x1). Calculated output size: "
                                 "(512x0x0). Output size is too small"), images, RunConfig())
 
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from commbench import spans
-from commbench.loop import PHASES, measure_phases
+from commbench.loop import measure_phases
+from commbench.spans import PHASES
 from commbench.optimizers.mixing import Mixer, combine_step
 from commbench.training_step import TrainingStep
 
@@ -31,12 +32,9 @@ def batch():
 
 @pytest.fixture
 def recorder():
-    """The recorder on, as during a measured step, and reset afterwards."""
-    spans.RECORDER.reset()
-    spans.RECORDER.on = True
-    spans.RECORDER.begin_step()
-    yield spans.RECORDER
-    spans.RECORDER.reset()
+    """A recorder inside a measured step, as the loop runs each."""
+    with spans.Recorder().measured_step() as recorder:
+        yield recorder
 
 
 def kinds(recorder):
@@ -123,10 +121,12 @@ def test_without_a_piece_there_is_no_wait_to_count(recorder):
 
 
 def test_nothing_is_recorded_outside_a_measured_step():
-    spans.RECORDER.reset()
+    recorder = spans.Recorder()
+    with recorder.measured_step():
+        pass
     model, optimizer = trainable()
     TrainingStep(model, optimizer, after_update=lambda at: None)(*batch())
-    assert spans.RECORDER.events == []
+    assert recorder.events == [] and not spans.recording()
 
 
 class CountingMixer(Mixer):
@@ -204,8 +204,8 @@ def test_the_documented_strategy_is_short_and_runs(recorder, one_worker):
     step = strategy.wrap(model, optimizer)
     step(*batch())
     assert kinds(recorder) == ["forward", "backward", "optimizer", "wait"]
-    recorder.begin_step()
-    step(*batch())  # the second step averages, recorded as a piece inside its wait
+    with recorder.measured_step():
+        step(*batch())  # the second step averages, recorded as a piece inside its wait
     second = [e for e in recorder.events if e.step == 1]
     assert [e.kind for e in second] == ["forward", "backward", "optimizer", "comm", "wait"]
     piece, wait = second[3], second[4]

@@ -21,7 +21,7 @@ commbench.microbench.results (which also reads it back for `report` and `plot`).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from commbench import compression, units
 from commbench.config import RunConfig, config_from_args
@@ -81,43 +81,19 @@ def sizes(begin: int, end: int, factor: int) -> List[int]:
 
 
 def main(args) -> int:
-    from commbench import environment, metrics, registry, results
-    from commbench.allocator import steady_malloc
-    from commbench.launch.detect import detect_launch
+    from commbench import environment, results
+    from commbench.record import wait_for_rank_0
+    from commbench.startup import start
 
-    steady_malloc()
-    launch = detect_launch()
     config = config_from_args(args)  # what the plugins validate and read settings from
-    codec = compression.of(config)
-    if codec.kind == "powersgd":
-        raise UsageError(f"argument --compression: {codec} approximates a model's gradient "
-                         "matrices; microbench times flat buffers: measure it in training "
-                         "(commbench run --compression ...)")
-    for op in args.op:
-        if codec.on and not OPS[op].compresses:
-            raise UsageError(f"argument --compression: means nothing to the {op} op, which "
-                             "sends float32; leave it out or time that op apart")
-    the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
-    plugins = {op: registry.resolve(op) for op in args.op}
-    for plugin in plugins.values():  # every rank fails alike, before any communication
-        why_not = registry.usable_reason(plugin)
-        if why_not:
-            raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
-        plugin.check(config, launch)
-    results.ensure_writable(args.results_dir)
-    metrics.load_statistics()  # as the run does: nothing new to load after the calls
-
-    from commbench.launch.distributed import init_distributed
-    from commbench.console import Printer
-
-    ctx = init_distributed(launch, args.no_cuda, args.timeout, args.machine_size)
-    say = Printer(ctx.rank == 0)
+    (the_sizes, plugins), ctx, say = start(config, lambda launch: check(args, config, launch))
     say(f"# commbench microbench: {ctx.world_size} ranks ({ctx.launch.launcher}, "
         f"{ctx.num_machines} machine(s)), {ctx.backend} on {ctx.device}, float32")
     say(f"# ops: {', '.join(args.op)}; topology {args.topology} "
         f"({'static' if args.disable_dynamic_topology else 'dynamic one-peer'}); "
         f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
         f"check {'on' if args.check else 'off'}")
+    codec = compression.of(config)
     if codec.on:
         say(f"# --compression {codec}: commbench's rows send {codec.wire_fraction:g} of each "
             "float32 byte. algbw/busbw/link count the float32 payload (fp32-equivalent); "
@@ -134,21 +110,52 @@ def main(args) -> int:
             for line in format_rows(measured):
                 say(line)
             found += measured
-    if any(r["summary"].get("link_fraction") is not None for r in found):
-        say(f"# x rate: bytes that left each machine's interface per second (headers "
-            f"included) / the emulated link's configured rate; (slow): below "
-            f"{link.SLOW_FRACTION}; (burst): above {link.ABOVE_RATE}, a call short enough to "
-            "pass within the rate limiter's burst, not a figure of the link")
     wrong = sum(r["wrong"] or 0 for r in found)
-    say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    for line in closing_lines(found, wrong):
+        say(line)
     if ctx.rank == 0:
         doc = result_document(args, ctx, the_sizes, found, wrong, machine)
         path = results.write_result(args.results_dir, doc, f"microbench-n{ctx.world_size}")
         say(f"# Result: {path}")
-    from commbench.record import wait_for_rank_0
-
     wait_for_rank_0(ctx)
     return 1 if wrong else 0
+
+
+def check(args, config: RunConfig, launch) -> Tuple[List[int], Dict[str, Any]]:
+    """The sizes and each op's plugin, or UsageError for a request microbench cannot
+    run: on every rank alike, before any communication."""
+    from commbench import registry
+
+    codec = compression.of(config)
+    if codec.kind == "powersgd":
+        raise UsageError(f"argument --compression: {codec} approximates a model's gradient "
+                         "matrices; microbench times flat buffers: measure it in training "
+                         "(commbench run --compression ...)")
+    for op in args.op:
+        if codec.on and not OPS[op].compresses:
+            raise UsageError(f"argument --compression: means nothing to the {op} op, which "
+                             "sends float32; leave it out or time that op apart")
+    the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    plugins = {op: registry.resolve(op) for op in args.op}
+    for plugin in plugins.values():
+        why_not = registry.usable_reason(plugin)
+        if why_not:
+            raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
+        plugin.check(config, launch)
+    return the_sizes, plugins
+
+
+def closing_lines(found: List[Dict[str, Any]], wrong: int) -> List[str]:
+    """What the table ends with: what the link column means, where it is shown, and the
+    count of wrong results, as nccl-tests ends its own."""
+    lines = []
+    if any(r["summary"].get("link_fraction") is not None for r in found):
+        lines.append(
+            f"# x rate: bytes that left each machine's interface per second (headers "
+            f"included) / the emulated link's configured rate; (slow): below "
+            f"{link.SLOW_FRACTION}; (burst): above {link.ABOVE_RATE}, a call short enough to "
+            "pass within the rate limiter's burst, not a figure of the link")
+    return lines + [f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}"]
 
 
 # --- printing and the result file -----------------------------------------------------
