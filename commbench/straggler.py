@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from commbench.errors import UsageError
 from commbench.flags import accepting
-
 from commbench.spans import PHASES
 
 if TYPE_CHECKING:  # pragma: no cover
