@@ -149,7 +149,7 @@ def fit_overlap_at(directory, net, grads, stragglers: bool):
     calibration layout), for the model with or without its straggler term."""
     from commbench.results import load_results
     from commbench.simulate.project import Inputs, fit_overlap
-    from commbench.simulate.step import Strategy
+    from commbench.simulate.strategy import Strategy
 
     found, _ = load_results([directory])
     fits = {}
@@ -203,7 +203,7 @@ def row_for(rate: str, layout, strategy_name: str, mine, net, grads, overlap) ->
     machine) against the model's projections and the two naive baselines."""
     from commbench import metrics, units
     from commbench.simulate import costs
-    from commbench.simulate.step import Strategy
+    from commbench.simulate.strategy import Strategy
 
     m, s = layout
     n = m * s
