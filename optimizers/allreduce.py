@@ -220,7 +220,7 @@ def timed(hook, ranks: int):
     allreduce over ranks, whichever transport carries it)."""
 
     def timed_hook(state, bucket):
-        if not spans.RECORDER.on:
+        if not spans.recording():
             return hook(state, bucket)
         buffer = bucket.buffer()
         nbytes = buffer.numel() * buffer.element_size()

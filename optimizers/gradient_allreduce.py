@@ -96,7 +96,7 @@ class GradientAverager:
         nbytes = sent.numel() * sent.element_size()
         piece = spans.record("comm", spans.now(), None, "allreduce gradient", nbytes,
                              sent=wire.ring_allreduce(nbytes, self.world_size)) \
-            if spans.RECORDER.on else None
+            if spans.recording() else None
         self._pending[id(p)] = (dist.all_reduce(sent, async_op=True), sent, piece)
 
     def wait(self) -> None:

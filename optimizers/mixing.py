@@ -166,7 +166,7 @@ class Averaging:
     def post(self, at: float):
         """The averaging step as a communication piece (asked of the mixer only while
         recording: its peers come from the schedule)."""
-        nbytes = self.mixer.piece_bytes() if spans.RECORDER.on else 0
+        nbytes = self.mixer.piece_bytes() if spans.recording() else 0
         if not nbytes:  # not recording, or a step that sends nothing (one node)
             return None
         return spans.record("comm", at, None, "neighbor averaging", nbytes,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, List
 
+from commbench.timing.step_split import LATER  # parts older results lack: in the legend where drawn
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
@@ -17,7 +19,6 @@ STACK = [("compute", "compute", "#4c72b0"), ("codec", "compression codec", "#817
          ("waiting", "waiting for peers", "#c44e52"),
          ("injected", "injected delay (stragglers on purpose)", "#937860"),
          ("other", "other", "0.7")]
-LATER = ("codec", "injected")  # parts older results lack: in the legend only where drawn
 
 
 def figure(group: "Group") -> "Figure":

@@ -95,11 +95,8 @@ def one_worker(tmp_path):
 
 @pytest.fixture
 def recorder():
-    """The recorder on, as during a measured step, and reset afterwards."""
+    """A recorder inside a measured step, as the loop runs each."""
     from commbench.timing import spans
 
-    spans.RECORDER.reset()
-    spans.RECORDER.on = True
-    spans.RECORDER.begin_step()
-    yield spans.RECORDER
-    spans.RECORDER.reset()
+    with spans.Recorder().measured_step() as recorder:
+        yield recorder

@@ -157,19 +157,14 @@ def test_a_watched_group_records_each_allreduce_with_its_bytes_and_the_work_betw
     from commbench.timing import spans
     from commbench.comm.watched_group import WatchedGroup
 
-    spans.RECORDER.reset()
-    spans.RECORDER.on = True
-    spans.RECORDER.begin_step()
-    try:
+    with spans.Recorder().measured_step() as recorder:
         real = _Group()
         group = WatchedGroup(real, ranks=4)
         work = group.allreduce([torch.zeros(100, dtype=torch.float16)], None)
         assert work.get_future().wait()[0].dtype == torch.float16
         group.allreduce([torch.zeros(10)], None).wait()
         group.done()
-        kinds = [(e.kind, e.nbytes, e.sent) for e in spans.RECORDER.events]
-    finally:
-        spans.RECORDER.reset()
+        kinds = [(e.kind, e.nbytes, e.sent) for e in recorder.events]
     assert group.size() == 4 and real.calls == [[torch.float16], [torch.float32]]
     # a ring over 4 ranks: 2 (n - 1) chunks of a quarter each
     assert kinds == [("codec", 0, 0), ("comm", 200, 6 * 50), ("codec", 0, 0),
@@ -339,15 +334,10 @@ def test_simulate_projects_a_powersgd_run_as_itself_not_as_plain_allreduce(tmp_p
 def test_a_piece_a_callback_posts_is_no_hand_over_of_the_step():
     from commbench.timing import spans
 
-    spans.RECORDER.reset()
-    spans.RECORDER.on = True
-    spans.RECORDER.begin_step()
-    try:
+    with spans.Recorder().measured_step():
         spans.record("comm", 1.0, 2.0)  # DDP hands a bucket over
         spans.record("comm", 5.0, 6.0, aside=True)  # PowerSGD's Q, from a callback
         assert spans.last_post() == 1.0
-    finally:
-        spans.RECORDER.reset()
 
 
 def test_waiting_is_never_also_codec():

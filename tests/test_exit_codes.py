@@ -13,7 +13,8 @@ from commbench.config.run_config import RunConfig, config_from_args
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo
 from commbench.sweep import command as sweep_command
-from commbench.sweep.plan import plan, without_options
+from commbench.sweep.plan import plan
+from commbench.sweep.run_flags import without_options
 
 NCCL = Path(__file__).parent / "data" / "nccl-tests"
 BETWEEN_MACHINES = str(NCCL / "all_reduce_perf-h100-2x8.txt")
@@ -267,7 +268,7 @@ def test_a_topology_flag_is_refused_by_a_strategy_without_one(strategy, given, f
 
 
 def test_the_run_refuses_it_before_any_communication():
-    from commbench.job.run import validate
+    from commbench.job.run_checks import validate
 
     with pytest.raises(UsageError, match="^argument --topology: means nothing to allreduce"):
         validate(_config("--dist-optimizer", "allreduce", "--topology", "ring"), TWO_RANKS)

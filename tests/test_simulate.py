@@ -18,7 +18,8 @@ pytest.importorskip("torch.utils.flop_counter", reason="commbench simulate needs
 from commbench.result import metrics  # noqa: E402
 from commbench.simulate import calibrate, compute, costs, published  # noqa: E402
 from commbench.simulate.link_costs import Link, Network  # noqa: E402
-from commbench.simulate.step import Strategy, simulate  # noqa: E402
+from commbench.simulate.step import simulate  # noqa: E402
+from commbench.simulate.strategy import Strategy  # noqa: E402
 from commbench.topology import build_schedule  # noqa: E402
 from cli_helpers import commbench  # noqa: E402
 from launchers import mpiexec, torchrun  # noqa: E402
@@ -608,7 +609,8 @@ def test_periodic_strategies_send_the_model_once_in_h_steps():
     from types import SimpleNamespace
 
     from commbench.simulate import costs
-    from commbench.simulate.step import Strategy, simulate
+    from commbench.simulate.step import simulate
+    from commbench.simulate.strategy import Strategy
 
     compute = SimpleNamespace(seconds=0.1, slowest_of=lambda n: 0.0)
     grads = SimpleNamespace(total=40e6)

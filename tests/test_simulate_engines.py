@@ -18,7 +18,8 @@ from commbench.simulate import calibrate, compute, costs, engines, projection_fi
 from commbench.simulate.command import add_arguments  # noqa: E402
 from commbench.simulate.link_costs import Link, Network  # noqa: E402
 from commbench.simulate.project import Inputs, project  # noqa: E402
-from commbench.simulate.step import StepTime, Strategy, simulate  # noqa: E402
+from commbench.simulate.step import StepTime, simulate  # noqa: E402
+from commbench.simulate.strategy import Strategy  # noqa: E402
 
 MIB = 1 << 20
 NET = Network(Link(3e-6, 1 / 120e9), Link(40e-6, 8 / 13.5e9))

@@ -77,7 +77,8 @@ def test_the_command_projects_powersgd_and_says_its_codec_was_not_measured(tmp_p
 def test_fp16_and_bf16_runs_are_strategies_of_their_own_sending_half_the_bytes():
     from commbench.simulate.calibrate import strategy_of
     from commbench.simulate.costs import Layout
-    from commbench.simulate.step import Strategy, simulate
+    from commbench.simulate.step import simulate
+    from commbench.simulate.strategy import Strategy
     from test_simulate_engines import NET
     from commbench.simulate import compute
 

@@ -4,7 +4,7 @@ max-plus model of who waits for whom, against what can be worked out by hand."""
 import pytest
 
 from commbench.simulate import costs
-from commbench.simulate.step import Strategy
+from commbench.simulate.strategy import Strategy
 import numpy as np
 
 from commbench.simulate.stragglers import ALONE, EVERYONE, mean_step, wait_seconds, waits

@@ -117,26 +117,27 @@ def test_a_trace_keeps_the_last_steps_it_is_asked_for():
     assert {e["args"]["step"] for e in trace if e["ph"] == "X"} == {7, 8, 9}
 
 
-def test_the_recorder_records_only_while_on():
+def test_what_a_plugin_records_is_kept_only_inside_a_measured_step():
     recorder = spans.Recorder()
-    assert recorder.add("forward", 0.0, 1.0) is None
-    recorder.on = True
-    recorder.begin_step()
-    event = recorder.add("comm", 0.0)
-    spans.close(event)
+    assert spans.record("forward", 0.0, 1.0) is None and not spans.recording()
+    with recorder.measured_step():
+        assert spans.recording()
+        event = spans.record("comm", 0.0)
+        spans.close(event)
+    assert spans.record("forward", 0.0, 1.0) is None and not spans.recording()
     assert recorder.events == [event] and event.step == 0 and event.end > 0
 
 
 def test_work_between_steps_is_recorded_from_the_first_step_and_a_window_is_kept():
     recorder = spans.Recorder()
-    recorder.add_between("consensus", 0.0, 1.0)
+    with recorder.between("consensus"):
+        pass
     assert recorder.events == []  # before any measured step: warm-up is no one's
     for step in range(5):
-        recorder.on = True
-        recorder.begin_step()
-        recorder.add("step", step, step + 0.5)
-        recorder.on = False
-        recorder.add_between("evaluate", step + 0.5, step + 0.9)
+        with recorder.measured_step():
+            recorder.add("step", step, step + 0.5)
+        with recorder.between("evaluate"):
+            assert spans.record("comm", 0.0) is None  # between steps: no step's
     recorder.keep_last(2)
     assert [(e.step, e.kind) for e in recorder.events] == [
         (3, "step"), (3, "evaluate"), (4, "step"), (4, "evaluate")]

@@ -12,7 +12,7 @@ from commbench.timing import spans
 from commbench.errors import UsageError
 from commbench.timing.spans import Span
 from commbench.timing.step_split import PARTS, split_steps
-from commbench.job.training_step import TrainingStep
+from commbench.job.training_step import TrainingStep, slowed_by
 from launchers import TINY_RUN, mpiexec, only_result
 
 PHASE_SECONDS = {"forward": 0.01, "backward": 0.02, "optimizer": 0.005}
@@ -20,26 +20,23 @@ PHASE_SECONDS = {"forward": 0.01, "backward": 0.02, "optimizer": 0.005}
 
 @pytest.fixture
 def slowed():
-    """This process slowed 3x (idling twice each phase's seconds), the recorder on as
-    during a measured step; both undone afterwards."""
-    def install(factor=3.0, probability=1.0, seed=0):
+    """A straggler that slows this process 3x (idling twice each phase's seconds), and
+    a recorder inside a measured step, as the loop runs each."""
+    def make(factor=3.0, probability=1.0, seed=0):
         slow = straggler.SlowRanks((0,), factor, probability)
-        made = straggler.Straggler(slow, PHASE_SECONDS, seed, 0, lambda: None)
-        straggler.install(made)
-        return made
+        return straggler.Straggler(slow, PHASE_SECONDS, seed, 0, lambda: None)
 
-    spans.RECORDER.reset()
-    spans.RECORDER.on = True
-    spans.RECORDER.begin_step()
-    yield install
-    straggler.install(None)
-    spans.RECORDER.reset()
+    with spans.Recorder().measured_step() as recorder:
+        yield make, recorder
 
 
-def tiny_step(**points):
+def tiny_step(slow=None, slowed=True, **points):
+    """A small step, built as the job builds a strategy's: inside slowed_by(slow)."""
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
-    step = TrainingStep(model, torch.optim.SGD(model.parameters(), lr=0.1), **points)
+    with slowed_by(slow):
+        step = TrainingStep(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                            slowed=slowed, **points)
     return step, (torch.randn(8, 4), torch.randint(0, 3, (8,)))
 
 
@@ -80,9 +77,9 @@ def test_a_rank_the_job_does_not_have_is_refused():
 
 
 def test_a_slowed_step_idles_before_each_compute_phase_by_its_share(slowed):
-    slowed(factor=3.0)
+    make, recorder = slowed
     calls = []
-    step, batch = tiny_step(after_forward=lambda at: calls.append(at))
+    step, batch = tiny_step(make(factor=3.0), after_forward=lambda at: calls.append(at))
     step(*batch)
     kinds = [phase.kind for phase in step.phases]
     assert kinds == ["injected", "forward", "post", "injected", "backward",
@@ -94,15 +91,24 @@ def test_a_slowed_step_idles_before_each_compute_phase_by_its_share(slowed):
     # a piece posted after forward leaves after the forward's idling, as a slow machine's
     forward = next(p for p in step.phases if p.kind == "forward")
     assert calls == [forward.end]
-    assert [e.kind for e in spans.RECORDER.events].count("injected") == 3
+    assert [e.kind for e in recorder.events].count("injected") == 3
 
 
 def test_the_compute_only_reference_is_never_slowed(slowed):
-    slowed(factor=3.0)
-    step, batch = tiny_step()
-    step.slowed = False
+    make, _ = slowed
+    step, batch = tiny_step(make(factor=3.0), slowed=False)
     step(*batch)
     assert [phase.kind for phase in step.phases] == ["forward", "backward", "optimizer"]
+
+
+def test_a_step_owns_the_straggler_of_the_block_it_was_built_in(slowed):
+    make, _ = slowed
+    slow = make(factor=3.0)
+    step, _ = tiny_step(slow)
+    later, batch = tiny_step()  # built after the block: this rank is not slowed there
+    later(*batch)
+    assert step.straggler is slow and later.straggler is None
+    assert "injected" not in [phase.kind for phase in later.phases]
 
 
 def test_without_a_straggler_nothing_idles(slowed):

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from commbench.timing import spans
-from commbench.job.speed_loop import PHASES, measure_phases
+from commbench.job.speed_loop import measure_phases
+from commbench.timing.spans import PHASES
 from commbench.optimizers.mixing import Mixer, combine_step
 from commbench.job.training_step import TrainingStep
 
@@ -113,10 +114,12 @@ def test_without_a_piece_there_is_no_wait_to_count(recorder):
 
 
 def test_nothing_is_recorded_outside_a_measured_step():
-    spans.RECORDER.reset()
+    recorder = spans.Recorder()
+    with recorder.measured_step():
+        pass
     model, optimizer = trainable()
     TrainingStep(model, optimizer, after_update=lambda at: None)(*batch())
-    assert spans.RECORDER.events == []
+    assert recorder.events == [] and not spans.recording()
 
 
 class CountingMixer(Mixer):
@@ -194,8 +197,8 @@ def test_the_documented_strategy_is_short_and_runs(recorder, one_worker):
     step = strategy.wrap(model, optimizer)
     step(*batch())
     assert kinds(recorder) == ["forward", "backward", "optimizer", "wait"]
-    recorder.begin_step()
-    step(*batch())  # the second step averages, recorded as a piece inside its wait
+    with recorder.measured_step():
+        step(*batch())  # the second step averages, recorded as a piece inside its wait
     second = [e for e in recorder.events if e.step == 1]
     assert [e.kind for e in second] == ["forward", "backward", "optimizer", "comm", "wait"]
     piece, wait = second[3], second[4]

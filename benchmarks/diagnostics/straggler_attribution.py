@@ -94,7 +94,7 @@ def projected(strategy: str, workers: int, per_machine: int, factor: float,
     """What the projection's straggler model adds to the step, from the slowed rank's
     compute measured alone."""
     from commbench.simulate import costs, stragglers
-    from commbench.simulate.step import Strategy
+    from commbench.simulate.strategy import Strategy
 
     compute = sum(facts[f"{p}_seconds"] for p in ("forward", "backward", "optimizer"))
     return stragglers.wait_seconds(Strategy(strategy, every=(8,)),

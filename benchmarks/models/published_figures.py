@@ -6,7 +6,7 @@ one per-GPU speed (the publication's own, or a stated assumption)."""
 from commbench import units
 from commbench.simulate import transports
 from commbench.simulate.link_costs import Link, Network
-from commbench.simulate.step import Strategy
+from commbench.simulate.strategy import Strategy
 
 V100_NVLINK = "150GB/s"  # V100 SXM2: six NVLink 2 links of 25 GB/s each way
 PCIE3 = Link(2e-6, 1 / 10e9, source="assumed: PCIe 3 x16, 10 GB/s achievable")

@@ -25,7 +25,7 @@ from commbench import units
 from commbench.simulate import compute, published
 from commbench.simulate.link_costs import Link, Network
 from commbench.simulate.project import Inputs, project
-from commbench.simulate.step import Strategy
+from commbench.simulate.strategy import Strategy
 
 GAP_PUBLISHED = 0.10  # a publication's gap that the projection must call
 GAP_PROJECTED = 0.05  # the projection's own resolution (commbench.simulate.answer)

@@ -149,7 +149,7 @@ def fit_overlap_at(directory, net, grads, stragglers: bool):
     calibration layout), for the model with or without its straggler term."""
     from commbench.result.store import load_results
     from commbench.simulate.project import Inputs, fit_overlap
-    from commbench.simulate.step import Strategy
+    from commbench.simulate.strategy import Strategy
 
     found, _ = load_results([directory])
     fits = {}
@@ -204,7 +204,7 @@ def row_for(rate: str, layout, strategy_name: str, mine, net, grads, overlap) ->
     from commbench import units
     from commbench.result import metrics
     from commbench.simulate import costs
-    from commbench.simulate.step import Strategy
+    from commbench.simulate.strategy import Strategy
 
     m, s = layout
     n = m * s

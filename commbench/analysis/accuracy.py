@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from commbench.analysis import time_to_target as ttt
-from commbench.analysis.runs import (ResultRun, Series, emulated, matching, mean_split,
-                                     mean_wire, slowed, slug_of)
+from commbench.analysis.runs import (ResultRun, Series, given, matching, mean_split, mean_wire,
+                                     slug_of)
 
 
 class AccuracyKey(NamedTuple):
@@ -55,13 +55,7 @@ class AccuracyKey(NamedTuple):
         parts = [f"evaluated every {self.eval_every} steps", f"budget {self.budget}",
                  self.training, self.precision,
                  f"{self.device} ({self.hardware}), {self.backend}"]
-        if self.network:
-            parts.append(emulated(self.network))
-        if self.stragglers:
-            parts.append(slowed(self.stragglers))
-        if self.tag:
-            parts.append(f"tag {self.tag}")
-        return "; ".join(parts)
+        return "; ".join(parts + given(self.network, self.stragglers, self.tag))
 
     def slug(self) -> str:
         data = self.data.replace("learnable:", "").replace("samples=", "s").replace(

@@ -42,12 +42,11 @@ NOTES = [
 ]
 
 # Raw numbers of one row, for --format csv and json.
-ROW_FIELDS = ("strategy", "topology", "workers", "runs", "reached", "target",
-              "time_to_target_s", "rule", "rule_detail", "median_time_to_target_s",
-              "min_time_to_target_s", "max_time_to_target_s", "wall_time_to_target_s",
-              "wall_rule", "median_wall_time_to_target_s", "median_steps_to_target",
-              "median_epochs_to_target", "median_bytes_to_target", "best_accuracy_missed",
-              "img_sec", "seeds", "flags")
+ROW_FIELDS = tables.row_fields(
+    "reached", "target", "time_to_target_s", "rule", "rule_detail", "median_time_to_target_s",
+    "min_time_to_target_s", "max_time_to_target_s", "wall_time_to_target_s", "wall_rule",
+    "median_wall_time_to_target_s", "median_steps_to_target", "median_epochs_to_target",
+    "median_bytes_to_target", "best_accuracy_missed", "img_sec", "seeds")
 KEY_COLUMNS = list(AccuracyKey._fields)
 # The CSV's columns after the group's: the row's, less what the group's already give
 # (the target), so that no column name appears twice.

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from commbench.analysis import tables
 from commbench.analysis import time_to_target as ttt
 from commbench.analysis.accuracy import AccuracyRow, AccuracyRun, rows_by_match
-from commbench.analysis.runs import emulated, slowed
+from commbench.analysis.runs import given
 
 TEST = ("Mann-Whitney U test on the runs' training times to the target, two-sided, exact "
         "for small arms; a run that missed the target ranks slowest")
@@ -37,8 +37,7 @@ def title(matching: Tuple) -> str:
              f"{image}x{image} images", f"target {target}" if target else "no target",
              f"evaluated every {every} steps", f"budget {budget}", training, precision,
              device, backend]
-    return ", ".join(parts + ([emulated(network)] if network else [])
-                     + ([slowed(stragglers)] if stragglers else []))
+    return ", ".join(parts + given(network, stragglers))
 
 
 class AccuracyComparison:
@@ -85,10 +84,7 @@ class AccuracyComparison:
         test = (f"Test: {TEST}, alpha {self.alpha:g}; changed = significant and |delta| >= "
                 f"{100 * self.threshold:g}% (delta of the median times; lower is faster).")
         lines = [f"{h}Time to accuracy", "", f"- {test}" if fmt == "markdown" else test, ""]
-        for group in dict.fromkeys(p["group"] for p in self.pairs):
-            rows = [_row(p) for p in self.pairs if p["group"] == group]
-            lines += [f"{h}{group}", ""] if fmt == "markdown" else [group]
-            lines += [tables.render(HEADERS, rows, ALIGN, fmt)]
+        lines += tables.by_group(self.pairs, _row, HEADERS, ALIGN, fmt)
         if not self.pairs:
             lines += ["No configuration trained to accuracy is in both BASE and NEW.", ""]
         for name, cells in (("Only in BASE", self.only_base), ("Only in NEW", self.only_new)):

@@ -19,7 +19,7 @@ from commbench.result import metrics
 from commbench.analysis import accuracy, grouping
 from commbench.analysis import tables
 from commbench.analysis.compare_accuracy import AccuracyComparison
-from commbench.analysis.runs import Point, Run, emulated, slowed
+from commbench.analysis.runs import Point, Run, given
 from commbench.result.store import to_json
 
 TEST = "Welch's t-test on per-iteration total img/sec (S_i), two-sided"
@@ -134,11 +134,7 @@ class Comparison:
 
     def _speed_lines(self, fmt: str) -> List[str]:
         h = "## " if fmt == "markdown" else ""
-        lines = []
-        for group in dict.fromkeys(p["group"] for p in self.pairs):
-            rows = [_row(p) for p in self.pairs if p["group"] == group]
-            lines += [f"{h}{group}", ""] if fmt == "markdown" else [group]
-            lines += [tables.render(HEADERS, rows, ALIGN, fmt)]
+        lines = tables.by_group(self.pairs, _row, HEADERS, ALIGN, fmt)
         if not self.pairs:
             lines += ["No configuration is in both BASE and NEW.", ""]
         for title, cells in (("Only in BASE", self.only_base), ("Only in NEW", self.only_new)):
@@ -191,8 +187,7 @@ def _title(matching: Tuple) -> str:
     parts = [model, f"batch {batch} per worker", f"{image}x{image} images"]
     parts += [f"{classes} classes"] if classes != 1000 else []
     parts += [precision, device, backend]
-    return ", ".join(parts + ([emulated(network)] if network else [])
-                     + ([slowed(stragglers)] if stragglers else []))
+    return ", ".join(parts + given(network, stragglers))
 
 
 def _row(p: Dict[str, Any]) -> List[str]:

@@ -134,12 +134,12 @@ def baseline_line(group: Group) -> str:
 
 
 # Raw numbers of one row, for --format csv and json.
-ROW_FIELDS = ("strategy", "topology", "workers", "runs", "total_img_sec", "total_img_sec_ci95",
-              "ci95_over", "img_sec_per_worker", "efficiency", "efficiency_ci95",
-              "efficiency_in_job", "efficiency_in_job_ci95", "p50_seconds_per_batch",
-              "p90_seconds_per_batch", "communication_overhead", "communication_overhead_ci95",
-              "final_consensus_distance", "bytes_per_step", "messages_per_step",
-              "bytes_per_image", "oversubscribed", "flags")
+ROW_FIELDS = tables.row_fields(
+    "total_img_sec", "total_img_sec_ci95", "ci95_over", "img_sec_per_worker", "efficiency",
+    "efficiency_ci95", "efficiency_in_job", "efficiency_in_job_ci95", "p50_seconds_per_batch",
+    "p90_seconds_per_batch", "communication_overhead", "communication_overhead_ci95",
+    "final_consensus_distance", "bytes_per_step", "messages_per_step", "bytes_per_image",
+    "oversubscribed")
 
 
 def point_record(p: Point) -> Dict[str, Any]:

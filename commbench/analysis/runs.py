@@ -44,13 +44,7 @@ class GroupKey(NamedTuple):
         if self.num_classes != 1000:
             parts.append(f"{self.num_classes} classes")
         parts += [self.precision, f"{self.device} ({self.hardware})", self.backend]
-        if self.network:
-            parts.append(emulated(self.network))
-        if self.stragglers:
-            parts.append(slowed(self.stragglers))
-        if self.tag:
-            parts.append(f"tag {self.tag}")
-        return ", ".join(parts)
+        return ", ".join(parts + given(self.network, self.stragglers, self.tag))
 
     def slug(self) -> str:
         parts = [self.model, f"bs{self.batch_size}", f"{self.image_size}px"]
@@ -290,3 +284,11 @@ def emulated(link: str) -> str:
 def slowed(stragglers: str) -> str:
     """How titles name the stragglers a run was given on purpose (--slow-ranks)."""
     return f"{straggler.parse(stragglers).describe()} (on purpose)"
+
+
+def given(network: Optional[str], stragglers: Optional[str],
+          tag: Optional[str] = None) -> List[str]:
+    """How titles name what runs were given beyond their workload and machine: an
+    emulated network, stragglers on purpose, a tag (each where there is one)."""
+    return (([emulated(network)] if network else [])
+            + ([slowed(stragglers)] if stragglers else []) + ([f"tag {tag}"] if tag else []))

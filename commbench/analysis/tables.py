@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import textwrap
-from typing import Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str, fmt: str) -> str:
@@ -45,6 +45,25 @@ def csv_text(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     writer.writerow(headers)
     writer.writerows([["" if c is None else c for c in row] for row in rows])
     return out.getvalue()
+
+
+def by_group(pairs: Sequence[Dict[str, Any]], row: Callable[[Dict[str, Any]], List[str]],
+             headers: Sequence[str], align: str, fmt: str) -> List[str]:
+    """One table per group of compared pairs (each pair's "group"), in the order the
+    groups first appear, each under its group's title."""
+    h = "## " if fmt == "markdown" else ""
+    out: List[str] = []
+    for group in dict.fromkeys(p["group"] for p in pairs):
+        rows = [row(p) for p in pairs if p["group"] == group]
+        out += [f"{h}{group}", ""] if fmt == "markdown" else [group]
+        out += [render(headers, rows, align, fmt)]
+    return out
+
+
+def row_fields(*own: str) -> tuple:
+    """The raw fields of a table's row for --format csv and json: the configuration's
+    first, then the table's own, then the flags that set the row apart."""
+    return ("strategy", "topology", "workers", "runs", *own, "flags")
 
 
 def heading(title: str, fmt: str) -> str:

@@ -96,7 +96,7 @@ def watched(hook, state_of, ranks: int, group_of=None):
 
     def watched_hook(_, bucket):
         group = group_of(bucket) if group_of else dist.group.WORLD
-        if not spans.RECORDER.on:
+        if not spans.recording():
             return hook(state_of(group), bucket)
         seen = WatchedGroup(group, ranks)
         future = hook(state_of(seen), bucket)

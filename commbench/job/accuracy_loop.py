@@ -163,38 +163,37 @@ def count_correct(model, images, labels) -> int:
 
 def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: StopRule,
           evaluate: Evaluator, model, ctx, samples_per_step: int, steps_per_epoch: int,
-          report: Callable[[Point], None], keep_steps: int,
+          report: Callable[[Point], None], keep_steps: int, recorder: spans.Recorder,
           counts_wire: bool = True) -> Dict[str, Any]:
     """Train until the rule stops it; the curve and how it ended. step(index, training
     seconds so far) takes one training step and returns its loss. Every step is a span
-    and so is every evaluation; the spans of the last `keep_steps` steps are kept, and
-    what every step put on the wire is counted (unless counts_wire is False: an engine
-    communicates out of commbench's sight)."""
+    on the recorder and so is every evaluation; the spans of the last `keep_steps` steps
+    are kept, and what every step put on the wire is counted (unless counts_wire is
+    False: an engine communicates out of commbench's sight)."""
     import torch
     import torch.distributed as dist
 
     curve: List[Point] = []
     training, losses, steps = 0.0, [], 0
     watch = LossWatch()
-    spans.RECORDER.reset()
     started = time.perf_counter()
     while True:
-        loss, seconds = timed_step(lambda: step(steps, training), sync, spans.RECORDER)
+        loss, seconds = timed_step(lambda: step(steps, training), sync, recorder)
         training += seconds
         losses.append(watch.see(loss))
         steps += 1
         if steps % rule.eval_every and steps != rule.max_steps:
             continue
-        spans.RECORDER.keep_last(keep_steps)
-        with spans.between("evaluate"):
+        recorder.keep_last(keep_steps)
+        with recorder.between("evaluate"):
             accuracy, own = evaluate()
         shared = torch.tensor([training, time.perf_counter() - started],
                               dtype=torch.float64, device=ctx.device)
         dist.all_reduce(shared, op=dist.ReduceOp.MAX)  # the slowest rank's clocks
-        mean_loss = torch.tensor([sum(losses) / len(losses), spans.RECORDER.sent.nbytes],
+        mean_loss = torch.tensor([sum(losses) / len(losses), recorder.sent.nbytes],
                                  dtype=torch.float64, device=ctx.device)
         dist.all_reduce(mean_loss)  # then divided: the means over ranks
-        with spans.between("consensus"):
+        with recorder.between("consensus"):
             distance = consensus_distance(model, ctx.world_size)
         point = Point(steps, steps / steps_per_epoch, steps * samples_per_step,
                       float(shared[0]), float(shared[1]), accuracy, sum(own) / len(own),

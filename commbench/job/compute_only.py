@@ -20,7 +20,8 @@ import statistics
 import time
 from typing import Any, Callable, Dict, List
 
-from commbench.job.speed_loop import PHASES, Timings, barrier, measure, measure_phases, warm_up
+from commbench.job.speed_loop import Timings, barrier, measure, measure_phases, warm_up
+from commbench.timing.spans import PHASES
 from commbench.job.training_step import TrainingStep
 
 
@@ -75,7 +76,7 @@ class ComputeOnly:
 
 def phase_medians(trainable: Callable[[Any], tuple], model, images, labels,
                   sync: Callable[[], None], batches: int = 5) -> Dict[str, float]:
-    """This rank's median seconds of each compute phase (loop.PHASES) alone, with no
+    """This rank's median seconds of each compute phase (spans.PHASES) alone, with no
     communication, on a copy of the model: what a rank slowed on purpose
     (commbench.job.straggler) scales its idling by."""
     twin, optimizer = trainable(copy.deepcopy(model))

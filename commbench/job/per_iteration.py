@@ -27,12 +27,12 @@ class IterationMeans:
 class AfterIteration:
     """After each timed iteration (outside the timed region), on every rank: the mean
     throughput and loss over all workers, and for decentralized strategies the
-    consensus distance, kept in `consensus` for the result; `report` gets them all
-    (rank 0 prints them)."""
+    consensus distance, kept in `consensus` for the result and recorded as work between
+    steps on the run's recorder; `report` gets them all (rank 0 prints them)."""
 
     def __init__(self, ctx, config: RunConfig, model, decentralized: bool,
-                 report: Callable[[IterationMeans], None]):
-        self.ctx, self.model, self.report = ctx, model, report
+                 report: Callable[[IterationMeans], None], recorder: spans.Recorder):
+        self.ctx, self.model, self.report, self.recorder = ctx, model, report, recorder
         self.images = config.batch_size * config.num_batches_per_iter
         self.decentralized = decentralized
         self.consensus: List[float] = []
@@ -47,7 +47,7 @@ class AfterIteration:
         rate, loss = (sums / self.ctx.world_size).tolist()
         distance = None
         if self.decentralized:
-            with spans.between("consensus"):
+            with self.recorder.between("consensus"):
                 distance = consensus_distance(self.model, self.ctx.world_size)
             self.consensus.append(distance)
         self.report(IterationMeans(i, rate, loss, distance))

@@ -8,24 +8,21 @@ every rank gathered to rank 0 -> summary -> one result file written by rank 0.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
-from commbench import registry
 from commbench.job import accuracy_loop, console, per_iteration, precision, straggler
-from commbench.result import environment, metrics, record, store
-from commbench.timing import gpu_kernels, spans, trace_file
-from commbench.job.allocator import steady_malloc
+from commbench.result import environment, record
+from commbench.timing import gpu_kernels, spans
 from commbench.config.run_config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
 from commbench.data.local import LocalDataset
-from commbench.errors import UsageError
-from commbench.launch.detect import LaunchInfo, detect_launch
 from commbench.job.speed_loop import LossWatch, device_sync, measure, warm_up
 from commbench.job.compute_only import ComputeOnly, phase_medians
-from commbench.job.models import build_model, check_input, model_names
+from commbench.job.models import build_model, check_input
 from commbench.job.recipe import Recipe
+from commbench.job.run_checks import check_same_config, validate
+from commbench.job.startup import start
+from commbench.job.training_step import slowed_by
 
 
 add_arguments = add_run_arguments
@@ -37,22 +34,11 @@ def main(args) -> int:
 
 
 def run(config: RunConfig) -> Dict[str, Any]:
-    steady_malloc()  # first: every measurement of the job in one allocation regime
-    launch = detect_launch()
-    strategy_cls = validate(config, launch)
-    store.ensure_writable(config.results_dir)
-    # The summary after the run needs scipy's statistics: loaded now, a failure to
-    # load them (its shared objects mapped into a process the engines have grown)
-    # cannot lose a finished run.
-    metrics.load_statistics()
+    strategy_cls, ctx, say = start(config, lambda launch: validate(config, launch))
 
     import torch
 
-    from commbench.launch.distributed import init_distributed
-
-    ctx = init_distributed(launch, config.no_cuda, config.timeout, config.machine_size)
-    say = console.Printer(ctx.rank == 0)
-    _check_same_config(ctx, config)
+    check_same_config(ctx, config)
     precision.check(config.amp, ctx.device.type)
     if ctx.device.type == "cuda":
         # As Horovod's synthetic benchmark does: cuDNN picks its fastest kernels for
@@ -77,7 +63,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
         warning = missing_front()
         if warning:
             say(f"Warning: {warning}")
-    _slow_down(config, ctx, model, images, labels, sync, say)
+    slow = _slow_down(config, ctx, model, images, labels, sync, say)
     if "class_mix" in data.facts:
         augment = f", {data.facts['augment']} augmentation" if "augment" in data.facts else ""
         say(f"Data: {data.facts['data']}{augment}, {data.facts['steps_per_epoch']} steps per "
@@ -85,31 +71,35 @@ def run(config: RunConfig) -> Dict[str, Any]:
             f"{partition.describe(data.facts['class_mix'])}")
 
     if config.trains_to_accuracy:
-        return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine)
+        return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine, slow)
     return _measure_speed(config, ctx, strategy, model, data, (images, labels), sync, say,
-                          machine)
+                          machine, slow)
 
 
-def _slow_down(config: RunConfig, ctx, model, images, labels, sync, say) -> None:
-    """Make this rank a straggler where --slow-ranks names it: its compute phases are
-    measured alone first, and its steps then idle in proportion (commbench.job.straggler)."""
+def _slow_down(config: RunConfig, ctx, model, images, labels, sync,
+               say) -> Optional[straggler.Straggler]:
+    """This rank's straggler where --slow-ranks names it (None elsewhere): its compute
+    phases are measured alone first, and its steps then idle in proportion
+    (commbench.job.straggler)."""
     slow = straggler.parse(config.slow_ranks)
-    straggler.install(None)
     if not slow.on:
-        return
+        return None
     say(f"Stragglers on purpose (--slow-ranks): {slow.describe()}; the compute-only "
         "reference is not slowed")
-    if ctx.rank in slow.ranks:
-        seconds = phase_medians(lambda twin: _trainable(twin, config, ctx.device,
-                                                        Recipe.for_speed(config)),
-                                model, images, labels, sync)
-        straggler.install(straggler.Straggler(slow, seconds, config.seed, ctx.rank, sync))
+    if ctx.rank not in slow.ranks:
+        return None
+    seconds = phase_medians(lambda twin: _trainable(twin, config, ctx.device,
+                                                    Recipe.for_speed(config)),
+                            model, images, labels, sync)
+    return straggler.Straggler(slow, seconds, config.seed, ctx.rank, sync)
 
 
 def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batches, batch,
-                   sync, say, machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+                   sync, say, machine: Optional[Dict[str, Any]],
+                   slow: Optional[straggler.Straggler]) -> Dict[str, Any]:
     """The speed benchmark: the compute-only reference's first half, warm-up, the timed
-    iterations, the reference's second half, then the result."""
+    iterations, the reference's second half, then the result. Only the measured steps
+    are recorded; a slowed rank's steps idle from warm-up on."""
     speed = Recipe.for_speed(config)
     reference = None
     if config.reference_iters and type(strategy).name != "none":
@@ -118,10 +108,12 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
                                 config, *batch, sync)
         reference.half()
 
-    step = strategy.wrap(*_trainable(model, config, ctx.device, speed))
+    with slowed_by(slow):  # the strategy's step owns this rank's straggler
+        step = strategy.wrap(*_trainable(model, config, ctx.device, speed))
+    recorder = spans.Recorder()
     progress = per_iteration.AfterIteration(
         ctx, config, model, type(strategy).decentralized,
-        lambda means: say(console.iteration_line(means, ctx.device_kind)))
+        lambda means: say(console.iteration_line(means, ctx.device_kind)), recorder)
 
     def after_iteration(i, timings) -> None:
         strategy.settle()  # before commbench's own collectives
@@ -131,17 +123,16 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
     watch = LossWatch()
     warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches, watch)
     say("Running benchmark...")
-    spans.RECORDER.reset()
-    with gpu_kernels.kernels_of_steps(ctx.device, config.timeline is not None, spans.RECORDER):
+    with gpu_kernels.kernels_of_steps(ctx.device, config.timeline is not None, recorder):
         timings = measure(lambda: step(*data.next()), sync, config.num_iters,
                           config.num_batches_per_iter, after_iteration=after_iteration,
-                          recorder=spans.RECORDER, watch=watch)
+                          recorder=recorder, watch=watch)
     if reference is not None:
         say("Measuring the compute-only reference again...")
         reference.half()
 
     unwritten = record.finish(config, ctx, strategy, record.Speed(
-        timings, reference, model, progress.consensus, data.facts), machine)
+        timings, reference, model, progress.consensus, data.facts), machine, recorder, slow)
     steps = len(timings.batch_seconds) * config.num_batches_per_iter
     return _tell(say, config, ctx, unwritten, steps,
                  lambda summary: console.print_summary(say, summary, ctx))
@@ -182,14 +173,16 @@ def timeline_lines(say, config: RunConfig, steps: int, recorded: record.Recorded
 
 
 def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Batches, sync,
-                       say, machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+                       say, machine: Optional[Dict[str, Any]],
+                       slow: Optional[straggler.Straggler]) -> Dict[str, Any]:
     per_epoch = data.facts["steps_per_epoch"]
     rule = accuracy_loop.StopRule.of(config, per_epoch)
     accuracy_loop.check_length(type(strategy), config, rule, per_epoch)
     total_batch = config.batch_size * ctx.world_size
     recipe = Recipe.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
     trained, optimizer = _trainable(model, config, ctx.device, recipe)
-    step = strategy.wrap(trained, optimizer)
+    with slowed_by(slow):  # the strategy's step owns this rank's straggler
+        step = strategy.wrap(trained, optimizer)
 
     def train_step(index: int, training_seconds: float):
         recipe.apply(optimizer, index, training_seconds)
@@ -204,12 +197,13 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         return evaluator()
 
     console.training_plan(say, rule, per_epoch, recipe)
+    recorder = spans.Recorder()
     outcome = accuracy_loop.train(
         train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,
-        lambda point: say(console.point_line(point)), config.timeline_steps,
+        lambda point: say(console.point_line(point)), config.timeline_steps, recorder,
         strategy.sees_wire)
     unwritten = record.finish(config, ctx, strategy, record.Trained(
-        dict(outcome), data.facts, recipe.facts()), machine)
+        dict(outcome), data.facts, recipe.facts()), machine, recorder, slow)
 
     def print_summary(summary: Dict[str, Any]) -> None:
         console.print_outcome(say, summary)
@@ -226,50 +220,6 @@ def _batches(config: RunConfig, ctx) -> batches.Batches:
     make = batches.from_path if isinstance(task, LocalDataset) else batches.learnable
     return make(task, config.partition, config.batch_size, config.image_size, ctx.rank,
                 ctx.world_size, ctx.device, config.seed)
-
-
-def validate(config: RunConfig, launch: LaunchInfo):
-    """Everything that can be wrong with the request, checked before any communication
-    so that all ranks fail alike instead of waiting on each other. Returns the plugin."""
-    strategy_cls = registry.resolve(config.dist_optimizer)
-    why_not = registry.usable_reason(strategy_cls)
-    if why_not:
-        raise UsageError(f"argument --dist-optimizer: {strategy_cls.name} cannot run here: "
-                         f"{why_not}")
-    strategy_cls.check(config, launch)
-    registry.refuse_others_options(strategy_cls, config)
-    straggler.check(config.slow_ranks, launch.world_size)
-    batches.parse(config.data, config.seed, config.augment)
-    partition.parse(config.partition)
-    accuracy_loop.check(config)
-    if config.timeline is not None:
-        trace_file.check_new(config.timeline, "--timeline")
-    if config.model not in model_names():
-        build_model(config.model, config.num_classes)  # raises the UsageError
-    return strategy_cls
-
-
-def _check_same_config(ctx, config: RunConfig) -> None:
-    """Ranks started with different flags or commbench versions would measure nonsense."""
-    import torch.distributed as dist
-
-    from commbench import __version__
-
-    # Only rank 0 writes results, so where the others would have written them is moot.
-    flags = {k: v for k, v in config.to_dict().items() if k != "results_dir"}
-    mine = json.dumps([__version__, flags], sort_keys=True)
-    digest = hashlib.sha256(mine.encode()).hexdigest()
-    everyone: List[Any] = [None] * ctx.world_size
-    dist.all_gather_object(everyone, (digest, mine))
-    odd = [r for r, (d, _) in enumerate(everyone) if d != everyone[0][0]]
-    if odd:
-        theirs = json.loads(everyone[odd[0]][1])
-        ours = json.loads(everyone[0][1])
-        keys = [k for k in ours[1] if ours[1][k] != theirs[1].get(k)]
-        what = (f"flags differ ({', '.join('--' + k.replace('_', '-') for k in keys)})"
-                if keys else f"commbench versions differ ({ours[0]} vs {theirs[0]})")
-        raise UsageError(f"ranks were started with different configurations: rank "
-                         f"{odd[0]} and rank 0 {what}")
 
 
 def _trainable(model, config: RunConfig, device, recipe: Recipe):

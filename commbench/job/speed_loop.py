@@ -3,12 +3,13 @@ training step, syncs the device, and reads the clock."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
-from commbench.timing.spans import Recorder
+from commbench.timing.spans import PHASES, Recorder
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.job.training_step import TrainingStep
@@ -107,28 +108,21 @@ def timed_step(step: Callable[[], "object"], sync: Callable[[], None],
                recorder: Optional[Recorder] = None) -> Tuple["object", float]:
     """One step, ended by a device sync: (its loss, its seconds). With a recorder it is
     a step span, and the spans its step records are kept."""
-    if recorder is not None:
-        recorder.on = True
-        recorder.begin_step()
-    t0 = time.perf_counter()
-    loss = step()
-    sync()
-    t1 = time.perf_counter()
-    if recorder is not None:
-        recorder.add("step", t0, t1)
-        recorder.on = False  # what runs between steps is no step's
+    with recorder.measured_step() if recorder is not None else contextlib.nullcontext():
+        t0 = time.perf_counter()
+        loss = step()
+        sync()
+        t1 = time.perf_counter()
+        if recorder is not None:
+            recorder.add("step", t0, t1)
     return loss, t1 - t0
-
-
-PHASES = ("forward", "backward", "optimizer")
 
 
 def measure_phases(step: "TrainingStep", images, labels, batches: int) -> List[List[float]]:
     """Seconds of each phase of `batches` compute-only training steps, [batch][phase]
-    in the order of PHASES (the forward pass includes the loss). The step is built with
-    a device sync at the end of every phase, so the split is the device's, not the
-    launch queue's; the syncs make these steps slower than unsplit ones, so only their
-    shares are meaningful."""
+    in the order of spans.PHASES. The step is built with a device sync at the end of
+    every phase, so the split is the device's, not the launch queue's; the syncs make
+    these steps slower than unsplit ones, so only their shares are meaningful."""
     split = []
     for _ in range(batches):
         step(images, labels)

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from commbench.errors import UsageError
 from commbench.config.flags import accepting
+from commbench.timing.spans import PHASES
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.timing.spans import Span
 
-PHASES = ("forward", "backward", "optimizer")
 MAX_FACTOR = 1000.0  # beyond it a step would outlast any job's --timeout
 
 
@@ -135,16 +135,6 @@ class Straggler:
         and the delay a slowed step gets."""
         return {**{f"{phase}_seconds": self.phase_seconds.get(phase, 0.0) for phase in PHASES},
                 "delay_per_slowed_step": sum(self.delay(phase) for phase in PHASES)}
-
-
-# This process's slowdown, when its rank is slowed (set by the run before its measured
-# steps; the training step reads it, as the spans' recorder is read, one per process).
-THIS_RANK: Optional[Straggler] = None
-
-
-def install(straggler: Optional[Straggler]) -> None:
-    global THIS_RANK
-    THIS_RANK = straggler
 
 
 def summary(text: str, facts: Sequence[Optional[Dict[str, float]]],

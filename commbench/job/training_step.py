@@ -16,18 +16,22 @@ Each is called with the clock reading (`spans.now()`) at which its span starts, 
 communication piece it posts there starts exactly where the step's time for it does.
 
 On a rank slowed on purpose (--slow-ranks, commbench.job.straggler) each compute phase is
-preceded by the idling it is given, recorded as an "injected" phase.
+preceded by the idling it is given, recorded as an "injected" phase. The step owns its
+straggler: a plugin builds its step knowing nothing of stragglers, so the job builds
+the strategy's steps inside `slowed_by`, and each step takes the straggler then.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional
+import contextlib
+from typing import TYPE_CHECKING, Callable, Iterator, List, NamedTuple, Optional
 
-from commbench.job import straggler
 from commbench.timing import spans
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+    from commbench.job.straggler import Straggler
 
 # A strategy's action at one point of the step, given when its span starts.
 Hook = Callable[[float], None]
@@ -41,6 +45,21 @@ class Phase(NamedTuple):
     end: float
 
 
+# The straggler of the steps being built (slowed_by); read once, by each step's __init__.
+_BUILDING_FOR: Optional["Straggler"] = None
+
+
+@contextlib.contextmanager
+def slowed_by(straggler: Optional["Straggler"]) -> Iterator[None]:
+    """The steps built in this block (a strategy's `wrap`) idle as the straggler says."""
+    global _BUILDING_FOR
+    _BUILDING_FOR = straggler
+    try:
+        yield
+    finally:
+        _BUILDING_FOR = None
+
+
 class TrainingStep:
     """`step(images, labels)` trains on one batch and returns its loss.
 
@@ -49,9 +68,10 @@ class TrainingStep:
     communication piece was posted is a wait, not compute: DDP hands its last bucket
     over when the gradients are complete and then only waits for the averages. With
     sync, every phase ends with it (a device sync), so the phases are the device's and
-    not the launch queue's; `phases` holds the last step's phases in order. With slowed
-    False, a rank slowed on purpose does not idle in this step (the compute-only
-    reference measures the machine's own speed).
+    not the launch queue's; `phases` holds the last step's phases in order. `straggler`
+    is this rank's slowdown, the one of the block it was built in (slowed_by); with
+    slowed False it has none (the compute-only reference measures the machine's own
+    speed).
     """
 
     def __init__(self, model: "torch.nn.Module", optimizer: "torch.optim.Optimizer",
@@ -67,13 +87,13 @@ class TrainingStep:
         self.after_forward, self.before_update = after_forward, before_update
         self.after_update, self.update = after_update, update
         self.waits_after_last_piece, self.sync = waits_after_last_piece, sync
-        self.slowed = slowed
+        self.straggler = _BUILDING_FOR if slowed else None
         self.cross_entropy = cross_entropy
         self.phases: List[Phase] = []
 
     def __call__(self, images: "torch.Tensor", labels: "torch.Tensor") -> "torch.Tensor":
         self.phases = []
-        slow = straggler.THIS_RANK if self.slowed else None
+        slow = self.straggler
         if slow is not None:
             slow.begin_step()
         self.optimizer.zero_grad()
@@ -101,7 +121,7 @@ class TrainingStep:
             self._record(self.phases[-1:])
         return loss
 
-    def _idle(self, slow: Optional["straggler.Straggler"], phase: str, start: float) -> float:
+    def _idle(self, slow: Optional["Straggler"], phase: str, start: float) -> float:
         """A slowed rank's idling before a compute phase; returns when it ended."""
         seconds = slow.seconds(phase) if slow is not None else 0.0
         if seconds <= 0.0:

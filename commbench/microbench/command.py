@@ -101,24 +101,13 @@ def rounded_sizes(begin: int, end: int, factor: int, most: int = 6) -> Optional[
 
 
 def main(args) -> int:
-    from commbench.result import environment, metrics, store
-    from commbench.job.allocator import steady_malloc
-    from commbench.launch.detect import detect_launch
+    from commbench.job.startup import start
+    from commbench.result import environment, store
+    from commbench.result.record import written_by_rank_0
 
-    steady_malloc()
-    launch = detect_launch()
     config = config_from_args(args)  # what the plugins validate and read settings from
+    (the_sizes, plugins), ctx, say = start(config, lambda launch: check(args, config, launch))
     codec = compression.of(config)
-    plugins = checked_plugins(args, config, launch)
-    the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
-    store.ensure_writable(args.results_dir)
-    metrics.load_statistics()  # as the run does: nothing new to load after the calls
-
-    from commbench.launch.distributed import init_distributed
-    from commbench.job.console import Printer
-
-    ctx = init_distributed(launch, args.no_cuda, args.timeout, args.machine_size)
-    say = Printer(ctx.rank == 0)
     print_header(say, args, ctx, codec)
     # Taken before the measurement: nothing that could fail between it and the write.
     machine = environment.collect(ctx) if ctx.rank == 0 else None
@@ -130,15 +119,9 @@ def main(args) -> int:
             for line in format_rows(measured):
                 say(line)
             found += measured
-    if any(r["summary"].get("link_fraction") is not None for r in found):
-        say(f"# x rate: bytes that left each machine's interface per second (headers "
-            f"included) / the emulated link's configured rate; (slow): below "
-            f"{link.SLOW_FRACTION}; (burst): above {link.ABOVE_RATE}, a call short enough to "
-            "pass within the rate limiter's burst, not a figure of the link")
     wrong = sum(r["wrong"] or 0 for r in found)
-    say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    from commbench.result.record import written_by_rank_0
-
+    for line in closing_lines(found, wrong):
+        say(line)
     path = written_by_rank_0(ctx, lambda: store.write_result(
         args.results_dir, result_document(args, ctx, the_sizes, found, wrong, machine),
         f"microbench-n{ctx.world_size}"))
@@ -146,9 +129,9 @@ def main(args) -> int:
     return 1 if wrong else 0
 
 
-def checked_plugins(args, config: RunConfig, launch) -> Dict[str, Any]:
-    """The plugin of each op, once every rank has checked the request alike, before any
-    communication: what the ops send, a flag none of them reads, each plugin's checks."""
+def check(args, config: RunConfig, launch) -> Tuple[List[int], Dict[str, Any]]:
+    """The sizes and each op's plugin, or UsageError for a request microbench cannot
+    run: on every rank alike, before any communication."""
     from commbench import registry
 
     codec = compression.of(config)
@@ -161,13 +144,27 @@ def checked_plugins(args, config: RunConfig, launch) -> Dict[str, Any]:
             raise UsageError(f"argument --compression: means nothing to the {op} op, which "
                              "sends float32; leave it out or time that op apart")
     registry.refuse_unread(args.op, config, "op of this microbench")
+    the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
     plugins = {op: registry.resolve(op) for op in args.op}
     for plugin in plugins.values():
         why_not = registry.usable_reason(plugin)
         if why_not:
             raise UsageError(f"argument --op: {plugin.name} cannot run here: {why_not}")
         plugin.check(config, launch)
-    return plugins
+    return the_sizes, plugins
+
+
+def closing_lines(found: List[Dict[str, Any]], wrong: int) -> List[str]:
+    """What the table ends with: what the link column means, where it is shown, and the
+    count of wrong results, as nccl-tests ends its own."""
+    lines = []
+    if any(r["summary"].get("link_fraction") is not None for r in found):
+        lines.append(
+            f"# x rate: bytes that left each machine's interface per second (headers "
+            f"included) / the emulated link's configured rate; (slow): below "
+            f"{link.SLOW_FRACTION}; (burst): above {link.ABOVE_RATE}, a call short enough to "
+            "pass within the rate limiter's burst, not a figure of the link")
+    return lines + [f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}"]
 
 
 # --- printing and the result file -----------------------------------------------------
@@ -190,6 +187,7 @@ def print_header(say, args, ctx, codec) -> None:
             "sent(B) and recv(B) count the bytes actually sent, as do the result's "
             "*bw_sent figures")
     say(HEADER)
+
 
 IMPL_WIDTH = 32  # "MPI Neighbor_allgather + combine"
 HEADER = (f"# {'op':<32} {'impl':<{IMPL_WIDTH}} {'size(B)':>11} {'time(us)':>10} "

@@ -73,18 +73,19 @@ class Recorded(NamedTuple):
 
 
 def finish(config: RunConfig, ctx, strategy, measured: Union[Speed, Trained],
-           machine: Optional[Dict[str, Any]]) -> Optional[Unwritten]:
+           machine: Optional[Dict[str, Any]], recorder: spans.Recorder,
+           slowed: Optional[straggler.Straggler]) -> Optional[Unwritten]:
     """Every rank's samples (measured.mine()) and spans gathered to rank 0, which splits
     the steps and makes the result (measured.document()): what it will write (`write`)
     on rank 0, None elsewhere. measured: a Speed or a Trained; machine:
-    environment.collect(), taken before the measurement."""
+    environment.collect(), taken before the measurement; recorder: this rank's spans;
+    slowed: this rank's straggler, None when it is not slowed."""
     import torch.distributed as dist
 
     offsets, offset_errors = clock_offsets(ctx)
-    slowed = straggler.THIS_RANK
-    mine = {**measured.mine(), "spans": spans.RECORDER.events, "hostname": socket.gethostname(),
+    mine = {**measured.mine(), "spans": recorder.events, "hostname": socket.gethostname(),
             "slowdown": slowed.facts() if slowed is not None else None,
-            "sent": spans.RECORDER.sent.nbytes}
+            "sent": recorder.sent.nbytes}
     everyone: List[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, mine)
     if ctx.rank != 0:

@@ -15,7 +15,7 @@ Schema (version 1), a `run` result:
                       [rank][iter] or null, reference_batch_seconds [rank][iter]
                       [batch], reference_windows [rank][half] ([start, end]),
                       reference_phase_seconds [rank][batch][forward, backward,
-                      optimizer] (commbench.job.speed_loop.PHASES), loss [rank][iter],
+                      optimizer] (commbench.timing.spans.PHASES), loss [rank][iter],
                       consensus_distance [iter] or null, parameter_digests [rank],
                       first_non_finite_step [rank] (null where every loss was finite)
     summary           commbench.result.metrics.summarize() of the samples, plus

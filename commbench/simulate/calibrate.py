@@ -2,7 +2,8 @@
 (commbench.simulate.network_inputs joins them with stated links and nccl-tests fits), and from
 run files the workload, each worker count's compute, the strategies, the workers per
 machine, the measured img/sec to compare with, and the share of overlapped
-communication that hides (--overlap).
+communication that hides (--overlap). The files are read, and checked for what it
+needs of them, by commbench.simulate.calibration_files.
 """
 
 from __future__ import annotations
@@ -13,73 +14,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from commbench.analysis import validate
-from commbench.analysis.reading import RUN_FIELDS
-from commbench.analysis.validate import MAYBE, SECONDS_FLOOR, items, number, text, whole
 from commbench.config import compression
 from commbench.errors import UsageError
 from commbench.simulate import compute as compute_model
 from commbench.simulate import costs, engines
 from commbench.simulate.link_costs import Link, link_class
 from commbench.simulate.project import Inputs, fit_overlap
-from commbench.simulate.step import STRATEGIES, Strategy
-
-
-def _nested(path: str, depth: int, low: float) -> Tuple[validate.Field, ...]:
-    """A list of lists (depth deep) of finite numbers >= low, or absent or null."""
-    lists = tuple(items(path + ".*" * i, **(MAYBE if i == 0 else {})) for i in range(depth))
-    return lists + (number(path + ".*" * depth, low),)
-
-
-# What calibration reads of a run besides what read_run does (RUN_FIELDS): the
-# strategy and its settings, the layout, and the compute-only reference.
-CALIBRATION_FIELDS = RUN_FIELDS + (
-    text("config.dist_optimizer"), text("config.topology", **MAYBE),
-    whole("environment.local_size", 1, **MAYBE), whole("environment.world_size", 1, **MAYBE),
-    *_nested("samples.reference_batch_seconds", 3, SECONDS_FLOOR),  # [rank][iter][batch]
-    *_nested("samples.reference_phase_seconds", 3, 0),  # [rank][batch][phase]
-    number("samples.batch_seconds.*.*.*", SECONDS_FLOOR),  # a `none` run's compute
-)
-
-
-def check_run(doc: dict) -> None:
-    """What CALIBRATION_FIELDS cannot say of a run: each row of its reference's phases
-    is (forward, backward, optimizer), not all 0, and its topology is one commbench
-    builds. Raises validate.Invalid naming the field."""
-    phases = (doc.get("samples") or {}).get("reference_phase_seconds") or []
-    for i, rank in enumerate(phases):
-        for j, row in enumerate(rank):
-            if len(row) != 3:
-                raise validate.Invalid(f"samples.reference_phase_seconds[{i}][{j}]",
-                                       f"holds {len(row)} numbers, not 3 (forward, "
-                                       "backward, optimizer)")
-    if any(phases) and not sum(v for rank in phases for row in rank for v in row) > 0:
-        raise validate.Invalid("samples.reference_phase_seconds", "is all 0")
-    _check_topology(doc)
-
-
-def check_microbench(doc: dict) -> None:
-    """What a microbench file's fields cannot say of the links fitted from it: its
-    topology is one commbench builds, and its machines hold its ranks evenly."""
-    _check_topology(doc)
-    hosts = (doc.get("environment") or {}).get("hostnames") or []
-    machines, ranks = len(set(hosts)), doc["summary"]["world_size"]
-    if machines > 1 and ranks % machines:
-        raise validate.Invalid("environment.hostnames", f"names {machines} machines, which "
-                               f"do not hold {ranks} ranks (summary.world_size) evenly")
-
-
-def _check_topology(doc: dict) -> None:
-    from commbench.topology import TopologyError
-    from commbench.topology.graphs import parse_name
-
-    name = doc["config"].get("topology")
-    try:
-        if name is not None:
-            parse_name(name)
-    except TopologyError:
-        raise validate.Invalid("config.topology", f"is {validate.shown(name)}, not a "
-                               "topology commbench builds") from None
+from commbench.simulate.strategy import STRATEGIES, Strategy
 
 
 def fit(points: List[tuple], source: str) -> Link:

@@ -22,13 +22,12 @@ from commbench.config import compression
 from commbench.job import straggler
 from commbench.errors import UsageError
 from commbench.config.flags import periods, positive_float, positive_int
-from commbench.microbench import results as microbench_results
-from commbench.simulate import (calibrate, engines, network_inputs, nccl_tests_output,
-                                projection_file, published, strategy_flags, table,
-                                transports)
+from commbench.simulate import (calibrate, calibration_files, engines, network_inputs,
+                                nccl_tests_output, projection_file, published, strategy_flags,
+                                table, transports)
 from commbench.simulate import compute as compute_model
 from commbench.simulate.project import Inputs, project
-from commbench.simulate.step import STRATEGIES
+from commbench.simulate.strategy import STRATEGIES
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64,128,256,512,1024"
 
@@ -124,17 +123,11 @@ def _add_workload_arguments(add) -> None:
 
 
 def main(args) -> int:
-    from commbench.analysis import reader, reading
+    from commbench.analysis import reading
 
     refuse_what_nccl_tests_replaces(args)
     workers = _workers(args.np, args.slow_ranks)
-    read_in, notes = reader.read(args.paths, {
-        reading.KIND: lambda found: reading.usable(found, calibrate.CALIBRATION_FIELDS,
-                                                   calibrate.check_run),
-        microbench_results.KIND: lambda found: microbench_results.usable(
-            found, calibrate.check_microbench),
-        projection_file.KIND: reader.passed_over, "accuracy": reader.passed_over})
-    runs, benches = read_in[reading.KIND], read_in[microbench_results.KIND]
+    runs, benches, notes = calibration_files.read(args.paths)
     for line in notes:
         print(f"commbench simulate: {line}", file=sys.stderr)
     out_dir = _output_dir(args.output_dir, runs)

@@ -12,7 +12,8 @@ from commbench.simulate import costs
 from commbench.simulate import stragglers as injected
 from commbench.simulate.compute import Compute, Gradients
 from commbench.simulate.link_costs import Network
-from commbench.simulate.step import StepTime, Strategy, simulate
+from commbench.simulate.step import StepTime, simulate
+from commbench.simulate.strategy import Strategy
 
 
 @dataclass

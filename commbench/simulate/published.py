@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from commbench.simulate.step import Strategy
+from commbench.simulate.strategy import Strategy
 
 PATH = Path(__file__).with_name("published.json")
 RELATIVE = "commbench/simulate/published.json"

@@ -14,7 +14,7 @@ from commbench.simulate import powersgd
 from commbench.simulate.answer import verdicts
 from commbench.simulate.link_costs import Network
 from commbench.simulate.project import Inputs, Row
-from commbench.simulate.step import PERIODIC, Strategy
+from commbench.simulate.strategy import PERIODIC, Strategy
 from commbench.simulate.projection_file import rows_of
 
 HEADERS = ["strategy", "N", "machines", "img/sec", "band", "E(N)", "compute ms",

@@ -23,7 +23,8 @@ from commbench.config.flags import (accepting, add_flags, flag_fields, positive_
 from commbench.sweep.emulate import run_emulated
 from commbench.sweep.execute import job_environment, run_jobs
 from commbench.sweep.plan import (SHARED_MEMORY, Job, cluster_shape, plan, plan_emulated,
-                                  run_config_of, shell_line)
+                                  shell_line)
+from commbench.sweep.run_flags import run_config_of
 
 # A few minutes for 1,2 workers x 3 strategies on 2 cores (`make`), each job measured long
 # enough that its own interval is narrow; whether two sweeps then agree is up to how

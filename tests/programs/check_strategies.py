@@ -105,13 +105,8 @@ class Checker:
         spans kept for the check; forgotten after."""
         from commbench.timing import spans
 
-        spans.RECORDER.reset()
-        spans.RECORDER.on = True
-        spans.RECORDER.begin_step()
-        try:
-            yield spans.RECORDER.events
-        finally:
-            spans.RECORDER.reset()
+        with spans.Recorder().measured_step() as recorder:
+            yield recorder.events
 
     # plugins ------------------------------------------------------------------
 

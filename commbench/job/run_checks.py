@@ -1,0 +1,64 @@
+"""What can be wrong with a `commbench run` request, found before it costs anything:
+the flags checked on every rank before any communication, then that every rank was
+started alike, so that every rank fails with the same one line instead of waiting on a
+peer that stopped. (Whether the model can train on the images and batch asked for:
+commbench.job.models.check_input.)"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, List
+
+from commbench import registry
+from commbench.job import accuracy_loop, straggler
+from commbench.timing import trace_file
+from commbench.config.run_config import RunConfig
+from commbench.data import batches, partition
+from commbench.errors import UsageError
+from commbench.launch.detect import LaunchInfo
+from commbench.job.models import build_model, model_names
+
+
+def validate(config: RunConfig, launch: LaunchInfo):
+    """Everything that can be wrong with the request, checked before any communication
+    so that all ranks fail alike instead of waiting on each other. Returns the plugin."""
+    strategy_cls = registry.resolve(config.dist_optimizer)
+    why_not = registry.usable_reason(strategy_cls)
+    if why_not:
+        raise UsageError(f"argument --dist-optimizer: {strategy_cls.name} cannot run here: "
+                         f"{why_not}")
+    strategy_cls.check(config, launch)
+    registry.refuse_others_options(strategy_cls, config)
+    straggler.check(config.slow_ranks, launch.world_size)
+    batches.parse(config.data, config.seed, config.augment)
+    partition.parse(config.partition)
+    accuracy_loop.check(config)
+    if config.timeline is not None:
+        trace_file.check_new(config.timeline, "--timeline")
+    if config.model not in model_names():
+        build_model(config.model, config.num_classes)  # raises the UsageError
+    return strategy_cls
+
+
+def check_same_config(ctx, config: RunConfig) -> None:
+    """Ranks started with different flags or commbench versions would measure nonsense."""
+    import torch.distributed as dist
+
+    from commbench import __version__
+
+    # Only rank 0 writes results, so where the others would have written them is moot.
+    flags = {k: v for k, v in config.to_dict().items() if k != "results_dir"}
+    mine = json.dumps([__version__, flags], sort_keys=True)
+    digest = hashlib.sha256(mine.encode()).hexdigest()
+    everyone: List[Any] = [None] * ctx.world_size
+    dist.all_gather_object(everyone, (digest, mine))
+    odd = [r for r, (d, _) in enumerate(everyone) if d != everyone[0][0]]
+    if odd:
+        theirs = json.loads(everyone[odd[0]][1])
+        ours = json.loads(everyone[0][1])
+        keys = [k for k in ours[1] if ours[1][k] != theirs[1].get(k)]
+        what = (f"flags differ ({', '.join('--' + k.replace('_', '-') for k in keys)})"
+                if keys else f"commbench versions differ ({ours[0]} vs {theirs[0]})")
+        raise UsageError(f"ranks were started with different configurations: rank "
+                         f"{odd[0]} and rank 0 {what}")
