@@ -55,7 +55,10 @@ def figure(found: "wc.WinnerMap") -> "Figure":
               + ROW * len(found.stragglers) + 0.3 * math.ceil(len(handles) / columns))
     fig = Figure(figsize=(wide, height), layout="constrained")
     ax = fig.subplots()
-    names = short_names(list(colors))
+    # told apart from every strategy the map ranks, not only those painted: a cell's
+    # "allreduce" must not read as plain allreduce where its bf16 form was the one
+    names = short_names(sorted({entry.strategy for c in found.cells.values()
+                                for entry in c.ranked}))
     across = (wide - ROW_LABELS) / len(found.networks)  # a cell's width on the page
     width = max(8, int(across * 72 / (0.62 * font)))  # the characters a line of it holds
     _grid(ax, found, colors, {k: wrap_name(v, width) for k, v in names.items()}, font)
@@ -136,7 +139,8 @@ def cell_text(cell: Optional["wc.Cell"], network: str, names: Dict[str, str]
     if cell.ratio is None:  # a figure of 0: no factor to give
         return first, ""
     mark = SINGLE_MARK if cell.verdict == wc.SINGLE else ""
-    return first, f"{cell.ratio:.1f}×{mark}"
+    # a clear lead under 10% would read "1.0×" in one decimal: two decimals there
+    return first, f"{cell.ratio:.{2 if cell.ratio < 1.1 else 1}f}×{mark}"
 
 
 def legend_handles(found: "wc.WinnerMap", colors: Dict[str, str]) -> list:
@@ -187,6 +191,7 @@ def _write(ax: "Axes", x: int, y: int, text: Tuple[str, str], font: float,
     in points, not in cells: the rows' height on the page is the layout's to settle."""
     large, small = text
     high, low = 1.25 * font, 1.25 * 0.9 * font  # a line's height
+    high *= large.count("\n") + 1  # a long name wraps: the small text goes below it all
     gap = 0.3 * font if small else 0.0
     top = (high + gap + low * (small.count("\n") + 1 if small else 0)) / 2
     ax.annotate(large, (x + 0.5, y + 0.5), xytext=(0, top), textcoords="offset points",

@@ -343,3 +343,15 @@ def test_the_lead_as_a_factor_reads_the_same_way_for_times_and_rates():
     assert Cell(winner_cells.ACCURACY, [fast, slow], []).ratio == 1.6  # 16 s over 10 s
     assert Cell(winner_cells.SPEED, [slow, fast], []).ratio == 1.6  # 16 img/s over 10
     assert Cell(winner_cells.SPEED, [slow], []).ratio is None
+
+
+def test_a_wrapped_name_keeps_its_lead_below_all_its_lines():
+    from matplotlib.figure import Figure
+
+    from commbench.plots import winner_map as chart
+
+    ax = Figure().subplots()
+    font = 10.0
+    chart._write(ax, 0, 0, ("neighbor_allreduce\nbf16", "1.04×"), font, True)
+    name, lead = ax.texts
+    assert name.xyann[1] - lead.xyann[1] >= 2 * 1.25 * font  # two lines of the name
