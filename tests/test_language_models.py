@@ -179,19 +179,23 @@ def test_report_and_plot_say_tokens_per_sec_for_a_language_model(tmp_path):
     assert scaling.figure(group).axes[0].get_ylabel() == "total tokens/sec"
 
 
+def total_tokens_per_sec(doc):
+    """S_i from the raw samples: every rank's sequences x seq_len per iteration over its
+    seconds, summed over the ranks."""
+    config, seconds = doc["config"], doc["samples"]["iteration_seconds"]
+    tokens = config["batch_size"] * config["num_batches_per_iter"] * config["seq_len"]
+    return [sum(tokens / rank[i] for rank in seconds) for i in range(len(seconds[0]))]
+
+
 def test_the_recorded_tokens_per_sec_are_sequences_times_seq_len_per_second():
     for path in sorted(LM_RUNS.glob("*.json")):
         doc = json.loads(path.read_text())
         summary, config = doc["summary"], doc["config"]
         assert (summary["unit"], config["seq_len"], summary["mfu"]) == ("tokens", 32, None)
-        tokens = config["batch_size"] * config["num_batches_per_iter"] * 32
-        seconds = doc["samples"]["iteration_seconds"]
-        per_iteration = [sum(tokens / rank[i] for rank in seconds)
-                         for i in range(len(seconds[0]))]
-        mean = sum(per_iteration) / len(per_iteration)
-        assert summary["total_img_sec"]["mean"] == pytest.approx(mean)
+        totals = total_tokens_per_sec(doc)
+        assert summary["total_img_sec"]["mean"] == pytest.approx(sum(totals) / len(totals))
         run = reader.analyse([path])[0][0].points[0].runs[0]
-        assert run.totals == pytest.approx(per_iteration)  # read back in tokens too
+        assert run.totals == pytest.approx(totals)  # read back in tokens too
 
 
 @pytest.mark.mpi
@@ -209,9 +213,8 @@ def test_mpiexec_speed_run_of_lm_tiny_records_tokens_per_sec(tmp_path, strategy)
     n = language_models.parameter_counts(language_models.build("lm-tiny", "meta"))
     assert summary["flops_per_token"] == 6 * n["non_embedding"] + 12 * 4 * 256 * 32
     assert summary["mfu"] is None and summary["parameters"] == n["parameters"]
-    tokens = 2 * 2 * 32  # sequences x seq_len per timed iteration
-    seconds = doc["samples"]["iteration_seconds"]
-    totals = [sum(tokens / rank[i] for rank in seconds) for i in range(3)]
+    totals = total_tokens_per_sec(doc)  # 2 x 2 sequences of 32 tokens per iteration
+    assert len(totals) == 3
     assert summary["total_img_sec"]["mean"] == pytest.approx(sum(totals) / 3)
     assert summary["img_sec_per_worker"]["mean"] == pytest.approx(sum(totals) / 6)
     assert done.stdout.count("Model: lm-tiny (sequences of 32 synthetic tokens)") == 1
