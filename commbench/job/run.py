@@ -222,13 +222,13 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
 
 def _batches(config: RunConfig, ctx) -> batches.Batches:
     task = batches.parse(config.data, config.seed, config.augment)
+    seed = config.seed + 7919 * (ctx.rank + 1)  # a synthetic batch of each worker's own
     if config.language_model is not None:
         return batches.synthetic_tokens(config.batch_size, config.per_sample,
-                                        config.language_model.vocab, ctx.device,
-                                        seed=config.seed + 7919 * (ctx.rank + 1))
+                                        config.language_model.vocab, ctx.device, seed=seed)
     if task is None:
         return batches.synthetic(config.batch_size, config.image_size, config.num_classes,
-                                 ctx.device, seed=config.seed + 7919 * (ctx.rank + 1))
+                                 ctx.device, seed=seed)
     make = batches.from_path if isinstance(task, LocalDataset) else batches.learnable
     return make(task, config.partition, config.batch_size, config.image_size, ctx.rank,
                 ctx.world_size, ctx.device, config.seed)
