@@ -44,7 +44,7 @@ env: $(ENV_DONE)
 $(ENV_DONE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install $(TORCH_INDEX) torch==$(TORCH_VERSION) torchvision==$(TORCHVISION_VERSION)
-	$(BIN)/pip install -e ".[mpi,test]"
+	$(BIN)/pip install -e ".[mpi,lm,test]"
 	$(BIN)/commbench setup-mpirun
 	touch $@
 

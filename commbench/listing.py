@@ -33,6 +33,7 @@ def main(args) -> int:
     else:
         print(f"Models (--model): {len(names)} torchvision models, e.g. resnet18, resnet50, "
               "vgg16 (--models lists all)")
+    _list_language_models()
     from commbench.launch.mpirun_front import missing_front
 
     warning = missing_front()
@@ -50,3 +51,24 @@ def _list_topologies() -> None:
     for name, description, has_dynamic in topology.describe():
         dynamic = "static and dynamic" if has_dynamic else "static only"
         print(f"  {name:<24}  {description} ({dynamic})")
+
+
+def _list_language_models() -> None:
+    """Each language model with its parameter count, taken from the model itself built
+    on the meta device (its shapes alone: no memory, no initialisation)."""
+    from commbench.job import language_models
+
+    names = language_models.LANGUAGE_MODELS
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print(f"Language models (--model): {', '.join(names)}; NOT USABLE: "
+              f"{language_models.INSTALL_HINT}")
+        return
+    print("Language models (--model):")
+    width = max(len(name) for name in names)
+    for name, spec in names.items():
+        counts = language_models.parameter_counts(language_models.build(name, "meta"))
+        print(f"  {name:<{width}}  {counts['parameters'] / 1e6:7.1f}M parameters, "
+              f"{spec.layers} layers x {spec.d_model} wide, vocabulary {spec.vocab}, "
+              f"--seq-len {spec.seq_len} by default ({spec.summary})")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
 
+from commbench.analysis import grouping
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -162,7 +164,7 @@ def _throughput(ax: "Axes", group: "Group", style, efficiency_name: str) -> None
         ax.set_yscale("log")
     else:
         ax.set_ylim(bottom=0)
-    ax.set_ylabel("total img/sec")
+    ax.set_ylabel(f"total {grouping.rate(group)}")
     ax.set_title(f"Total throughput (bars: 95% CI, labels: {efficiency_name}; "
                  "!: not to be trusted)", fontsize=10)
     _label_points(ax, labels)

@@ -35,7 +35,8 @@ LAYERS = [
     ("foundations", ["commbench.config", "commbench.launch", "commbench.launch.lost_machine",
                      "commbench.result", "commbench.timing", "commbench.topology",
                      "commbench.job.allocator", "commbench.job.failure",
-                     "commbench.job.models", "commbench.job.precision",
+                     "commbench.job.language_models", "commbench.job.models",
+                     "commbench.job.precision",
                      "commbench.job.straggler"]),
     ("base", ["commbench.errors", "commbench.units", "commbench.__init__"]),
 ]

@@ -11,6 +11,12 @@ from commbench.result import metrics
 from commbench.analysis.runs import Baseline, Group, GroupKey, Point, Run, Series
 
 
+def rate(group: Group) -> str:
+    """The group's throughput in the unit its runs counted: img/sec or tokens/sec (a
+    group holds one model, so one unit)."""
+    return metrics.rate_name(group.points[0].runs[0].doc["summary"])
+
+
 def combine(runs: List[Run]) -> Point:
     """One point from repeated runs of a configuration: the mean of their means, and
     the 95% CI over the runs' means (over the iterations when there is one run)."""

@@ -82,13 +82,16 @@ def read_run(path: Path, doc: Dict[str, Any]) -> Run:
     """The run of a document that passed RUN_FIELDS."""
     config, summary = doc["config"], doc["summary"]
     samples = doc.get("samples") or {}
-    key = GroupKey(str(config["model"]), int(config["batch_size"]), int(config["image_size"]),
-                   int(config.get("num_classes", 1000)), *machine_of(doc),
-                   str(config.get("tag") or ""))
+    # A language model's input size is its sequence length, and each sequence counts
+    # its tokens (summary.unit).
+    tokens = config.get("seq_len")
+    key = GroupKey(str(config["model"]), int(config["batch_size"]),
+                   int(tokens or config["image_size"]), int(config.get("num_classes", 1000)),
+                   *machine_of(doc), str(config.get("tag") or ""))
     total = summary["total_img_sec"]
     totals: Tuple[float, ...] = ()
     if samples.get("iteration_seconds"):
-        images = key.batch_size * int(config["num_batches_per_iter"])
+        images = key.batch_size * int(config["num_batches_per_iter"]) * int(tokens or 1)
         totals = tuple(metrics.total_throughput(images, samples["iteration_seconds"]).tolist())
     consensus = samples.get("consensus_distance") or ()
     crowded = oversubscribed(doc)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, List, Optional, Union
 
 from commbench.result import metrics
-from commbench.analysis import accuracy_tables, reader, runs, split_table, tables, winner_table
+from commbench.analysis import (accuracy_tables, grouping, reader, runs, split_table, tables,
+                                winner_table)
 from commbench.analysis.runs import Group, Point
 from commbench.microbench import results as microbench
 from commbench.result.store import to_json
@@ -98,7 +99,7 @@ def render(groups: List[Group], fmt: str = "text") -> str:
         return tables.csv_text(columns, rows)
     parts = []
     for g in groups:
-        table = tables.render(HEADERS, [formatted_row(p) for p in g.points], ALIGN, fmt)
+        table = tables.render(headers(g), [formatted_row(p) for p in g.points], ALIGN, fmt)
         parts.append(f"{tables.heading(g.key.title(), fmt)}\n\n{baseline_line(g)}\n\n{table}")
         if any(p.diverged for p in g.points):
             parts.append(tables.lines(diverged_lines(g), fmt))
@@ -115,11 +116,16 @@ def render(groups: List[Group], fmt: str = "text") -> str:
     return "\n".join(parts) + "\n" + tables.notes(NOTES + flagged, fmt)
 
 
+def headers(group: Group) -> List[str]:
+    """The table's columns, its throughput in the unit its runs counted."""
+    return [h.replace("img/sec", grouping.rate(group)) for h in HEADERS]
+
+
 def diverged_lines(group: Group) -> List[str]:
     """One line per run of the group whose loss went non-finite, saying where."""
     return [f"Diverged at step {run.diverged['step']} (first seen on rank "
             f"{run.diverged['rank']}): {p.series.label()}, N={p.workers}, {run.path}; its "
-            "img/sec stand" for p in group.points for run in p.diverged]
+            f"{grouping.rate(group)} stand" for p in group.points for run in p.diverged]
 
 
 def baseline_line(group: Group) -> str:
@@ -129,7 +135,7 @@ def baseline_line(group: Group) -> str:
                  key=lambda b: b.source.order())
     listed = ", ".join(f"{b.source.label()} {b.total:.1f}" for b in own)
     borrowed = any(b.source != s for s, b in group.baselines.items())
-    return (f"Total(1), each strategy's own 1-worker runs: {listed} img/sec"
+    return (f"Total(1), each strategy's own 1-worker runs: {listed} {grouping.rate(group)}"
             + ("; the others against none's." if borrowed else "."))
 
 

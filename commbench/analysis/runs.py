@@ -19,6 +19,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from commbench.job import straggler
+from commbench.job.language_models import LANGUAGE_MODELS
 from commbench.result import metrics
 
 
@@ -27,7 +28,7 @@ class GroupKey(NamedTuple):
 
     model: str
     batch_size: int
-    image_size: int
+    image_size: int  # pixels per side; a language model's tokens per sequence
     num_classes: int
     precision: str  # "fp32" or "amp-bf16"/"amp-fp16" (--amp), "+fp16-allreduce" when
     #                  communication is compressed ("fp16-allreduce" alone in fp32)
@@ -39,16 +40,19 @@ class GroupKey(NamedTuple):
     tag: str
 
     def title(self) -> str:
+        lm = self.model in LANGUAGE_MODELS  # whose classes are its vocabulary: not shown
         parts = [self.model, f"batch {self.batch_size} per worker",
-                 f"{self.image_size}x{self.image_size} images"]
-        if self.num_classes != 1000:
+                 f"sequences of {self.image_size} tokens" if lm
+                 else f"{self.image_size}x{self.image_size} images"]
+        if self.num_classes != 1000 and not lm:
             parts.append(f"{self.num_classes} classes")
         parts += [self.precision, f"{self.device} ({self.hardware})", self.backend]
         return ", ".join(parts + given(self.network, self.stragglers, self.tag))
 
     def slug(self) -> str:
-        parts = [self.model, f"bs{self.batch_size}", f"{self.image_size}px"]
-        if self.num_classes != 1000:
+        lm = self.model in LANGUAGE_MODELS
+        parts = [self.model, f"bs{self.batch_size}", f"{self.image_size}{'tok' if lm else 'px'}"]
+        if self.num_classes != 1000 and not lm:
             parts.append(f"{self.num_classes}cls")
         return slug_of(self, parts)
 

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from commbench.config import compression
 from commbench.job import straggler
+from commbench.job.language_models import LANGUAGE_MODELS, LanguageModelSpec
 from commbench.errors import UsageError
 from commbench.config.flags import (add_flags, flag, flag_fields, fraction, integer,
                              non_negative_float, non_negative_int, one_of, option_name,
@@ -44,6 +45,10 @@ class RunConfig:
     batch_size: int = flag(32, "input batch size per worker", positive_int)
     image_size: int = flag(224, "image height and width in pixels (a dataset's images are "
                            "brought to it)", positive_int)
+    seq_len: Optional[int] = flag(
+        None, "a language model's sequence length in tokens (default: the model's, "
+        "`commbench list`: 128 for lm-tiny, 1024 for gpt2-small, 2048 for llama-1b)",
+        positive_int, "TOKENS")
     num_classes: int = flag(1000, "number of classes of the synthetic labels", positive_int)
     data: str = flag("synthetic", "what to train on: synthetic (one fixed random batch, for "
                      "speed), learnable[:classes=N,noise=X,samples=N] (a classification "
@@ -147,6 +152,22 @@ class RunConfig:
         return values
 
     @property
+    def language_model(self) -> Optional[LanguageModelSpec]:
+        """The named size of a language model (commbench.job.language_models), else None."""
+        return LANGUAGE_MODELS.get(self.model)
+
+    @property
+    def unit(self) -> str:
+        """What throughput counts: a language model's tokens, an image model's images."""
+        return "tokens" if self.language_model else "images"
+
+    @property
+    def per_sample(self) -> int:
+        """How many of the unit one sample of a batch is: a sequence's tokens, or 1."""
+        spec = self.language_model
+        return (self.seq_len or spec.seq_len) if spec else 1
+
+    @property
     def trains_to_accuracy(self) -> bool:
         """Whether this run trains to accuracy (commbench.job.accuracy_loop) rather than
         timing iterations."""
@@ -203,6 +224,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     config = RunConfig(**{k: v for k, v in values.items() if k in core}, options=options,
                        shared_by_plugins="dist_optimizer" not in values)
     refuse_data_flags_that_mean_nothing(config)
+    refuse_model_flags_that_mean_nothing(config)
     if config.trains_to_accuracy:  # recorded as it runs: without the reference
         config = dataclasses.replace(config, reference_iters=0)
     return config
@@ -241,3 +263,26 @@ def refuse_data_flags_that_mean_nothing(config: RunConfig) -> None:
         raise UsageError("argument --warmup-epochs: a speed run keeps its learning rate "
                          "constant; only training to accuracy (--target-accuracy, "
                          "--time-budget, --max-epochs) warms it up")
+
+
+def refuse_model_flags_that_mean_nothing(config: RunConfig) -> None:
+    """An image model's flags given with a language model are refused in one line, and
+    --seq-len with an image model, rather than recorded as if they had acted."""
+    spec = config.language_model
+    if spec is None:
+        if config.seq_len is not None:
+            raise UsageError(f"argument --seq-len: sets a language model's sequence length; "
+                             f"{config.model} is an image model (--image-size sets its "
+                             "input): leave --seq-len out")
+        return
+    image_flags = [n for n in ("image_size", "num_classes") if _given(config, n)]
+    if image_flags:
+        raise UsageError(f"argument {option_name(image_flags[0])}: {config.model} is a "
+                         "language model: it reads tokens (--seq-len), not images, and its "
+                         "vocabulary is its own: leave it out")
+    if config.data != "synthetic":
+        raise UsageError(f"argument --data: {config.model} trains on synthetic tokens only "
+                         "(random ids from --seed): leave --data out")
+    if config.per_sample > spec.context:
+        raise UsageError(f"argument --seq-len: {config.model} takes at most {spec.context} "
+                         f"tokens, not {config.per_sample}")

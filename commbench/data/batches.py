@@ -66,6 +66,19 @@ def synthetic(batch_size: int, image_size: int, classes: int, device, seed: int)
     return Batches(lambda: (images, labels), classes, {"data": "synthetic"})
 
 
+def synthetic_tokens(batch_size: int, seq_len: int, vocab: int, device, seed: int
+                     ) -> Batches:
+    """A language model's synthetic batch: random token ids, generated once on the
+    device as the synthetic images are. The labels are each position's next token,
+    flattened as the model's logits per token are (language_models.logits_per_token)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(vocab, (batch_size, seq_len + 1), generator=generator)
+    inputs, labels = ids[:, :-1].contiguous().to(device), ids[:, 1:].reshape(-1).to(device)
+    return Batches(lambda: (inputs, labels), vocab, {"data": "synthetic tokens"})
+
+
 def learnable(task: LearnableTask, partition: str, batch_size: int, image_size: int,
               rank: int, world_size: int, device, seed: int) -> Batches:
     import torch

@@ -25,10 +25,11 @@ class Printer:
             print(text, flush=True)
 
 
-def iteration_line(means: IterationMeans, kind: str) -> str:
+def iteration_line(means: IterationMeans, kind: str, unit: str = "images") -> str:
     """A timed iteration's means over all workers (measurements.AfterIteration), with
     the consensus distance of decentralized strategies."""
-    line = f"Iter #{means.index}: {means.img_sec:.1f} img/sec per {kind}, loss {means.loss:.4f}"
+    rate = metrics.rate_name({"unit": unit})
+    line = f"Iter #{means.index}: {means.img_sec:.1f} {rate} per {kind}, loss {means.loss:.4f}"
     if means.consensus_distance is not None:
         line += f", consensus distance {means.consensus_distance:.3g}"
     return line
@@ -37,7 +38,10 @@ def iteration_line(means: IterationMeans, kind: str) -> str:
 def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     kind = ctx.device_kind
     images = "synthetic" if config.data == "synthetic" else "learnable"
-    say(f"Model: {config.model} ({config.image_size}x{config.image_size} {images} images)")
+    if config.language_model is not None:
+        say(f"Model: {config.model} (sequences of {config.per_sample} synthetic tokens)")
+    else:
+        say(f"Model: {config.model} ({config.image_size}x{config.image_size} {images} images)")
     say(f"Batch size: {config.batch_size} per {kind}")
     say(f"Number of {kind}s: {ctx.world_size} (launcher: {ctx.launch.launcher}, "
         f"{ctx.num_machines} machine(s))")
@@ -62,7 +66,8 @@ def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
 def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
     kind = ctx.device_kind
     per, total = summary["img_sec_per_worker"], summary["total_img_sec"]
-    say(f"Img/sec per {kind}: {per['mean']:.1f} +-{per['spread']:.1f}")
+    rate = metrics.rate_name(summary)
+    say(f"{rate.capitalize()} per {kind}: {per['mean']:.1f} +-{per['spread']:.1f}")
     say(total_line(summary, kind))
     if total["ci95"] is not None:
         say(f"  (+- is 1.96 std of the {total['n']} iterations; 95% confidence interval of "
@@ -77,12 +82,15 @@ def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
         efficiency = percent(summary["efficiency_in_job"], summary.get("efficiency_in_job_ci95"))
         overhead = percent(summary["communication_overhead"],
                            summary.get("communication_overhead_ci95"))
-        say(f"Compute-only: {summary['compute_only_img_sec_per_worker']:.1f} img/sec per "
+        say(f"Compute-only: {summary['compute_only_img_sec_per_worker']:.1f} {rate} per "
             f"{kind}; in-job scaling efficiency {efficiency}; communication overhead {overhead}")
+    if "flops_per_token" in summary:
+        say(f"FLOPs per token: {summary['flops_per_token']:.4g} (6N + attention); MFU: not "
+            "known (commbench knows no device's peak FLOPs)")
     for flag in metrics.trust_flags(summary):
         say(f"NOT TO BE TRUSTED ({flag}): {metrics.FLAGS[flag]}")
     if summary.get("diverged"):
-        say(f"{diverged_line(summary['diverged'])}; the img/sec above were measured all the "
+        say(f"{diverged_line(summary['diverged'])}; the {rate} above were measured all the "
             "same")
 
 
@@ -123,7 +131,8 @@ def wire_lines(summary: Dict[str, Any]) -> List[str]:
         else f"{sent['messages_per_step']:.1f} messages"
     lines = [f"On the wire (sent per rank): {units.format_bytes(sent['bytes_per_step'])} in "
              f"{messages} per step, "
-             f"{units.format_bytes(sent['bytes_per_image'])} per image; "
+             f"{units.format_bytes(sent['bytes_per_image'])} per "
+             f"{metrics.UNITS[summary.get('unit') or 'images'][1]}; "
              f"{100 * sent['communicating_steps']:.0f}% of steps communicate"]
     by_steps = summary.get("step_split_by_steps")
     if by_steps:
@@ -145,7 +154,8 @@ def percent(value: float, ci) -> str:
 def total_line(summary: Dict[str, Any], kind: str) -> str:
     """The run's headline, as printed at its end (and by `sweep` for each job)."""
     total = summary["total_img_sec"]
-    return (f"Total img/sec on {summary['workers']} {kind}(s): {total['mean']:.1f} "
+    return (f"Total {metrics.rate_name(summary)} on {summary['workers']} {kind}(s): "
+            f"{total['mean']:.1f} "
             f"+-{total['spread']:.1f}")
 
 

@@ -1,6 +1,7 @@
 """Models by name: any torchvision classification model, built from its constructor
 with the run's number of classes (no weights), and whether it can train on the images
-and batches asked for."""
+and batches asked for; or a language model by its size's name
+(commbench.job.language_models)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 from typing import Dict, List, Tuple
 
 from commbench.errors import UsageError
+from commbench.job import language_models
 
 # What torch says when a layer's input is smaller than its kernel or pooling window.
 TOO_SMALL = re.compile(r"(input|output|kernel) size", re.IGNORECASE)
@@ -26,9 +28,12 @@ def model_names() -> List[str]:
 def build_model(name: str, num_classes: int):
     import torchvision.models as models
 
+    if language_models.is_language_model(name):
+        return language_models.logits_per_token(language_models.build(name))
     if name not in model_names():
         raise UsageError(f"argument --model: unknown model {name!r}; choose a torchvision "
-                         f"classification model, e.g. resnet18, resnet50, vgg16 "
+                         f"classification model, e.g. resnet18, resnet50, vgg16, or a "
+                         f"language model: {', '.join(language_models.LANGUAGE_MODELS)} "
                          f"(`commbench list` shows all)")
     kwargs = {"num_classes": num_classes}
     if name.startswith(("inception", "googlenet")):
@@ -44,6 +49,8 @@ def check_input(model, images, name: str, image_size: int, batch_size: int) -> N
     value per channel (it needs two to normalise in training)."""
     import torch
 
+    if language_models.is_language_model(name):
+        return  # any tokens up to its context, which the flags' checks bound
     per_channel: Dict[str, Tuple[int, ...]] = {}  # BatchNorm layer -> one image's shape
 
     def note(layer: str):

@@ -33,7 +33,7 @@ class AfterIteration:
     def __init__(self, ctx, config: RunConfig, model, decentralized: bool,
                  report: Callable[[IterationMeans], None], recorder: spans.Recorder):
         self.ctx, self.model, self.report, self.recorder = ctx, model, report, recorder
-        self.images = config.batch_size * config.num_batches_per_iter
+        self.images = config.batch_size * config.num_batches_per_iter * config.per_sample
         self.decentralized = decentralized
         self.consensus: List[float] = []
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Optional
 
-from commbench.job import accuracy_loop, console, per_iteration, precision, straggler
+from commbench.job import (accuracy_loop, console, language_models, per_iteration, precision,
+                           straggler)
 from commbench.result import environment, record
 from commbench.timing import gpu_kernels, spans
 from commbench.config.run_config import RunConfig, add_run_arguments, config_from_args
@@ -50,9 +51,13 @@ def run(config: RunConfig) -> Dict[str, Any]:
     machine = environment.collect(ctx) if ctx.rank == 0 else None
 
     data = _batches(config, ctx)
-    config = dataclasses.replace(config, num_classes=data.classes)  # recorded: what was used
+    # Recorded: what was used (a language model's vocabulary, its sequence length).
+    config = dataclasses.replace(config, num_classes=data.classes,
+                                 seq_len=config.per_sample if config.language_model else None)
     torch.manual_seed(config.seed + (ctx.rank if config.independent_init else 0))
-    model = build_model(config.model, data.classes).to(ctx.device)
+    model = build_model(config.model, data.classes)
+    model_facts = language_models.facts(config.model, model, config.seq_len)
+    model = model.to(ctx.device)
     images, labels = data.next()
     check_input(model, images, config.model, config.image_size, config.batch_size)
     sync = device_sync(ctx.device)
@@ -73,7 +78,7 @@ def run(config: RunConfig) -> Dict[str, Any]:
     if config.trains_to_accuracy:
         return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine, slow)
     return _measure_speed(config, ctx, strategy, model, data, (images, labels), sync, say,
-                          machine, slow)
+                          machine, slow, model_facts)
 
 
 def _slow_down(config: RunConfig, ctx, model, images, labels, sync,
@@ -96,7 +101,8 @@ def _slow_down(config: RunConfig, ctx, model, images, labels, sync,
 
 def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batches, batch,
                    sync, say, machine: Optional[Dict[str, Any]],
-                   slow: Optional[straggler.Straggler]) -> Dict[str, Any]:
+                   slow: Optional[straggler.Straggler],
+                   model_facts: Dict[str, Any]) -> Dict[str, Any]:
     """The speed benchmark: the compute-only reference's first half, warm-up, the timed
     iterations, the reference's second half, then the result. Only the measured steps
     are recorded; a slowed rank's steps idle from warm-up on."""
@@ -113,7 +119,8 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
     recorder = spans.Recorder()
     progress = per_iteration.AfterIteration(
         ctx, config, model, type(strategy).decentralized,
-        lambda means: say(console.iteration_line(means, ctx.device_kind)), recorder)
+        lambda means: say(console.iteration_line(means, ctx.device_kind, config.unit)),
+        recorder)
 
     def after_iteration(i, timings) -> None:
         strategy.settle()  # before commbench's own collectives
@@ -132,7 +139,8 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
         reference.half()
 
     unwritten = record.finish(config, ctx, strategy, record.Speed(
-        timings, reference, model, progress.consensus, data.facts), machine, recorder, slow)
+        timings, reference, model, progress.consensus, data.facts, model_facts), machine,
+        recorder, slow)
     steps = len(timings.batch_seconds) * config.num_batches_per_iter
     return _tell(say, config, ctx, unwritten, steps,
                  lambda summary: console.print_summary(say, summary, ctx))
@@ -214,9 +222,13 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
 
 def _batches(config: RunConfig, ctx) -> batches.Batches:
     task = batches.parse(config.data, config.seed, config.augment)
+    seed = config.seed + 7919 * (ctx.rank + 1)  # a synthetic batch of each worker's own
+    if config.language_model is not None:
+        return batches.synthetic_tokens(config.batch_size, config.per_sample,
+                                        config.language_model.vocab, ctx.device, seed=seed)
     if task is None:
         return batches.synthetic(config.batch_size, config.image_size, config.num_classes,
-                                 ctx.device, seed=config.seed + 7919 * (ctx.rank + 1))
+                                 ctx.device, seed=seed)
     make = batches.from_path if isinstance(task, LocalDataset) else batches.learnable
     return make(task, config.partition, config.batch_size, config.image_size, ctx.rank,
                 ctx.world_size, ctx.device, config.seed)

@@ -11,7 +11,7 @@ import json
 from typing import Any, List
 
 from commbench import registry
-from commbench.job import accuracy_loop, straggler
+from commbench.job import accuracy_loop, language_models, straggler
 from commbench.timing import trace_file
 from commbench.config.run_config import RunConfig
 from commbench.data import batches, partition
@@ -36,7 +36,9 @@ def validate(config: RunConfig, launch: LaunchInfo):
     accuracy_loop.check(config)
     if config.timeline is not None:
         trace_file.check_new(config.timeline, "--timeline")
-    if config.model not in model_names():
+    if config.language_model is not None:
+        language_models.check_installed(config.model)
+    elif config.model not in model_names():
         build_model(config.model, config.num_classes)  # raises the UsageError
     return strategy_cls
 

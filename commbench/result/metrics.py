@@ -37,7 +37,7 @@ concurrently, each carries S). Ratio to a raw primitive: p50 time / its p50 time
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -73,6 +73,16 @@ def describe(values: Sequence[float]) -> Dict[str, Optional[float]]:
 
 def percentiles(values: Sequence[float]) -> Dict[str, float]:
     return {f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES}
+
+
+# Each unit a speed run counts (its summary's `unit`): the throughput's name and one
+# item's. Results written before language models have no unit: they counted images.
+UNITS = {"images": ("img/sec", "image"), "tokens": ("tokens/sec", "token")}
+
+
+def rate_name(summary: Dict[str, Any]) -> str:
+    """"img/sec" or "tokens/sec": the name of the run's throughput, in its unit."""
+    return UNITS[summary.get("unit") or "images"][0]
 
 
 def throughputs(images_per_iteration: int, iteration_seconds) -> np.ndarray:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, TypeVar, Union
 
@@ -96,7 +96,7 @@ def finish(config: RunConfig, ctx, strategy, measured: Union[Speed, Trained],
     clocks = {"seconds": offsets, "uncertainty": offset_errors}
     split = measured_split(strategy, ctx, events, offsets)
     doc = measured.document(config, ctx, strategy, gathered, split, clocks, machine)
-    add_wire(doc, strategy, events, split, config.batch_size)
+    add_wire(doc, strategy, events, split, config.batch_size * config.per_sample)
     flag_unrecorded_wire(doc, strategy, sent)
     doc["summary"]["slow_ranks"] = straggler.summary(config.slow_ranks, slowdowns, events)
     stem = result_stem(config, ctx, strategy) + measured.stem_suffix
@@ -114,6 +114,7 @@ class Speed:
     model: Any
     consensus: List[float]
     data_facts: Dict[str, Any]
+    model_facts: Dict[str, Any] = field(default_factory=dict)  # a language model's
     stem_suffix: ClassVar[str] = ""
 
     def mine(self) -> Dict[str, Any]:
@@ -141,6 +142,7 @@ class Speed:
         samples["step_split"] = split
         samples["clock_offsets"] = clocks
         doc = speed_document(config, ctx, strategy, samples, machine)
+        doc["summary"].update(self.model_facts)
         doc["data"] = self.data_facts
         return doc
 
@@ -248,9 +250,11 @@ def write_timeline(config: RunConfig, doc: Dict[str, Any], events, hosts: List[s
 
 def speed_document(config: RunConfig, ctx, strategy, samples,
                    machine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    summary = metrics.summarize(config.batch_size, config.num_batches_per_iter,
+    summary = metrics.summarize(config.batch_size * config.per_sample,
+                                config.num_batches_per_iter,
                                 samples["iteration_seconds"], samples["batch_seconds"],
                                 samples["reference_seconds"], samples["reference_windows"])
+    summary["unit"] = config.unit  # what the throughputs and bytes_per_image count
     summary["oversubscribed"] = oversubscribed(ctx)
     summary["parameters_identical"] = len(set(samples["parameter_digests"])) == 1
     summary["final_loss"] = sum(r[-1] for r in samples["loss"]) / ctx.world_size

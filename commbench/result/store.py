@@ -22,7 +22,11 @@ Schema (version 1), a `run` result:
                       parameters_identical, final_loss, final_consensus_distance,
                       diverged (below), wire (commbench.result.record), and
                       wire_unrecorded: true (present only then) when the strategy
-                      communicates but counted no byte on the wire
+                      communicates but counted no byte on the wire, and unit: what
+                      the throughputs and bytes_per_image count, "images" or a
+                      language model's "tokens" (absent in older files: images); a
+                      language model's run adds parameters, flops_per_token and mfu
+                      (null: no device's peak is known)
 
 An `accuracy` result (a run trained to accuracy, commbench.job.accuracy_loop) has the same
 header, config, strategy and environment, and instead of samples:

@@ -8,6 +8,8 @@
 #   runs-new/  arm B (--tag new) started by torchrun instead of mpiexec, so that
 #              `compare` has a real environment difference to show; it lacks
 #              none at 1 and 4 workers and adds an fp16 run, so both sides have unmatched runs
+#   lm/        a language model's speed runs (lm-tiny, tokens/sec): allreduce at 1 and 2
+#              workers under mpiexec, when transformers is installed
 #   junk/      what readers must skip: corrupt, empty, foreign JSON, a newer
 #              schema version, a result of another kind
 #   golden/    expected output of report and compare on the above
@@ -48,8 +50,8 @@ golden() {
 }
 if [ "${1:-}" = "--golden" ]; then golden; exit; fi
 
-rm -rf "$DATA/runs" "$DATA/runs-new" "$DATA/junk"
-mkdir -p "$DATA/runs" "$DATA/runs-new" "$DATA/junk" "$DATA/golden"
+rm -rf "$DATA/runs" "$DATA/runs-new" "$DATA/junk" "$DATA/lm"
+mkdir -p "$DATA/runs" "$DATA/runs-new" "$DATA/junk" "$DATA/golden" "$DATA/lm"
 
 for n in 1 2 4; do
     for s in allreduce none; do mpi "$n" "$DATA/runs" --dist-optimizer "$s"; done
@@ -75,6 +77,15 @@ torch_run 2 "$DATA/runs-new" --dist-optimizer none --tag new
 torch_run 2 "$DATA/runs-new" --dist-optimizer allreduce --fp16-allreduce --tag new
 if usable neighbor_allreduce; then
     torch_run 4 "$DATA/runs-new" --dist-optimizer neighbor_allreduce --tag new
+fi
+if "$PY" -c "import transformers" 2> /dev/null; then
+    for n in 1 2; do
+        mpiexec -n "$n" --oversubscribe --bind-to none "$PY" -m commbench --model lm-tiny \
+            --seq-len 32 --batch-size 2 --num-warmup-batches 1 --num-batches-per-iter 2 \
+            --num-iters 3 --reference-iters 1 --results-dir "$DATA/lm" > /dev/null
+    done
+else
+    echo "note: transformers is not installed here: no language-model fixtures" >&2
 fi
 
 "$PY" - "$DATA" <<'EOF'
