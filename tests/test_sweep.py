@@ -221,6 +221,8 @@ def test_stragglers_and_shared_memory_are_axes_of_one_emulated_study(tmp_path):
     (["--np", "2", "--slow-ranks", "1:0.5"], "argument --slow-ranks: must be none or"),
     (["--emulate", "2x1", "--launcher", "torchrun"], "argument --launcher: an emulated sweep "
      "starts every job under Open MPI, never torchrun"),
+    (["--emulate", "2x1", "--np", "4"], "argument --np: an emulated sweep runs as many "
+     "workers as its layouts hold"),
 ])
 def test_bad_axes_are_one_line_before_anything_runs(tmp_path, args, says):
     done = in_process(tmp_path, "--dry-run", *args)

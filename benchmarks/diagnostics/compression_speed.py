@@ -39,7 +39,7 @@ def jobs(ranks):
 
 def sweep(args, directory: Path) -> None:
     for strategy, kind in jobs(args.ranks):
-        subprocess.run([sys.executable, "-m", "commbench", "sweep", "--np", str(args.workers),
+        subprocess.run([sys.executable, "-m", "commbench", "sweep",
                         "--emulate", f"{args.workers}x1", "--link", args.link,
                         "--dist-optimizer", strategy, "--compression", kind, *MODEL,
                         "--results-dir", str(directory), "--plots-dir",

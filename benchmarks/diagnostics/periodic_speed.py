@@ -30,7 +30,7 @@ def sweep(args, directory: Path) -> None:
         (["--dist-optimizer", name, "--average-every", str(h)], h)
         for name in ("local_sgd", "diloco") for h in args.periods]
     for flags, per_iteration in jobs:
-        subprocess.run([sys.executable, "-m", "commbench", "sweep", "--np", str(args.workers),
+        subprocess.run([sys.executable, "-m", "commbench", "sweep",
                         "--emulate", f"{args.workers}x1", "--link", args.link, *flags, *MODEL,
                         "--num-batches-per-iter", str(per_iteration), "--num-iters", "3",
                         "--results-dir", str(directory), "--plots-dir",

@@ -30,6 +30,7 @@ from commbench.sweep.run_flags import run_config_of
 # enough that its own interval is narrow; whether two sweeps then agree is up to how
 # steady the machine is (benchmarks/diagnostics/machine_drift.py and
 # benchmarks/studies/quick_sweep_stability.json).
+NP = [1, 2, 4]  # worker counts of a sweep on this machine, when --np is not given
 QUICK_WORKLOAD = ["--model", "squeezenet1_1", "--image-size", "32", "--batch-size", "16"]
 QUICK = QUICK_WORKLOAD + ["--num-warmup-batches", "20", "--num-batches-per-iter", "5",
                           "--num-iters", "60", "--reference-iters", "4",
@@ -37,8 +38,8 @@ QUICK = QUICK_WORKLOAD + ["--num-warmup-batches", "20", "--num-batches-per-iter"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--np", default=[1, 2, 4], type=positive_ints, metavar="N,N,...",
-                        help="worker counts to run (default: 1,2,4)")
+    parser.add_argument("--np", type=positive_ints, metavar="N,N,...",
+                        help=f"worker counts to run (default: {','.join(map(str, NP))})")
     parser.add_argument("--dist-optimizer", default="allreduce", metavar="NAME,...",
                         help="strategies to run, comma-separated (default: allreduce)")
     parser.add_argument("--launcher", choices=("mpiexec", "torchrun"), default="mpiexec",
@@ -129,7 +130,7 @@ def main(args) -> int:
         jobs = plan_emulated(args.emulate, args.link or ["1gbit"], cluster, strategies, flags,
                              args.results_dir, args.repeat, stragglers)
     else:
-        counts, crowded = fitting(args.np, args.oversubscribe)
+        counts, crowded = fitting(args.np or NP, args.oversubscribe)
         jobs = plan(counts, strategies, flags, args.launcher, args.results_dir, args.repeat,
                     stragglers)
     skipped, never = [j for j in jobs if j.skip_reason], never_run(jobs)
@@ -173,6 +174,9 @@ def refuse_misplaced(args) -> None:
     if args.emulate and args.launcher != "mpiexec":
         raise UsageError(f"argument --launcher: an emulated sweep starts every job under "
                          f"Open MPI, never {args.launcher}; leave out --launcher or --emulate")
+    if args.np and args.emulate:
+        raise UsageError("argument --np: an emulated sweep runs as many workers as its "
+                         "layouts hold (--emulate 4x1: 4); leave out --np")
     if args.oversubscribe and args.emulate:
         raise UsageError("argument --oversubscribe: only with --np; an emulated sweep runs "
                          "each layout as given")
