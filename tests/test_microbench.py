@@ -257,6 +257,21 @@ def test_powersgd_is_refused_in_one_line(tmp_path):
 
 
 @pytest.mark.job
+def test_a_step_factor_with_one_size_is_refused_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "commbench", "microbench", "--op",
+                           "allreduce", "-b", "64K", "-e", "64K", "-f", "4",
+                           "--results-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr == (
+        "commbench: error: argument -f/--stepfactor: -b and -e give one size (65536 bytes), "
+        "which a step factor does not change; leave it out\n"), done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.job
 def test_compression_is_refused_for_the_local_sgd_op_in_one_line(tmp_path):
     import subprocess
     import sys

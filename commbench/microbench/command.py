@@ -37,6 +37,7 @@ from commbench.microbench.results import KIND, impl_label
 # The flags microbench shares with `commbench run`, declared there.
 RUN_FLAGS = ("topology", "disable_dynamic_topology", "machine_size", "cpu_transport",
              "compression", "no_cuda", "timeout", "results_dir", "tag")
+STEP_FACTOR = 2  # -f when not given: sizes double
 
 
 @accepting(units.SIZE_FORMS)
@@ -57,8 +58,8 @@ def add_arguments(parser) -> None:
                         help="smallest size per rank, bytes (K/M/G suffixes; default: 8)")
     parser.add_argument("-e", "--maxbytes", type=size, default=32 << 20, metavar="SIZE",
                         help="largest size per rank (default: 32M)")
-    parser.add_argument("-f", "--stepfactor", type=int_at_least_2, default=2, metavar="F",
-                        help="multiply the size by F at each step (default: 2)")
+    parser.add_argument("-f", "--stepfactor", type=int_at_least_2, metavar="F",
+                        help=f"multiply the size by F at each step (default: {STEP_FACTOR})")
     parser.add_argument("-n", "--iters", type=positive_int, default=20, metavar="N",
                         help="timed calls per contender and size (default: 20)")
     parser.add_argument("-w", "--warmup-iters", type=non_negative_int, default=5, metavar="N",
@@ -129,6 +130,11 @@ def main(args) -> int:
     return 1 if wrong else 0
 
 
+def step_factor(args) -> int:
+    """-f as given, or its default: given with one size, it is refused (check)."""
+    return args.stepfactor or STEP_FACTOR
+
+
 def check(args, config: RunConfig, launch) -> Tuple[List[int], Dict[str, Any]]:
     """The sizes and each op's plugin, or UsageError for a request microbench cannot
     run: on every rank alike, before any communication."""
@@ -144,7 +150,11 @@ def check(args, config: RunConfig, launch) -> Tuple[List[int], Dict[str, Any]]:
             raise UsageError(f"argument --compression: means nothing to the {op} op, which "
                              "sends float32; leave it out or time that op apart")
     registry.refuse_unread(args.op, config, "op of this microbench")
-    the_sizes = sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    if args.stepfactor is not None and args.minbytes == args.maxbytes:
+        raise UsageError(f"argument -f/--stepfactor: -b and -e give one size "
+                         f"({args.minbytes} bytes), which a step factor does not change; "
+                         "leave it out")
+    the_sizes = sizes(args.minbytes, args.maxbytes, step_factor(args))
     plugins = {op: registry.resolve(op) for op in args.op}
     for plugin in plugins.values():
         why_not = registry.usable_reason(plugin)
@@ -178,7 +188,7 @@ def print_header(say, args, ctx, codec) -> None:
         f"({'static' if args.disable_dynamic_topology else 'dynamic one-peer'}); "
         f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
         f"check {'on' if args.check else 'off'}")
-    rounded = rounded_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    rounded = rounded_sizes(args.minbytes, args.maxbytes, step_factor(args))
     if rounded:
         say(rounded)
     if codec.on:
@@ -228,7 +238,7 @@ def result_document(args, ctx, the_sizes, rows, wrong,
     doc = store.new_document(KIND)
     doc.update(
         config={"ops": list(args.op), "minbytes": args.minbytes, "maxbytes": args.maxbytes,
-                "stepfactor": args.stepfactor, "iters": args.iters,
+                "stepfactor": step_factor(args), "iters": args.iters,
                 "warmup_iters": args.warmup_iters, "check": bool(args.check),
                 "raw": not args.no_raw, "dtype": "float32", "topology": args.topology,
                 "disable_dynamic_topology": args.disable_dynamic_topology,
