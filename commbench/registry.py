@@ -8,7 +8,6 @@ are found the same way, in their own group (commbench.microbench.ops).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from dataclasses import dataclass
 from importlib import metadata
@@ -142,39 +141,33 @@ def others_options(cls: Type) -> Dict[str, Tuple[Any, Tuple[str, ...]]]:
     return found
 
 
-def refuse_others_options(cls: Type, config) -> None:
-    """Raise UsageError for another plugin's flag given a value other than its default:
-    plugin cls would ignore it, and the result would record it."""
-    from commbench.config.flags import option_name
+def refuse_unread(names: Sequence[str], config, whose: Optional[str] = None,
+                  launch=None) -> None:
+    """The one rule for every command: a flag given a value other than its default that
+    no plugin named reads changes nothing, and is refused in one line. Without `whose`
+    (`commbench run`, one strategy) the line says why that plugin does not read it; with
+    it (a sweep's strategies, simulate's, microbench's ops) that none of them does, e.g.
+    "strategy of this sweep". Plugins that cannot be loaded do not count: the command
+    says why apart."""
+    from commbench.config.sections import refuse_unread as refuse
 
-    for name, (default, readers) in others_options(cls).items():
-        if config.options.get(name, default) != default:
-            raise UsageError(f"argument {option_name(name)}: means nothing to {cls.name}; "
-                             f"only {' and '.join(readers)} "
-                             f"read{'s' if len(readers) == 1 else ''} it")
-
-
-def refuse_unread(names: Sequence[str], config, whose: str) -> None:
-    """The one rule for the flags of a command that serves several plugins (a sweep's
-    strategies, simulate's, microbench's ops): a flag given a value other than its
-    default (as `commbench run` tells) that every plugin named ignores changes nothing,
-    and is refused in one line; `whose` says of what (e.g. "strategy of this sweep").
-    Plugins that cannot be loaded do not count: the command says why apart."""
-    from commbench.config.flags import option_name
-
-    ignored = {}  # plugin -> the RunConfig fields and plugin options it ignores
-    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    unread: Dict[str, Dict[str, str]] = {}  # plugin -> what it does not read, and why
+    defaults: Dict[str, Any] = {}  # of the plugins' options
     for name in dict.fromkeys(names):
         try:
             cls = resolve(name)
         except UsageError:
             continue
         others = others_options(cls)
-        ignored[name] = set(cls.ignored_flags()) | set(others)
+        unread[name] = {**cls.unread(config, launch), **{
+            flag: f"means nothing to {cls.name}; only {' and '.join(readers)} "
+                  f"read{'s' if len(readers) == 1 else ''} it"
+            for flag, (_, readers) in others.items()}}
         defaults.update({flag: default for flag, (default, _) in others.items()})
-    values = {**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)},
-              **config.options}
-    for flag in sorted(set.intersection(*ignored.values()) if ignored else ()):
-        if values.get(flag, defaults[flag]) != defaults[flag]:
-            raise UsageError(f"argument {option_name(flag)}: means nothing to any {whose} "
-                             f"({', '.join(ignored)}); leave it out")
+    if whose is None:
+        for moot in unread.values():
+            refuse(config, moot, defaults)
+    elif unread:
+        everyone = sorted(set.intersection(*(set(m) for m in unread.values())))
+        refuse(config, {flag: f"means nothing to any {whose} ({', '.join(unread)}); leave "
+                        "it out" for flag in everyone}, defaults)

@@ -3,8 +3,23 @@ with the job's own patience."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Dict, List, Optional
+
+from commbench.config.flags import flag, positive_int
+from commbench.config.sections import Section
+
+
+@dataclass(frozen=True)
+class MachineFlags(Section):
+    title = "machines (strategies that group ranks into machines)"
+    ignored_because = ("groups no ranks into machines; leave it out (the neighbor averaging "
+                       "strategies and local_sgd's --average-every h1,h2 read it)")
+
+    machine_size: Optional[int] = flag(
+        None, "split the ranks into simulated machines of this many ranks "
+        "(default: the launcher's local size)", positive_int, "N")
 
 
 class Subgroups:

@@ -6,11 +6,12 @@ that communicates the way the strategy prescribes. The timed loop calls that ste
 and knows nothing else about the strategy. Heavy imports (horovod, bluefog) belong
 inside `wrap`, so that `commbench list` works everywhere.
 
-A run flag that means something to some strategies only (the topology settings,
---compression, --machine-size) is refused, in one line, when given to a strategy that
-would ignore it: recorded, it would look as if it had acted. A plugin that reads the
-topology sets `uses_topology`; one that groups ranks into machines, `uses_machines`;
-one that can compress its messages lists the kinds in `compressions`.
+A strategy reads the flags of the job's sections, its own Options, and the strategy
+sections it declares in `sections` (commbench.config.run_config.STRATEGY_SECTIONS: the
+topology, the machines, the compression); `unread` names every other flag, and a flag
+given that the strategy does not read is refused in one line (commbench.registry.
+refuse_unread): recorded, it would look as if it had acted. A strategy that compresses
+its messages lists the kinds it can send in `compressions`.
 
 `wrap` returns commbench.job.training_step's `TrainingStep` (or a function around one),
 given what the strategy does at the step's points (after forward, before and after the
@@ -21,14 +22,16 @@ average parameters along a mixing matrix W derive from commbench.optimizers.mixi
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Optional, Tuple, Type
 
 from commbench.config import compression
+from commbench.config.compression import CompressionFlags
+from commbench.config.sections import Section
 from commbench.errors import UsageError
-from commbench.config.flags import option_name
+from commbench.launch.groups import MachineFlags
+from commbench.topology.schedules import TopologyFlags
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -37,21 +40,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from commbench.launch.detect import LaunchInfo
     from commbench.launch.distributed import DistContext
 
+# The sections only some strategies read, each declared by the ones that do.
+STRATEGY_SECTIONS = (TopologyFlags, MachineFlags, CompressionFlags)
+
 # (images, labels) -> loss of this batch; one forward, backward, exchange and update.
 TrainStep = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
-
-# The RunConfig fields that only strategies averaging along a graph read.
-TOPOLOGY_FLAGS = ("topology", "disable_dynamic_topology", "atc_style")
-# Those that only strategies that compress their messages read.
-COMPRESSION_FLAGS = ("compression", "fp16_allreduce")
-# Why a strategy ignores each of those flags, and --machine-size: the refusal's reason.
-IGNORED_BECAUSE = {
-    **dict.fromkeys(TOPOLOGY_FLAGS, "averages along no topology; leave it out (`commbench "
-                    "list` names the strategies that have one)"),
-    **dict.fromkeys(COMPRESSION_FLAGS, "compresses nothing; leave it out (`commbench list` "
-                    "says which strategies compress what)"),
-    "machine_size": "groups no ranks into machines; leave it out (the neighbor averaging "
-                    "strategies and local_sgd's --average-every h1,h2 read it)"}
 
 
 @dataclass(frozen=True)
@@ -88,11 +81,10 @@ class Strategy:
     def sees_wire(self) -> bool:
         """Whether the recorded pieces tell what this run put on the wire."""
         return type(self).records_split
-    # True when the strategy averages along a graph and so reads TOPOLOGY_FLAGS.
-    uses_topology: ClassVar[bool] = False
-    # True when the strategy reads --machine-size (its machines, real or simulated).
-    uses_machines: ClassVar[bool] = False
-    # The --compression kinds the strategy can send (commbench.config.compression.KINDS).
+    # The strategy sections whose flags this strategy reads (see the module's doc).
+    sections: ClassVar[Tuple[Type[Section], ...]] = ()
+    # The --compression kinds the strategy can send (commbench.config.compression.KINDS);
+    # a strategy that sends some reads the CompressionFlags section.
     compressions: ClassVar[Tuple[str, ...]] = ()
 
     @classmethod
@@ -110,7 +102,7 @@ class Strategy:
         super().check() first.
         """
         cls.check_flags(config)
-        if (config.machine_size is not None and cls.uses_machines
+        if (config.machine_size is not None and MachineFlags in cls.reads()
                 and launch.world_size % config.machine_size):
             raise UsageError(f"argument --machine-size: {config.machine_size} does not divide "
                              f"the {launch.world_size} ranks into equal machines")
@@ -126,29 +118,24 @@ class Strategy:
         """The checks of check() that need the flags alone, not the launch: `commbench
         simulate` makes them of every strategy it projects, so that it never projects
         what `commbench run` refuses."""
-        if not config.shared_by_plugins:
-            cls.refuse_flags_it_ignores(config)
         if cls.compressions:
             compression.check(config, cls.name, cls.compressions)
 
     @classmethod
-    def ignored_flags(cls) -> Tuple[str, ...]:
-        """The RunConfig fields whose flags mean nothing to this strategy."""
-        return ((() if cls.uses_topology else TOPOLOGY_FLAGS)
-                + (() if cls.compressions else COMPRESSION_FLAGS)
-                + (() if cls.uses_machines else ("machine_size",)))
+    def reads(cls) -> Tuple[Type[Section], ...]:
+        """The strategy sections this strategy reads."""
+        return cls.sections + ((CompressionFlags,) if cls.compressions else ())
 
     @classmethod
-    def refuse_flags_it_ignores(cls, config: "RunConfig",
-                                among: Optional[Tuple[str, ...]] = None) -> None:
-        """Raise UsageError for a flag this strategy ignores (of those among, or any) that
-        was given a value other than its default (argparse leaves no other trace of what
-        the user typed)."""
-        defaults = {f.name: f.default for f in dataclasses.fields(config)}
-        for name in cls.ignored_flags():
-            if (among is None or name in among) and getattr(config, name) != defaults[name]:
-                raise UsageError(f"argument {option_name(name)}: means nothing to {cls.name}, "
-                                 f"which {IGNORED_BECAUSE[name]}")
+    def unread(cls, config: "RunConfig", launch: Optional["LaunchInfo"] = None
+               ) -> Dict[str, str]:
+        """The run flags this strategy does not read, each with why (said after "argument
+        --flag: "): those of every strategy section it does not declare. An override adds
+        those its own settings make moot (given the launch where it is known); the
+        registry adds the other plugins' options (commbench.registry.refuse_unread)."""
+        return {name: f"means nothing to {cls.name}, which {section.ignored_because}"
+                for section in STRATEGY_SECTIONS if section not in cls.reads()
+                for name in section.names()}
 
     @classmethod
     def options_of(cls, config: "RunConfig") -> Any:

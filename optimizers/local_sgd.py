@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Union
 
 from commbench.timing import spans, wire
 from commbench.errors import UsageError
+from commbench.launch.groups import MachineFlags
 from commbench.config.flags import flag, non_negative_int, periods
 from commbench.optimizers.base import Strategy, TrainStep
 from commbench.optimizers.gradient_allreduce import broadcast_state
@@ -140,7 +141,16 @@ class LocalSgd(PeriodicStrategy):
     summary = ("local SGD: every worker steps alone; the models averaged over all workers "
                "every H steps (--average-every)")
     Options = LocalSgdOptions
-    uses_machines = True  # --average-every h1,h2: averaging inside each machine
+    sections = (MachineFlags,)  # --average-every h1,h2: averaging inside each machine
+
+    @classmethod
+    def unread(cls, config, launch=None):
+        moot = super().unread(config, launch)
+        if not isinstance(cls.options_of(config).average_every, list):
+            moot["machine_size"] = (f"means nothing to {cls.name} with one period H, which "
+                                    "averages over all ranks; only --average-every h1,h2 "
+                                    "averages inside machines: leave it out")
+        return moot
 
     @classmethod
     def first_meeting(cls, options) -> int:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from commbench.launch.groups import MachineFlags
 from commbench.timing import spans
+from commbench.topology.schedules import TopologyFlags
 from commbench.errors import UsageError
 from commbench.optimizers.base import Strategy, TrainStep
 from commbench.job.training_step import TrainingStep
@@ -60,8 +62,7 @@ class MixingStrategy(Strategy):
     """
 
     decentralized = True
-    uses_topology = True
-    uses_machines = True
+    sections = (TopologyFlags, MachineFlags)
     mixer: Optional[Mixer] = None
 
     @classmethod

@@ -97,6 +97,7 @@ def test_listed_with_a_reason_when_bluefog_is_missing(monkeypatch):
 def test_refused_before_any_communication(config, launch, message):
     for name in ENGINES:
         with pytest.raises(UsageError, match=message):
+            registry.refuse_unread([name], config, launch=launch)
             registry.resolve(name).check(config, launch)
 
 

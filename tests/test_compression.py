@@ -15,6 +15,7 @@ from commbench.cli import build_parser
 from commbench.config.run_config import RunConfig, config_from_args
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo
+from commbench.launch.groups import MachineFlags
 from commbench.timing.spans import Span
 from commbench.timing.step_split import PARTS, split_step
 from commbench.sweep.plan import plan
@@ -71,6 +72,7 @@ def test_fp16_allreduce_is_compression_fp16_and_cannot_contradict_it():
 def test_a_strategy_refuses_what_it_cannot_send(strategy, given, message):
     config = _config("--dist-optimizer", strategy, "--compression", given)
     with pytest.raises(UsageError, match="^" + message.replace("(", r"\(")):
+        registry.refuse_unread([strategy], config, launch=TWO_RANKS)
         registry.resolve(strategy).check(config, TWO_RANKS)
 
 
@@ -88,7 +90,7 @@ def test_each_strategy_takes_what_it_lists(strategy, kinds):
             with pytest.raises(UsageError, match="needs torch >= 2.0 here"):
                 cls.check(_config("--compression", kind), TWO_RANKS)
             continue
-        machines = ["--machine-size", "1"] if cls.uses_machines else []
+        machines = ["--machine-size", "1"] if MachineFlags in cls.reads() else []
         cls.check(_config("--dist-optimizer", strategy, "--compression", kind, *machines),
                   TWO_RANKS)
 

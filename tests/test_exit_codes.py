@@ -263,8 +263,7 @@ def test_a_topology_flag_is_refused_by_a_strategy_without_one(strategy, given, f
     from commbench import registry
 
     with pytest.raises(UsageError, match=f"^argument {flag}: means nothing to {strategy}, "):
-        registry.resolve(strategy).check(_config("--dist-optimizer", strategy, *given),
-                                         TWO_RANKS)
+        registry.refuse_unread([strategy], _config("--dist-optimizer", strategy, *given))
 
 
 def test_the_run_refuses_it_before_any_communication():
@@ -298,8 +297,9 @@ def test_a_config_several_plugins_share_keeps_its_topology_flags(monkeypatch):
     from commbench import registry
 
     config = config_from_args(Namespace(topology="ring", disable_dynamic_topology=True))
-    assert config.shared_by_plugins
-    registry.resolve("allreduce").check(config, TWO_RANKS)
+    registry.refuse_unread(["allreduce", "neighbor_allreduce"], config, "op")
+    with pytest.raises(UsageError, match="--disable-dynamic-topology: means nothing to any op"):
+        registry.refuse_unread(["allreduce"], config, "op")
 
 
 def test_a_topology_flag_for_a_strategy_without_one_is_one_line_exit_2(tmp_path):
@@ -379,3 +379,33 @@ def test_simulate_takes_a_stated_link_of_a_class_its_files_did_not_measure():
     inside = Namespace(nccl_tests=INSIDE_A_MACHINE, link="25gbit", latency="5us",
                        intra_link=None, intra_latency=None)
     refuse_what_nccl_tests_replaces(inside)
+
+
+def test_every_run_flag_is_owned_by_one_section():
+    """RunConfig is its components' sections and nothing else: each flag declared once,
+    by one section, so that which component reads it is known."""
+    from commbench.config.flags import flag_fields
+    from commbench.config.run_config import SECTIONS
+
+    owned = [name for section in SECTIONS for name in section.names()]
+    assert sorted(owned) == sorted(f.name for f in flag_fields(RunConfig))
+    assert len(owned) == len(set(owned))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--timeline-steps", "5"], "argument --timeline-steps: sets how many steps a --timeline"),
+    (["--dist-optimizer", "local_sgd", "--machine-size", "1"],
+     "argument --machine-size: means nothing to local_sgd with one period H"),
+])
+def test_a_flag_its_run_makes_moot_is_refused(argv, message):
+    from commbench.job.run_checks import validate
+
+    with pytest.raises(UsageError, match="^" + message):
+        validate(_config(*argv), TWO_RANKS)
+
+
+def test_local_sgd_reads_the_machine_size_with_two_periods():
+    from commbench.job.run_checks import validate
+
+    validate(_config("--dist-optimizer", "local_sgd", "--average-every", "2,4",
+                     "--machine-size", "1"), TWO_RANKS)

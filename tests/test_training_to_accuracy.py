@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import commbench, refused
-from commbench.config.run_config import MAX_EPOCHS, RunConfig
+from commbench.config.run_config import RunConfig
+from commbench.job.accuracy_loop import MAX_EPOCHS
 from commbench.job.accuracy_loop import Point, StopRule, outcome
 from launchers import PYTHON, mpiexec, only_result, run
 from test_spans import check_trace

@@ -16,7 +16,7 @@ from commbench.analysis.accuracy import AccuracyKey, AccuracyRun
 from commbench.analysis.reading import SPLIT_AND_WIRE_FIELDS, machine_of, series_of
 from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
-from commbench.config.run_config import MAX_EPOCHS
+from commbench.job.accuracy_loop import MAX_EPOCHS
 from commbench.result.store import Result
 
 KIND = "accuracy"

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 from commbench.errors import UsageError
-from commbench.config.flags import accepting
+from commbench.config.flags import accepting, flag
+from commbench.config.sections import Section
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -101,6 +102,20 @@ def parse(text: str) -> Compression:
 def spec(text: str) -> str:
     """The flag's check: the text written the one way results record it."""
     return str(parse(text))
+
+
+@dataclass(frozen=True)
+class CompressionFlags(Section):
+    title = "compression (strategies that compress their messages)"
+    ignored_because = ("compresses nothing; leave it out (`commbench list` says which "
+                       "strategies compress what)")
+
+    compression: str = flag(
+        "none", "what the strategy's messages travel as: none, fp16, bf16, or (allreduce) "
+        "powersgd:RANK[,start=N][,min_rate=X], torch's PowerSGD; `commbench list` says which "
+        "strategy takes which (commbench.config.compression)", spec, "KIND")
+    fp16_allreduce: bool = flag(False, "compress communicated tensors to float16 (Horovod's "
+                                "spelling of --compression fp16)")
 
 
 def of(config: "RunConfig") -> Compression:

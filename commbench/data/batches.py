@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Tuple, Union
 
+from commbench.config.flags import flag, one_of
+from commbench.config.sections import Section
 from commbench.data import local
 from commbench.data import partition as partitions
 from commbench.data.learnable import LearnableTask
@@ -21,6 +23,38 @@ FORMS = "synthetic, learnable[:classes=N,noise=X,samples=N], cifar10:PATH, image
 # Seeds drawn from --seed: the task (its prototypes), its training and validation samples
 # and the partition; shifted so that none equals another.
 TASK, TRAIN, VALIDATION, PARTITION = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class DataFlags(Section):
+    title = "the data"
+
+    data: str = flag("synthetic", "what to train on: synthetic (one fixed random batch, for "
+                     "speed), learnable[:classes=N,noise=X,samples=N] (a classification "
+                     "task generated from --seed), cifar10:PATH or imagefolder:PATH (read "
+                     "from disk, never downloaded)", metavar="SPEC")
+    augment: str = flag("auto", "a dataset's training augmentation: auto (CIFAR-10 and "
+                        "images of at most 64 px: a padded random crop and a flip; larger "
+                        "images: ImageNet's random-resized crop and a flip), crop-flip, "
+                        "resized-crop or none", one_of(local.AUGMENTS), "KIND")
+    partition: str = flag("iid", "how a dataset's training samples are split among the "
+                          "workers: iid, or dirichlet:ALPHA (label skew)", metavar="SPEC")
+
+    @classmethod
+    def unread(cls, config) -> Dict[str, str]:
+        moot = {}
+        if config.language_model is not None:
+            moot["data"] = (f"{config.model} trains on synthetic tokens only (random ids "
+                            "from --seed): leave --data out")
+        if config.data == "synthetic":
+            moot["partition"] = ("the synthetic batch is one fixed batch, not a dataset to "
+                                 "split among workers; give --data learnable, cifar10:PATH "
+                                 "or imagefolder:PATH, or leave --partition out")
+        if config.data.split(":")[0] in ("synthetic", "learnable"):
+            moot["augment"] = ("augments the images of a dataset read from disk (--data "
+                               "cifar10:PATH or imagefolder:PATH); generated data has none "
+                               "to augment: leave it out")
+        return moot
 
 
 def parse(spec: str, seed: int, augment: str = "auto"

@@ -20,13 +20,47 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
+from commbench.config.flags import flag, fraction, positive_float, positive_int
+from commbench.config.sections import Section
 from commbench.timing import spans
-from commbench.config.run_config import EVAL_EVERY, MAX_EPOCHS, RunConfig
 from commbench.errors import UsageError
 from commbench.job.speed_loop import LossWatch, timed_step
 from commbench.job.per_iteration import consensus_distance
+
+if TYPE_CHECKING:  # pragma: no cover
+    from commbench.config.run_config import RunConfig
+
+# How often the models are evaluated, and the bound on a run given neither --max-epochs
+# nor --time-budget.
+EVAL_EVERY = 20
+MAX_EPOCHS = 20.0
+
+
+@dataclass(frozen=True)
+class AccuracyFlags(Section):
+    title = "training to accuracy (instead of timing iterations)"
+
+    target_accuracy: Optional[float] = flag(
+        None, "train to accuracy instead of timing iterations: end the run when the "
+        "workers' averaged model reaches this validation accuracy (needs --data other than "
+        "synthetic)",
+        fraction, "X")
+    eval_every: Optional[int] = flag(
+        None, "training to accuracy: evaluate every N steps, the clock paused (default: "
+        f"{EVAL_EVERY})", positive_int, "STEPS")
+    time_budget: Optional[float] = flag(
+        None, "training to accuracy: stop after this much training time (checked at each "
+        "evaluation)", positive_float, "SECONDS")
+    max_epochs: Optional[float] = flag(
+        None, "training to accuracy: stop after this many passes over the training set "
+        f"(default: {MAX_EPOCHS} when no --time-budget is given)", positive_float, "N")
+
+    @property
+    def trains_to_accuracy(self) -> bool:
+        """Whether this run trains to accuracy rather than timing iterations."""
+        return any(getattr(self, name) is not None for name in AccuracyFlags.names())
 
 EVAL_BATCH = 500  # validation images per forward pass: outside the clock, any size works
 

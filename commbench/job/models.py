@@ -7,10 +7,60 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Dict, List, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
 
+from commbench.config.flags import flag, positive_int
+from commbench.config.sections import Section
 from commbench.errors import UsageError
 from commbench.job import language_models
+from commbench.job.language_models import LANGUAGE_MODELS, LanguageModelSpec
+
+
+@dataclass(frozen=True)
+class ModelFlags(Section):
+    title = "the model and its input"
+
+    model: str = flag("resnet50", "torchvision classification model", metavar="NAME")
+    batch_size: int = flag(32, "input batch size per worker", positive_int)
+    image_size: int = flag(224, "image height and width in pixels (a dataset's images are "
+                           "brought to it)", positive_int)
+    seq_len: Optional[int] = flag(
+        None, "a language model's sequence length in tokens (default: the model's, "
+        "`commbench list`: 128 for lm-tiny, 1024 for gpt2-small, 2048 for llama-1b)",
+        positive_int, "TOKENS")
+    num_classes: int = flag(1000, "number of classes of the synthetic labels", positive_int)
+
+    @property
+    def language_model(self) -> Optional[LanguageModelSpec]:
+        """The named size of a language model (commbench.job.language_models), else None."""
+        return LANGUAGE_MODELS.get(self.model)
+
+    @property
+    def unit(self) -> str:
+        """What throughput counts: a language model's tokens, an image model's images."""
+        return "tokens" if self.language_model else "images"
+
+    @property
+    def per_sample(self) -> int:
+        """How many of the unit one sample of a batch is: a sequence's tokens, or 1."""
+        spec = self.language_model
+        return (self.seq_len or spec.seq_len) if spec else 1
+
+    @classmethod
+    def unread(cls, config) -> Dict[str, str]:
+        if config.language_model is None:
+            moot = {"seq_len": f"sets a language model's sequence length; {config.model} is "
+                    "an image model (--image-size sets its input): leave --seq-len out"}
+            if config.data != "synthetic":
+                moot["num_classes"] = (
+                    f"sets the classes of the synthetic batch; --data {config.data} has "
+                    "classes of its own (the result records them): leave it out")
+            return moot
+        return dict.fromkeys(("image_size", "num_classes"), (
+            f"{config.model} is a language model: it reads tokens (--seq-len), not images, "
+            "and its vocabulary is its own: leave it out"))
+
 
 # What torch says when a layer's input is smaller than its kernel or pooling window.
 TOO_SMALL = re.compile(r"(input|output|kernel) size", re.IGNORECASE)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.timing import spans
-from commbench.config.run_config import RunConfig
 from commbench.job.speed_loop import Timings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from commbench.config.run_config import RunConfig
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,41 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
+from commbench.config.flags import flag, non_negative_float, one_of
+from commbench.config.sections import Section
+from commbench.job.precision import AMP_MODES
+
 SPEED_LR = 0.01
 BASE_LR = 0.1  # per REFERENCE_BATCH images of the total batch
 REFERENCE_BATCH = 256
 WEIGHT_DECAY = 5e-4
+
+
+@dataclass(frozen=True)
+class RecipeFlags(Section):
+    title = "the training recipe"
+
+    lr: Optional[float] = flag(
+        None, "SGD learning rate (default: 0.01 for a speed run, as Horovod's and Bluefog's "
+        "benchmarks; training to accuracy: the peak, 0.1 x total batch / 256; see "
+        "commbench.job.recipe)", non_negative_float)
+    momentum: float = flag(0.9, "SGD momentum", non_negative_float)
+    weight_decay: Optional[float] = flag(
+        None, "SGD weight decay (default: 0 for a speed run; 5e-4 training to accuracy)",
+        non_negative_float, "W")
+    warmup_epochs: float = flag(
+        1.0, "training to accuracy: epochs of linear learning-rate warm-up before the cosine "
+        "decay", non_negative_float, "N")
+    amp: str = flag("off", "mixed precision: the forward pass under autocast in bf16 (CPU or "
+                    "GPU) or fp16 (GPU, with loss scaling)", one_of(AMP_MODES),
+                    "{off,fp16,bf16}")
+
+    @classmethod
+    def unread(cls, config) -> Dict[str, str]:
+        if config.trains_to_accuracy:
+            return {}
+        return {"warmup_epochs": "a speed run keeps its learning rate constant; only training "
+                "to accuracy (--target-accuracy, --time-budget, --max-epochs) warms it up"}
 
 
 @dataclass(frozen=True)

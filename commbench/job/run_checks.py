@@ -28,8 +28,8 @@ def validate(config: RunConfig, launch: LaunchInfo):
     if why_not:
         raise UsageError(f"argument --dist-optimizer: {strategy_cls.name} cannot run here: "
                          f"{why_not}")
+    registry.refuse_unread([config.dist_optimizer], config, launch=launch)
     strategy_cls.check(config, launch)
-    registry.refuse_others_options(strategy_cls, config)
     straggler.check(config.slow_ranks, launch.world_size)
     batches.parse(config.data, config.seed, config.augment)
     partition.parse(config.partition)

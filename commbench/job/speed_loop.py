@@ -7,12 +7,39 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
+from commbench.config.flags import flag, non_negative_float, non_negative_int, positive_int
+from commbench.config.sections import Section
 from commbench.timing.spans import PHASES, Recorder
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.job.training_step import TrainingStep
+
+
+@dataclass(frozen=True)
+class SpeedRunFlags(Section):
+    title = "a speed run (timed iterations)"
+
+    num_warmup_batches: int = flag(10, "untimed batches before the benchmark", non_negative_int)
+    num_batches_per_iter: int = flag(10, "batches per timed iteration", positive_int)
+    num_iters: int = flag(10, "timed iterations", positive_int)
+    reference_iters: int = flag(
+        3, "iterations of the compute-only reference measured in the same job, half before "
+        "the run and half after it (for in-job scaling efficiency; 0 = skip)",
+        non_negative_int)
+    reference_seconds: float = flag(
+        1.0, "the least wall-clock time of each half of the compute-only reference",
+        non_negative_float, "SECONDS")
+
+    @classmethod
+    def unread(cls, config) -> Dict[str, str]:
+        if not config.trains_to_accuracy:
+            return {}
+        return {name: "sets up a speed run's timed iterations; training to accuracy counts "
+                "steps and epochs (--eval-every, --max-epochs, --time-budget) and measures "
+                "no compute-only reference: leave it out"
+                for name in cls.names() if (name, getattr(config, name)) != ("reference_iters", 0)}
 
 
 @dataclass

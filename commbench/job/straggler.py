@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from commbench.errors import UsageError
-from commbench.config.flags import accepting
+from commbench.config.flags import accepting, flag
+from commbench.config.sections import Section
 from commbench.timing.spans import PHASES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,6 +94,17 @@ def spec(text: str) -> str:
     if slow.on and slow.factor == 1.0:
         raise ValueError
     return str(slow)
+
+
+@dataclass(frozen=True)
+class StragglerFlags(Section):
+    title = "stragglers on purpose"
+
+    slow_ranks: str = flag(
+        "none", "stragglers on purpose: these ranks compute FACTOR times slower (before each "
+        "compute phase they idle FACTOR - 1 times its measured time), each step or, with @P, "
+        "with probability P; recorded, and its own part of the step split "
+        "(commbench.job.straggler)", spec, "RANKS:FACTOR[@P]")
 
 
 def check(text: str, world_size: Optional[int], who: str = "this job") -> None:

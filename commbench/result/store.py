@@ -69,6 +69,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple, Union
 
+from commbench.config.flags import flag
+from commbench.config.sections import Section
 from commbench.errors import NotRecorded, UsageError
 
 FORMAT = "commbench-result"
@@ -82,6 +84,14 @@ MIN_FREE_BYTES = 16 * 2**20  # raw samples of a large job take a few MiB
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 # Sections that hold only what the user typed or the machine reported: never decoded.
 VERBATIM = ("config", "environment")
+
+
+@dataclass(frozen=True)
+class OutputFlags(Section):
+    title = "results"
+
+    results_dir: str = flag("results", "directory for result files", metavar="DIR")
+    tag: str = flag("", "free-form label stored with the result (e.g. an A/B arm)")
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,16 @@ from commbench import registry
 from commbench.config.run_config import RunConfig
 from commbench.errors import UsageError
 from commbench.config.flags import option_name
-from commbench.optimizers.base import COMPRESSION_FLAGS
+from commbench.config.compression import CompressionFlags
+from commbench.config.sections import refuse_unread
 from commbench.optimizers.local_sgd import AVERAGE_EVERY
 from commbench.simulate.calibrate import strategy_of
+from commbench.topology.schedules import TopologyFlags
 
 DEFAULT_STRATEGIES = ("allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce")
 # The flags that set up the strategies named with --dist-optimizer only.
 NAMED_ONLY = ("average_every", "compression", "hierarchical_allreduce", "horovod_version")
-TOPOLOGY_FLAGS = ("topology", "disable_dynamic_topology", "atc_style")
+TOPOLOGY_FLAGS = TopologyFlags.names()
 WHOSE = "strategy of this projection"
 SEND_NOTHING = ("none",)  # the compute-only reference: no message to make narrower
 
@@ -39,7 +41,7 @@ def refuse_what_changes_nothing(args, runs: Sequence[dict]) -> None:
     config = RunConfig(
         topology=args.topology, disable_dynamic_topology=args.disable_dynamic_topology,
         atc_style=args.atc_style, compression=args.compression or "none",
-        fp16_allreduce=args.fp16_allreduce, shared_by_plugins=len(names) > 1,
+        fp16_allreduce=args.fp16_allreduce,
         options={"average_every": args.average_every,
                  "hierarchical_allreduce": args.hierarchical_allreduce})
     registry.refuse_unread(names, config, WHOSE)
@@ -50,8 +52,8 @@ def refuse_what_changes_nothing(args, runs: Sequence[dict]) -> None:
         cls.check_flags(config)
         # A projection sends every strategy's messages as --compression says (and labels
         # each so); --fp16-allreduce halves the bytes of those that send any.
-        cls.refuse_flags_it_ignores(config, ("compression",) if cls.name in SEND_NOTHING
-                                    else COMPRESSION_FLAGS)
+        among = ("compression",) if cls.name in SEND_NOTHING else CompressionFlags.names()
+        refuse_unread(config, {k: v for k, v in cls.unread(config).items() if k in among})
 
 
 def _refuse_settings_of_strategies_not_named(args, from_runs: bool) -> None:

@@ -67,7 +67,7 @@ def flags_for(strategy: str, flags: List[str]) -> List[str]:
         cls = registry.resolve(strategy)
     except UsageError:
         return list(flags)
-    ignored, others = cls.ignored_flags(), registry.others_options(cls)
+    ignored, others = list(cls.unread(run_config_of(flags))), registry.others_options(cls)
     switches = {option_name(f.name) for f in flag_fields(RunConfig, ignored)
                 if f.type in ("bool", bool)}
     switches |= {option_name(n) for n, (default, _) in others.items() if default is False}

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from commbench.config.flags import flag, positive_int
+from commbench.config.sections import Section
 from commbench.errors import UsageError
 from commbench.result.store import write_new_file
 
@@ -20,6 +23,28 @@ if TYPE_CHECKING:
 LANES = {"comm": ("communication", 1), "kernel": ("GPU compute", 100),
          "nccl": ("GPU communication", 200), "codec-callback": ("codec in callbacks", 300),
          "handed": ("handed to the engine", 400)}
+# Steps a timeline keeps by default: a few hundred events per rank and step at most, so
+# a file of 16 ranks stays within tens of megabytes.
+TIMELINE_STEPS = 200
+
+
+@dataclass(frozen=True)
+class TimelineFlags(Section):
+    title = "the timeline"
+
+    timeline: Optional[str] = flag(
+        None, "write every rank's spans (compute phases, communication pieces, waits) to "
+        "FILE in Chrome's trace-event format (Perfetto, chrome://tracing)", metavar="FILE")
+    timeline_steps: int = flag(
+        TIMELINE_STEPS, "the most measured steps a --timeline file holds (the last ones)",
+        positive_int, "N")
+
+    @classmethod
+    def unread(cls, config) -> Dict[str, str]:
+        if config.timeline is not None:
+            return {}
+        return {"timeline_steps": "sets how many steps a --timeline file holds; no "
+                "--timeline is written: give one, or leave it out"}
 
 
 def trace_events(events: Sequence[Sequence["Span"]], offsets: Sequence[float],

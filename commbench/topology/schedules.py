@@ -6,12 +6,29 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
+from commbench.config.flags import flag
+from commbench.config.sections import Section
 from commbench.topology.graphs import (DEFAULT_TOPOLOGY, FAMILIES, Topology, TopologyError,
                                        build_topology, parse_name, positive)
+
+
+@dataclass(frozen=True)
+class TopologyFlags(Section):
+    title = "topology (strategies that average along a graph)"
+    ignored_because = ("averages along no topology; leave it out (`commbench list` names "
+                       "the strategies that have one)")
+
+    topology: str = flag(DEFAULT_TOPOLOGY, "topology of decentralized strategies "
+                         "(see `commbench list`)", metavar="NAME")
+    disable_dynamic_topology: bool = flag(False, "use the static topology every step "
+                                          "instead of the dynamic one-peer schedule")
+    atc_style: bool = flag(False, "adapt-then-combine (x' = W(x - lr g)) instead of "
+                           "adapt-with-combine (x' = Wx - lr g)")
 
 
 class Schedule:
