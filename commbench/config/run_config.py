@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from commbench.config import compression
-from commbench.job import straggler
+from commbench.job import fail_schedule, straggler
 from commbench.job.language_models import LANGUAGE_MODELS, LanguageModelSpec
 from commbench.errors import UsageError
 from commbench.config.flags import (add_flags, flag, flag_fields, fraction, integer,
@@ -139,6 +139,12 @@ class RunConfig:
     timeline_steps: int = flag(
         TIMELINE_STEPS, "the most measured steps a --timeline file holds (the last ones)",
         positive_int, "N")
+    # --- failures on purpose ---
+    fail: str = flag(
+        "none", "failures on purpose: ranks that kill (SIGKILL) or stop (SIGSTOP) themselves "
+        "mid-run, RANK@WHEN[:KIND] events (e.g. 1@step200, 2@45s:stop) or a seeded random "
+        "schedule mtbf=60s,seed=1 (commbench.job.fail_schedule); without a recovery policy "
+        "a failure ends the job", fail_schedule.spec, "SPEC")
     # Plugins' own flags (their Options fields) by name; not a flag itself.
     options: Mapping[str, Any] = field(default_factory=dict)
     # True when several plugins read this one config (microbench's ops): a topology flag
