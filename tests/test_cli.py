@@ -18,7 +18,7 @@ RUN_FLAGS = [
     "--amp", "--atc-style", "--augment", "--average-every", "--batch-size", "--compression",
     "--cpu-transport",
     "--data",
-    "--disable-dynamic-topology", "--dist-optimizer", "--eval-every",
+    "--disable-dynamic-topology", "--dist-optimizer", "--eval-every", "--fail",
     "--fp16-allreduce", "--hierarchical-allreduce", "--image-size", "--independent-init",
     "--local-warmup-steps", "--lr", "--machine-size", "--max-epochs", "--model", "--momentum",
     "--no-broadcast-buffers", "--no-cuda", "--num-batches-per-iter", "--num-classes",
@@ -65,7 +65,7 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
                    "partition", "target_accuracy", "eval_every", "time_budget", "max_epochs",
                    "weight_decay", "warmup_epochs", "no_broadcast_buffers", "average_every",
                    "local_warmup_steps", "outer_lr", "outer_momentum", "outer_dtype",
-                   "augment", "compression", "slow_ranks", "seq_len"}
+                   "augment", "compression", "slow_ranks", "seq_len", "fail"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

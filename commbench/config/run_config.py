@@ -23,6 +23,7 @@ from commbench.config.sections import Section, refuse_unread
 from commbench.data.batches import DataFlags
 from commbench.errors import UsageError
 from commbench.job.accuracy_loop import AccuracyFlags
+from commbench.job.fail_schedule import FailureFlags
 from commbench.job.models import ModelFlags
 from commbench.job.recipe import RecipeFlags
 from commbench.job.speed_loop import SpeedRunFlags
@@ -56,7 +57,8 @@ class JobFlags(Section):
 # The strategy sections are read only by the strategies that declare them
 # (optimizers/base.py); the others by every run, as far as their own `unread` says.
 SECTIONS = (JobFlags, *STRATEGY_SECTIONS, ModelFlags, DataFlags, SpeedRunFlags, AccuracyFlags,
-            RecipeFlags, StragglerFlags, OutputFlags, TimelineFlags)  # in --help's order
+            RecipeFlags, StragglerFlags, FailureFlags, OutputFlags,
+            TimelineFlags)  # in --help's order
 JOB_SECTIONS = tuple(s for s in SECTIONS if s not in STRATEGY_SECTIONS)
 
 

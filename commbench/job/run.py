@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Optional
 
-from commbench.job import (accuracy_loop, console, language_models, per_iteration, precision,
-                           straggler)
+from commbench.job import (accuracy_loop, console, fail_inject, language_models, per_iteration,
+                           precision, straggler)
 from commbench.result import environment, record
 from commbench.timing import gpu_kernels, spans
 from commbench.config.run_config import RunConfig, add_run_arguments, config_from_args
@@ -69,6 +69,10 @@ def run(config: RunConfig) -> Dict[str, Any]:
         if warning:
             say(f"Warning: {warning}")
     slow = _slow_down(config, ctx, model, images, labels, sync, say)
+    fails = fail_inject.injector(config.fail, ctx.world_size, ctx.rank, config.timeout)
+    if config.fail != "none":
+        say(f"Failures on purpose (--fail): {fail_inject.describe(config.fail, ctx.world_size)}"
+            "; with no recovery policy the first one ends the job")
     if "class_mix" in data.facts:
         augment = f", {data.facts['augment']} augmentation" if "augment" in data.facts else ""
         say(f"Data: {data.facts['data']}{augment}, {data.facts['steps_per_epoch']} steps per "
@@ -76,9 +80,10 @@ def run(config: RunConfig) -> Dict[str, Any]:
             f"{partition.describe(data.facts['class_mix'])}")
 
     if config.trains_to_accuracy:
-        return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine, slow)
+        return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine, slow,
+                                  fails)
     return _measure_speed(config, ctx, strategy, model, data, (images, labels), sync, say,
-                          machine, slow, model_facts)
+                          machine, slow, model_facts, fails)
 
 
 def _slow_down(config: RunConfig, ctx, model, images, labels, sync,
@@ -101,11 +106,12 @@ def _slow_down(config: RunConfig, ctx, model, images, labels, sync,
 
 def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batches, batch,
                    sync, say, machine: Optional[Dict[str, Any]],
-                   slow: Optional[straggler.Straggler],
-                   model_facts: Dict[str, Any]) -> Dict[str, Any]:
+                   slow: Optional[straggler.Straggler], model_facts: Dict[str, Any],
+                   fails: fail_inject.Injector) -> Dict[str, Any]:
     """The speed benchmark: the compute-only reference's first half, warm-up, the timed
     iterations, the reference's second half, then the result. Only the measured steps
-    are recorded; a slowed rank's steps idle from warm-up on."""
+    are recorded; a slowed rank's steps idle from warm-up on, and --fail counts steps
+    from warm-up on."""
     speed = Recipe.for_speed(config)
     reference = None
     if config.reference_iters and type(strategy).name != "none":
@@ -128,10 +134,11 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
 
     say("Running warmup...")
     watch = LossWatch()
-    warm_up(lambda: step(*data.next()), sync, config.num_warmup_batches, watch)
+    next_step = fails.around(lambda: step(*data.next()))
+    warm_up(next_step, sync, config.num_warmup_batches, watch)
     say("Running benchmark...")
     with gpu_kernels.kernels_of_steps(ctx.device, config.timeline is not None, recorder):
-        timings = measure(lambda: step(*data.next()), sync, config.num_iters,
+        timings = measure(next_step, sync, config.num_iters,
                           config.num_batches_per_iter, after_iteration=after_iteration,
                           recorder=recorder, watch=watch)
     if reference is not None:
@@ -153,6 +160,7 @@ def _tell(say, config: RunConfig, ctx, unwritten: Optional[record.Unwritten], st
     not shown; once every rank knows it was written, where the timeline went and the
     result's path. The result's document on rank 0, {} elsewhere."""
     if unwritten is not None:
+        _record_failures(say, config, ctx, unwritten.doc)
         print_summary(unwritten.doc["summary"])
         if unwritten.doc["strategy"].get("meetings") == 0:  # a periodic strategy's facts
             say(f"Warning: the models never met in {steps} steps; the workers trained alone")
@@ -162,6 +170,16 @@ def _tell(say, config: RunConfig, ctx, unwritten: Optional[record.Unwritten], st
     timeline_lines(say, config, steps, recorded)
     say(f"Result: {recorded.path}")
     return recorded.doc
+
+
+def _record_failures(say, config: RunConfig, ctx, doc: Dict[str, Any]) -> None:
+    """The --fail schedule in the result; a run written with one had none of them fire
+    (with no recovery policy a failure ends the job), which rank 0 says."""
+    recorded = fail_inject.facts(config.fail, ctx.world_size)
+    if recorded is not None:
+        doc["failures"] = recorded
+        say(f"Warning: --fail {config.fail}: the run ended before any of its failures was "
+            "due; nothing failed")
 
 
 def timeline_lines(say, config: RunConfig, steps: int, recorded: record.Recorded) -> None:
@@ -182,7 +200,8 @@ def timeline_lines(say, config: RunConfig, steps: int, recorded: record.Recorded
 
 def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Batches, sync,
                        say, machine: Optional[Dict[str, Any]],
-                       slow: Optional[straggler.Straggler]) -> Dict[str, Any]:
+                       slow: Optional[straggler.Straggler],
+                       fails: fail_inject.Injector) -> Dict[str, Any]:
     per_epoch = data.facts["steps_per_epoch"]
     rule = accuracy_loop.StopRule.of(config, per_epoch)
     accuracy_loop.check_length(type(strategy), config, rule, per_epoch)
@@ -192,6 +211,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     with slowed_by(slow):  # the strategy's step owns this rank's straggler
         step = strategy.wrap(trained, optimizer)
 
+    @fails.around
     def train_step(index: int, training_seconds: float):
         recipe.apply(optimizer, index, training_seconds)
         return step(*data.next())

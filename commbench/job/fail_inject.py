@@ -1,0 +1,98 @@
+"""Firing the failures of --fail (commbench.job.fail_schedule) on the rank they name: the
+job hands each training step to `Injector.around`, and before the step that an event
+names (or the first one after its time) the rank says so in one line and kills or stops
+itself with a real signal, so that its peers and the launcher meet a real failure.
+
+With no recovery policy (none exists yet), a killed rank ends the job within seconds,
+through the launcher, as any lost rank does (commbench.job.failure); a stopped one is
+ended by its peers' --timeout. The line says the failure was injected, so that nobody
+hunts for a bug, and when, on the wall clock, so that the time to its detection can be
+read off the launcher's end."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+
+from commbench.job.fail_schedule import FailEvent, schedule
+
+T = TypeVar("T")
+SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+
+
+class Injector:
+    """This rank's events of the schedule; `around(step)` is the step that fires them."""
+
+    def __init__(self, events: Sequence[FailEvent], rank: int, spec: str, timeout: float,
+                 clock: Callable[[], float] = time.monotonic,
+                 die: Callable[[int], None] = lambda sig: os.kill(os.getpid(), sig)) -> None:
+        self.mine = [e for e in events if e.rank == rank]
+        self.rank, self.spec, self.timeout = rank, spec, timeout
+        self.clock, self.die = clock, die
+        self.steps = 0
+        self.began: Optional[float] = None
+
+    def around(self, step: Callable[..., T]) -> Callable[..., T]:
+        """step, with this rank's failures fired before the step they are due at."""
+        if not self.mine:
+            return step
+
+        def stepped(*args, **kwargs) -> T:
+            self.before_step()
+            return step(*args, **kwargs)
+
+        return stepped
+
+    def before_step(self) -> None:
+        self.steps += 1
+        now = self.clock()
+        if self.began is None:
+            self.began = now
+        for event in self.mine:
+            if event.step == self.steps or (event.seconds is not None
+                                            and now - self.began >= event.seconds):
+                self.mine.remove(event)
+                self.fire(event, now - self.began)
+                return
+
+    def fire(self, event: FailEvent, elapsed: float) -> None:
+        print(f"commbench: error: rank {self.rank}: {self.line(event, elapsed)}",
+              file=sys.stderr, flush=True)
+        self.die(SIGNALS[event.kind])
+
+    def line(self, event: FailEvent, elapsed: float) -> str:
+        """What the rank says as it fails: that --fail did it, at which step and when."""
+        at = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+        what = ("kills itself (SIGKILL); the job ends now" if event.kind == "kill" else
+                "stops itself (SIGSTOP) and answers no one; the others end the job after "
+                f"--timeout ({self.timeout:g} s)")
+        return (f"failure injected by --fail ({event}), not a bug: it {what}; at step "
+                f"{self.steps}, {elapsed:.2f} s into training, {at} UTC")
+
+
+def injector(spec: str, world_size: int, rank: int, timeout: float) -> Injector:
+    """The injector of this rank in a job of world_size ranks."""
+    return Injector(schedule(spec, world_size), rank, spec, timeout)
+
+
+def describe(spec: str, world_size: int) -> str:
+    """How the console names the schedule: `rank 1 killed at step 4, rank 2 stopped
+    after 45 s`."""
+    done = {"kill": "killed", "stop": "stopped"}
+    return ", ".join(f"rank {e.rank} {done[e.kind]} "
+                     + (f"at step {e.step}" if e.step is not None else f"after {e.seconds:g} s")
+                     for e in schedule(spec, world_size))
+
+
+def facts(spec: str, world_size: int) -> Optional[Dict[str, Any]]:
+    """What a result records of the schedule (None without one): the spec and its events.
+    A result written without a recovery policy had none of them fire: a failure that
+    fires ends the job."""
+    if spec == "none":
+        return None
+    events: List[Dict[str, Any]] = [e.to_dict() for e in schedule(spec, world_size)]
+    return {"spec": spec, "events": events}
