@@ -221,3 +221,9 @@ def test_mpiexec_speed_run_of_lm_tiny_records_tokens_per_sec(tmp_path, strategy)
     assert done.stdout.count(" tokens/sec per worker, loss ") == 3
     assert "Total tokens/sec on 2 worker(s)" in done.stdout
     assert "MFU: not known" in done.stdout and "img/sec" not in done.stdout
+    # The language models' recipe, printed and recorded; fp32 on the CPU (--amp auto).
+    recipe = doc["recipe"]
+    assert (recipe["optimizer_name"], recipe["betas"], recipe["max_grad_norm"]) == (
+        "AdamW", [0.9, 0.95], 1.0)
+    assert (recipe["schedule"], doc["config"]["amp"]) == ("constant", "off")
+    assert done.stdout.count("Recipe: AdamW, betas (0.9, 0.95)") == 1

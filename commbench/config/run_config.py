@@ -23,7 +23,7 @@ from commbench.config.flags import (add_flags, flag, flag_fields, fraction, inte
                              non_negative_float, non_negative_int, one_of, option_name,
                              positive_float, positive_int)
 from commbench.data.local import AUGMENTS
-from commbench.job.precision import AMP_MODES
+from commbench.job.precision import AMP_MODES, AUTO
 
 CPU_TRANSPORTS = ("auto", "gloo", "mpi")
 # Steps a timeline keeps by default: a few hundred events per rank and step at most, so
@@ -103,9 +103,10 @@ class RunConfig:
         "strategy takes which (commbench.config.compression)", compression.spec, "KIND")
     fp16_allreduce: bool = flag(False, "compress communicated tensors to float16 (Horovod's "
                                 "spelling of --compression fp16)")
-    amp: str = flag("off", "mixed precision: the forward pass under autocast in bf16 (CPU or "
-                    "GPU) or fp16 (GPU, with loss scaling)", one_of(AMP_MODES),
-                    "{off,fp16,bf16}")
+    amp: str = flag(AUTO, "mixed precision: the forward pass under autocast in bf16 (CPU or "
+                    "GPU) or fp16 (GPU, with loss scaling); auto: bf16 for a language model "
+                    "on a GPU that has it, else off (the result records which)",
+                    one_of((AUTO, *AMP_MODES)), "{auto,off,fp16,bf16}")
     cpu_transport: str = flag(
         "auto", "how allreduce and neighbor exchanges move CPU tensors: mpi (mpi4py, "
         "under an MPI launcher), gloo, or auto (mpi on one machine under an MPI launcher, "
@@ -120,10 +121,13 @@ class RunConfig:
     lr: Optional[float] = flag(
         None, "SGD learning rate (default: 0.01 for a speed run, as Horovod's and Bluefog's "
         "benchmarks; training to accuracy: the peak, 0.1 x total batch / 256; see "
-        "commbench.job.recipe)", non_negative_float)
-    momentum: float = flag(0.9, "SGD momentum", non_negative_float)
+        "commbench.job.recipe); a language model's AdamW peak (default 6e-4)",
+        non_negative_float)
+    momentum: float = flag(0.9, "SGD momentum (not a language model's: AdamW's betas are "
+                           "(0.9, 0.95))", non_negative_float)
     weight_decay: Optional[float] = flag(
-        None, "SGD weight decay (default: 0 for a speed run; 5e-4 training to accuracy)",
+        None, "SGD weight decay (default: 0 for a speed run; 5e-4 training to accuracy); a "
+        "language model's AdamW decoupled weight decay (default 0.1)",
         non_negative_float, "W")
     warmup_epochs: float = flag(
         1.0, "training to accuracy: epochs of linear learning-rate warm-up before the cosine "

@@ -8,13 +8,18 @@ Large Minibatch SGD"): momentum SGD with weight decay, a peak learning rate scal
 linearly with the total batch (0.1 per 256 images), reached by a linear warm-up and
 decayed by a cosine to zero over the run's budget (its steps, or its time budget where
 no step bound is given). --lr and --weight-decay override the peak and the decay.
+
+A language model takes its own recipe, AdamW's (commbench.job.language_recipe);
+`for_speed` and `for_accuracy` below pick the model's.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
+
+from commbench.job.language_recipe import LanguageRecipe
 
 SPEED_LR = 0.01
 BASE_LR = 0.1  # per REFERENCE_BATCH images of the total batch
@@ -76,6 +81,17 @@ class Recipe:
             progress = 0.0
         return self.peak_lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
+    def scheduler(self, optimizer) -> Callable[[int, float], None]:
+        """What sets the learning rate of step `step` before it is taken."""
+        return lambda step, training_seconds: self.apply(optimizer, step, training_seconds)
+
+    def describe(self) -> str:
+        """The recipe in one line, as the console prints it before training."""
+        return (f"Recipe: SGD, momentum {self.momentum:g}, weight decay "
+                f"{self.weight_decay:g}; learning rate {self.peak_lr:g} ({self.lr_rule}), "
+                f"{self.warmup_steps} warm-up steps, then a cosine decay to 0 over the "
+                "budget")
+
     def apply(self, optimizer, step: int, training_seconds: float) -> None:
         lr = self.lr_at(step, training_seconds)
         for group in optimizer.param_groups:
@@ -83,3 +99,18 @@ class Recipe:
 
     def facts(self) -> Dict[str, Any]:
         return asdict(self)
+
+
+AnyRecipe = Union[Recipe, LanguageRecipe]
+
+
+def for_speed(config) -> AnyRecipe:
+    """The recipe of a speed run of config's model."""
+    return (LanguageRecipe if config.language_model else Recipe).for_speed(config)
+
+
+def for_accuracy(config, total_batch: int, steps_per_epoch: int,
+                 max_steps: Optional[int]) -> AnyRecipe:
+    """The recipe of a run of config's model trained to a target."""
+    return (LanguageRecipe if config.language_model else Recipe).for_accuracy(
+        config, total_batch, steps_per_epoch, max_steps)

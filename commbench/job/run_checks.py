@@ -11,7 +11,7 @@ import json
 from typing import Any, List
 
 from commbench import registry
-from commbench.job import accuracy_loop, language_models, straggler
+from commbench.job import accuracy_loop, language_models, language_recipe, straggler
 from commbench.timing import trace_file
 from commbench.config.run_config import RunConfig
 from commbench.data import batches, partition
@@ -38,6 +38,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
         trace_file.check_new(config.timeline, "--timeline")
     if config.language_model is not None:
         language_models.check_installed(config.model)
+        language_recipe.check(config)
     elif config.model not in model_names():
         build_model(config.model, config.num_classes)  # raises the UsageError
     return strategy_cls
