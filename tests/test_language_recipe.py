@@ -3,18 +3,22 @@ torchtitan's defaults, clipping in the optimizer's step after a strategy's excha
 warm-up and a cosine from torch's schedulers, flags that act on it or are refused,
 and --amp's default for language models."""
 
+import json
 import types
+from pathlib import Path
 
 import pytest
 import torch
 
 from cli_helpers import commbench
+from launchers import mpiexec
 from commbench.config.run_config import RunConfig
 from commbench.job import precision, recipe
 from commbench.job.language_recipe import LanguageRecipe, clipped
 from commbench.job.training_step import TrainingStep
 
 LM = dict(model="lm-tiny")
+INNER_ADAMW = Path(__file__).parent / "programs" / "inner_adamw.py"
 
 
 def parameters(n=1):
@@ -132,3 +136,25 @@ def test_the_described_recipe_says_adamw_and_its_schedule():
     assert line == ("Recipe: AdamW, betas (0.9, 0.95), eps 1e-08, weight decay 0.1, "
                     "gradients clipped to norm 1; learning rate 0.0006 (nanoGPT's 0.0006 "
                     "for GPT-2), 10 warm-up steps, then cosine to a tenth of the peak")
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("strategy", ["local_sgd", "diloco"])
+def test_periodic_strategies_step_with_adamw_and_each_worker_keeps_its_state(strategy):
+    """Each worker's AdamW moments after a meeting are those it would have alone; the
+    parameters are shared; diloco's outer step stays the paper's Nesterov SGD."""
+    pytest.importorskip("transformers")
+    done = mpiexec(2, [str(INNER_ADAMW), strategy], timeout=200, env={"HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = json.loads(next(line for line in done.stdout.splitlines()
+                            if line.startswith("INNER "))[len("INNER "):])
+    for rank in ranks:
+        assert rank["adamw"] and rank["meetings"] == 1 and rank["steps"] == [2.0]
+        assert rank["state_is_the_twins"]  # the meeting left the moments alone
+        assert rank["parameter_sum"] != rank["twin_parameter_sum"]  # it moved the weights
+    assert ranks[0]["parameter_sum"] == ranks[1]["parameter_sum"]
+    assert ranks[0]["moment_sum"] != ranks[1]["moment_sum"]  # each worker's own
+    outer = [rank["outer"] for rank in ranks]
+    assert outer == [None, None] if strategy == "local_sgd" else outer == [
+        {"name": "SGD", "lr": 0.7, "momentum": 0.9, "nesterov": True}] * 2
