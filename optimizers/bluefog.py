@@ -28,6 +28,7 @@ docs/engines.md for how that was found.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 from typing import Any, Dict
 
@@ -57,6 +58,14 @@ class _Bluefog(Strategy):
         if launch.launcher not in MPI_WORLDS:
             raise UsageError(f"argument --dist-optimizer: {cls.name} runs only under an MPI "
                              f"launcher (bfrun, mpirun), not {launch.launcher}")
+        if config.language_model is not None and importlib.util.find_spec("transformers") is None:
+            # Bluefog builds only against torch 1.10; the transformers releases that define
+            # the language models are made for newer torch, so its environment has none.
+            raise UsageError(f"argument --model: {cls.name} cannot train {config.model}: "
+                             "Bluefog's environment (torch 1.10) has no transformers, which "
+                             "defines the language models; commbench's own "
+                             "neighbor_allreduce, hierarchical_neighbor_allreduce and "
+                             "gradient_allreduce train them")
         if config.timeline is not None and "BLUEFOG_TIMELINE" not in os.environ:
             # Bluefog's own timeline (per tensor: forward, enqueue, fusion, communicate)
             # beside commbench's, one file per rank; set before bf.init() reads it. One

@@ -1,11 +1,13 @@
-"""`diloco`: DiLoCo (Douillard et al., 2023). The run's optimizer is the inner one:
-every worker steps alone, and after every H-th step (--average-every) the workers
-average their pseudo-gradients, the shared parameters of the last meeting minus their
-own now, and an outer SGD with Nesterov momentum (--outer-lr 0.7, --outer-momentum 0.9:
-the paper's) steps the shared parameters with that average; every worker goes on from
-them. --outer-dtype bf16 sends the pseudo-gradients in bfloat16. BatchNorm's running
-statistics, which no optimizer steps, are averaged at each meeting as local_sgd
-averages them, so that with --outer-lr 1 and --outer-momentum 0 DiLoCo is local_sgd.
+"""`diloco`: DiLoCo (Douillard et al., 2023). The run's optimizer is the inner one (a
+language model's AdamW, as the paper's, commbench.job.language_recipe; its state stays
+each worker's own, as in the paper): every worker steps alone, and after every H-th
+step (--average-every) the workers average their pseudo-gradients, the shared
+parameters of the last meeting minus their own now, and an outer SGD with Nesterov
+momentum (--outer-lr 0.7, --outer-momentum 0.9: the paper's) steps the shared
+parameters with that average; every worker goes on from them. --outer-dtype bf16 sends
+the pseudo-gradients in bfloat16. BatchNorm's running statistics, which no optimizer
+steps, are averaged at each meeting as local_sgd averages them, so that with
+--outer-lr 1 and --outer-momentum 0 DiLoCo is local_sgd.
 
 Written on torch primitives rather than on torchft's DiLoCo: that one steps through
 torchft's Manager, whose quorum needs torchft's lighthouse server and process groups of

@@ -14,6 +14,10 @@ allreduce, copy back). Its PeriodicModelAverager is not used as it stands: it av
 only parameters that have a gradient, so BatchNorm's statistics would drift apart, and
 its warm-up averages nothing, leaving the warm-up's averaging to a DDP gradient hook;
 the schedule here is one line instead.
+
+The run's optimizer steps each worker between meetings (a language model's AdamW,
+commbench.job.language_recipe): its state stays each worker's own; only the models
+meet.
 """
 
 from __future__ import annotations

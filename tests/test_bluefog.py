@@ -101,6 +101,17 @@ def test_refused_before_any_communication(config, launch, message):
             registry.resolve(name).check(config, launch)
 
 
+def test_a_language_model_without_transformers_is_refused_plainly(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real(name, *a))
+    for name in ENGINES:
+        with pytest.raises(UsageError, match=rf"argument --model: {name} cannot train lm-tiny: "
+                           r"Bluefog's environment \(torch 1.10\) has no transformers"):
+            registry.resolve(name).check(RunConfig(model="lm-tiny"),
+                                         LaunchInfo("openmpi", 0, 2, 0, 2, 0))
+
+
 def test_win_put_has_no_atc_style():
     with pytest.raises(UsageError, match="--atc-style: means nothing to bluefog.win_put"):
         registry.resolve("bluefog.win_put").check(RunConfig(atc_style=True),
@@ -141,6 +152,20 @@ def test_bfrun_writes_a_normal_result(tmp_path, engine, extra):
     else:
         assert doc["strategy"]["dynamic"] == ("--disable-dynamic-topology" not in extra)
         assert 0 <= doc["summary"]["final_consensus_distance"] < 1
+
+
+@pytest.mark.mpi
+def test_bfrun_refuses_a_language_model_in_one_line(tmp_path):
+    """Bluefog's torch 1.10 environment has no transformers: refused on every rank alike,
+    before anything runs (docs/run.md, "Language models")."""
+    done = bfrun(2, ["-m", "commbench", "--dist-optimizer=bluefog.neighbor_allreduce",
+                     "--model", "lm-tiny", "--seq-len", "32", "--batch-size", "2",
+                     "--results-dir", str(tmp_path)], cwd=tmp_path)
+    errors = {line for line in done.stderr.splitlines() if line.startswith("commbench:")}
+    assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]
+    assert all(word in next(iter(errors)) for word in ("argument --model", "lm-tiny",
+                                                       "transformers"))
+    assert "Traceback" not in done.stderr and not list(tmp_path.glob("*.json"))
 
 
 @pytest.mark.mpi

@@ -95,7 +95,7 @@ def test_flags_reach_the_config():
     (["--timeout", "0"], "argument --timeout: must be a positive, finite number"),
     (["--timeout", "inf"], "argument --timeout: must be a positive, finite number"),
     (["--timeout", "nan"], "argument --timeout: must be a positive, finite number"),
-    (["--amp", "fp8"], "argument --amp: must be one of off, fp16, bf16"),
+    (["--amp", "fp8"], "argument --amp: must be one of auto, off, fp16, bf16"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     (["--dist-optimizer", "nope"], "argument --dist-optimizer: unknown strategy 'nope'"),
     (["--model", "resnet9000"], "argument --model: unknown model 'resnet9000'"),

@@ -198,17 +198,45 @@ def test_the_recorded_tokens_per_sec_are_sequences_times_seq_len_per_second():
         assert run.totals == pytest.approx(totals)  # read back in tokens too
 
 
+# Every strategy on lm-tiny, and what it sends per communicating step against a plain
+# fp32 exchange of every parameter (2 workers: a ring allreduce sends each rank the
+# model's size once): None where the bound is below, not equal.
+EVERY_STRATEGY = [
+    (["allreduce"], 1.0),
+    (["allreduce", "--compression", "bf16"], 0.5),
+    # PowerSGD's first step is plain: it starts after the warm-up.
+    (["allreduce", "--compression", "powersgd:2", "--num-warmup-batches", "2"], None),
+    (["gradient_allreduce"], 1.0),
+    (["neighbor_allreduce"], 1.0),
+    (["hierarchical_neighbor_allreduce", "--machine-size", "1"], 1.0),
+    (["local_sgd", "--average-every", "2"], 1.0),
+    (["diloco", "--average-every", "2"], 1.0),
+    (["horovod"], 1.0),
+]
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("strategy", ["allreduce", "neighbor_allreduce"])
-def test_mpiexec_speed_run_of_lm_tiny_records_tokens_per_sec(tmp_path, strategy):
+@pytest.mark.parametrize("strategy, share", EVERY_STRATEGY,
+                         ids=[" ".join(flags) for flags, _ in EVERY_STRATEGY])
+def test_mpiexec_speed_run_of_lm_tiny_records_tokens_per_sec(tmp_path, strategy, share):
     needs_transformers()
-    done = mpiexec(2, ["-m", "commbench", f"--dist-optimizer={strategy}",
-                       "--results-dir", str(tmp_path), *TINY_LM], timeout=240,
+    if strategy[0] == "horovod":
+        pytest.importorskip("horovod.torch", reason="Horovod is not installed here")
+    done = mpiexec(2, ["-m", "commbench", f"--dist-optimizer={strategy[0]}",
+                       "--results-dir", str(tmp_path), *TINY_LM, *strategy[1:]], timeout=240,
                    env={"HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     doc = only_result(tmp_path)
     summary = doc["summary"]
+    assert doc["strategy"]["name"] == strategy[0] and summary["diverged"] is None
+    assert all(math.isfinite(loss) for rank in doc["samples"]["loss"] for loss in rank)
+    fp32_model = 4 * summary["parameters"]
+    sent = summary["wire"]["bytes_per_communicating_step"]
+    if share is None:
+        assert 0 < sent < fp32_model / 10
+    else:
+        assert sent == pytest.approx(share * fp32_model, rel=1e-6)
     assert (summary["unit"], doc["config"]["seq_len"], summary["workers"]) == ("tokens", 32, 2)
     n = language_models.parameter_counts(language_models.build("lm-tiny", "meta"))
     assert summary["flops_per_token"] == 6 * n["non_embedding"] + 12 * 4 * 256 * 32
@@ -221,3 +249,9 @@ def test_mpiexec_speed_run_of_lm_tiny_records_tokens_per_sec(tmp_path, strategy)
     assert done.stdout.count(" tokens/sec per worker, loss ") == 3
     assert "Total tokens/sec on 2 worker(s)" in done.stdout
     assert "MFU: not known" in done.stdout and "img/sec" not in done.stdout
+    # The language models' recipe, printed and recorded; fp32 on the CPU (--amp auto).
+    recipe = doc["recipe"]
+    assert (recipe["optimizer_name"], recipe["betas"], recipe["max_grad_norm"]) == (
+        "AdamW", [0.9, 0.95], 1.0)
+    assert (recipe["schedule"], doc["config"]["amp"]) == ("constant", "off")
+    assert done.stdout.count("Recipe: AdamW, betas (0.9, 0.95)") == 1

@@ -166,9 +166,7 @@ def training_plan(say: Printer, rule, steps_per_epoch: int, recipe) -> None:
               f"a time budget of {rule.time_budget:g} s" if rule.time_budget else None]
     say(f"Training to accuracy: {', '.join(b for b in bounds if b)}; evaluating every "
         f"{rule.eval_every} steps, the clock paused")
-    say(f"Recipe: SGD, momentum {recipe.momentum:g}, weight decay {recipe.weight_decay:g}; "
-        f"learning rate {recipe.peak_lr:g} ({recipe.lr_rule}), {recipe.warmup_steps} "
-        "warm-up steps, then a cosine decay to 0 over the budget")
+    say(recipe.describe())
 
 
 def point_line(point) -> str:

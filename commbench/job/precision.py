@@ -18,6 +18,20 @@ from typing import Any, Tuple
 from commbench.errors import UsageError
 
 AMP_MODES = ("off", "fp16", "bf16")
+# --amp's default: bf16 for a language model on a GPU that has bfloat16 (as nanoGPT and
+# torchtitan train), off otherwise. Not on the CPU: autocast's bf16 there is slower than
+# fp32 on CPUs without bfloat16 instructions, which torch does not tell publicly.
+AUTO = "auto"
+
+
+def resolve(mode: str, language_model: bool, device) -> str:
+    """The --amp mode a run trains in and records: `mode`, or for "auto" the model's."""
+    if mode != AUTO:
+        return mode
+    import torch
+
+    has_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return "bf16" if language_model and has_bf16 else "off"
 
 
 def check(mode: str, device_type: str) -> None:

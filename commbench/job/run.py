@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any, Callable, Dict, Optional
 
 from commbench.job import (accuracy_loop, console, fail_inject, language_models, per_iteration,
-                           precision, straggler)
+                           precision, recipe as recipes, straggler)
 from commbench.result import environment, record
 from commbench.timing import gpu_kernels, spans
 from commbench.config.run_config import RunConfig, add_run_arguments, config_from_args
@@ -20,7 +20,6 @@ from commbench.data.local import LocalDataset
 from commbench.job.speed_loop import LossWatch, device_sync, measure, warm_up
 from commbench.job.compute_only import ComputeOnly, phase_medians
 from commbench.job.models import build_model, check_input
-from commbench.job.recipe import Recipe
 from commbench.job.run_checks import check_same_config, validate
 from commbench.job.startup import start
 from commbench.job.training_step import slowed_by
@@ -40,6 +39,9 @@ def run(config: RunConfig) -> Dict[str, Any]:
     import torch
 
     check_same_config(ctx, config)
+    # Recorded as resolved: "auto" becomes what the model trains in on this device.
+    config = dataclasses.replace(config, amp=precision.resolve(
+        config.amp, config.language_model is not None, ctx.device))
     precision.check(config.amp, ctx.device.type)
     if ctx.device.type == "cuda":
         # As Horovod's synthetic benchmark does: cuDNN picks its fastest kernels for
@@ -99,7 +101,7 @@ def _slow_down(config: RunConfig, ctx, model, images, labels, sync,
     if ctx.rank not in slow.ranks:
         return None
     seconds = phase_medians(lambda twin: _trainable(twin, config, ctx.device,
-                                                    Recipe.for_speed(config)),
+                                                    recipes.for_speed(config)),
                             model, images, labels, sync)
     return straggler.Straggler(slow, seconds, config.seed, ctx.rank, sync)
 
@@ -112,7 +114,9 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
     iterations, the reference's second half, then the result. Only the measured steps
     are recorded; a slowed rank's steps idle from warm-up on, and --fail counts steps
     from warm-up on."""
-    speed = Recipe.for_speed(config)
+    speed = recipes.for_speed(config)
+    if config.language_model:  # AdamW, not the benchmarks' SGD: said and recorded
+        say(speed.describe())
     reference = None
     if config.reference_iters and type(strategy).name != "none":
         say("Measuring the compute-only reference...")
@@ -146,7 +150,8 @@ def _measure_speed(config: RunConfig, ctx, strategy, model, data: batches.Batche
         reference.half()
 
     unwritten = record.finish(config, ctx, strategy, record.Speed(
-        timings, reference, model, progress.consensus, data.facts, model_facts), machine,
+        timings, reference, model, progress.consensus, data.facts, model_facts,
+        speed.facts() if config.language_model else {}), machine,
         recorder, slow)
     steps = len(timings.batch_seconds) * config.num_batches_per_iter
     return _tell(say, config, ctx, unwritten, steps,
@@ -206,14 +211,15 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     rule = accuracy_loop.StopRule.of(config, per_epoch)
     accuracy_loop.check_length(type(strategy), config, rule, per_epoch)
     total_batch = config.batch_size * ctx.world_size
-    recipe = Recipe.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
+    recipe = recipes.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
     trained, optimizer = _trainable(model, config, ctx.device, recipe)
+    schedule = recipe.scheduler(optimizer)
     with slowed_by(slow):  # the strategy's step owns this rank's straggler
         step = strategy.wrap(trained, optimizer)
 
     @fails.around
     def train_step(index: int, training_seconds: float):
-        recipe.apply(optimizer, index, training_seconds)
+        schedule(index, training_seconds)
         return step(*data.next())
 
     twin = build_model(config.model, data.classes).to(ctx.device)
@@ -254,7 +260,7 @@ def _batches(config: RunConfig, ctx) -> batches.Batches:
                 ctx.world_size, ctx.device, config.seed)
 
 
-def _trainable(model, config: RunConfig, device, recipe: Recipe):
+def _trainable(model, config: RunConfig, device, recipe: recipes.AnyRecipe):
     """The model and its optimizer, as a plugin gets them (under --amp's autocast)."""
     optimizer = recipe.optimizer(model.parameters())
     return precision.mixed_precision(model, optimizer, config.amp, device)

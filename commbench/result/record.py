@@ -115,6 +115,7 @@ class Speed:
     consensus: List[float]
     data_facts: Dict[str, Any]
     model_facts: Dict[str, Any] = field(default_factory=dict)  # a language model's
+    recipe: Dict[str, Any] = field(default_factory=dict)  # a language model's AdamW
     stem_suffix: ClassVar[str] = ""
 
     def mine(self) -> Dict[str, Any]:
@@ -144,6 +145,8 @@ class Speed:
         doc = speed_document(config, ctx, strategy, samples, machine)
         doc["summary"].update(self.model_facts)
         doc["data"] = self.data_facts
+        if self.recipe:  # an image model's speed recipe is the benchmarks' (its flags)
+            doc["recipe"] = self.recipe
         return doc
 
 

@@ -27,6 +27,8 @@ Schema (version 1), a `run` result:
                       language model's "tokens" (absent in older files: images); a
                       language model's run adds parameters, flops_per_token and mfu
                       (null: no device's peak is known)
+    recipe            a language model's run only: its AdamW recipe
+                      (commbench.job.language_recipe.LanguageRecipe's fields)
 
 An `accuracy` result (a run trained to accuracy, commbench.job.accuracy_loop) has the same
 header, config, strategy and environment, and instead of samples:
@@ -34,6 +36,7 @@ header, config, strategy and environment, and instead of samples:
     data              the task, the partition and each worker's class mix
     recipe            commbench.job.recipe.Recipe: peak_lr, lr_rule, momentum,
                       weight_decay, warmup_steps, total_steps, time_budget, schedule
+                      (a language model's: LanguageRecipe's, AdamW's)
     curve             one entry per evaluation: step, epoch, samples,
                       training_seconds, wall_seconds, accuracy (the averaged model),
                       worker_mean, worker_worst, loss, consensus_distance
