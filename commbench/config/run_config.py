@@ -22,6 +22,7 @@ from commbench.errors import UsageError
 from commbench.config.flags import (add_flags, flag, flag_fields, fraction, integer,
                              non_negative_float, non_negative_int, one_of, option_name,
                              positive_float, positive_int)
+from commbench.data import language
 from commbench.data.local import AUGMENTS
 from commbench.job.precision import AMP_MODES
 
@@ -52,8 +53,10 @@ class RunConfig:
     num_classes: int = flag(1000, "number of classes of the synthetic labels", positive_int)
     data: str = flag("synthetic", "what to train on: synthetic (one fixed random batch, for "
                      "speed), learnable[:classes=N,noise=X,samples=N] (a classification "
-                     "task generated from --seed), cifar10:PATH or imagefolder:PATH (read "
-                     "from disk, never downloaded)", metavar="SPEC")
+                     "task generated from --seed), language[:vocab=V,order=K,branch=B,"
+                     "samples=N] (a language model's: a Markov source from --seed, its "
+                     "entropy rate the floor of the loss), cifar10:PATH or imagefolder:PATH "
+                     "(read from disk, never downloaded)", metavar="SPEC")
     augment: str = flag("auto", "a dataset's training augmentation: auto (CIFAR-10 and "
                         "images of at most 64 px: a padded random crop and a flip; larger "
                         "images: ImageNet's random-resized crop and a flip), crop-flip, "
@@ -248,7 +251,8 @@ def refuse_data_flags_that_mean_nothing(config: RunConfig) -> None:
         raise UsageError(f"argument --num-classes: sets the classes of the synthetic batch; "
                          f"--data {config.data} has classes of its own (the result records "
                          "them): leave it out")
-    if _given(config, "augment") and config.data.split(":")[0] in ("synthetic", "learnable"):
+    if _given(config, "augment") and config.data.split(":")[0] in ("synthetic", "learnable",
+                                                                   "language"):
         raise UsageError("argument --augment: augments the images of a dataset read from "
                          "disk (--data cifar10:PATH or imagefolder:PATH); generated data "
                          "has none to augment: leave it out")
@@ -269,6 +273,8 @@ def refuse_model_flags_that_mean_nothing(config: RunConfig) -> None:
     """An image model's flags given with a language model are refused in one line, and
     --seq-len with an image model, rather than recorded as if they had acted."""
     spec = config.language_model
+    language.check_pairing(config.data, config.model, spec and spec.vocab, config.seed,
+                           _given(config, "partition"))
     if spec is None:
         if config.seq_len is not None:
             raise UsageError(f"argument --seq-len: sets a language model's sequence length; "
@@ -280,9 +286,6 @@ def refuse_model_flags_that_mean_nothing(config: RunConfig) -> None:
         raise UsageError(f"argument {option_name(image_flags[0])}: {config.model} is a "
                          "language model: it reads tokens (--seq-len), not images, and its "
                          "vocabulary is its own: leave it out")
-    if config.data != "synthetic":
-        raise UsageError(f"argument --data: {config.model} trains on synthetic tokens only "
-                         "(random ids from --seed): leave --data out")
     if config.per_sample > spec.context:
         raise UsageError(f"argument --seq-len: {config.model} takes at most {spec.context} "
                          f"tokens, not {config.per_sample}")

@@ -39,7 +39,8 @@ def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     kind = ctx.device_kind
     images = "synthetic" if config.data == "synthetic" else "learnable"
     if config.language_model is not None:
-        say(f"Model: {config.model} (sequences of {config.per_sample} synthetic tokens)")
+        tokens = "synthetic" if config.data == "synthetic" else "generated-language"
+        say(f"Model: {config.model} (sequences of {config.per_sample} {tokens} tokens)")
     else:
         say(f"Model: {config.model} ({config.image_size}x{config.image_size} {images} images)")
     say(f"Batch size: {config.batch_size} per {kind}")

@@ -74,6 +74,8 @@ def run(config: RunConfig) -> Dict[str, Any]:
         say(f"Data: {data.facts['data']}{augment}, {data.facts['steps_per_epoch']} steps per "
             f"epoch; partition {config.partition}: "
             f"{partition.describe(data.facts['class_mix'])}")
+    if "entropy_rate" in data.facts:
+        say(f"{data.task.floor_line()}; {data.facts['steps_per_epoch']} steps per epoch")
 
     if config.trains_to_accuracy:
         return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine, slow)
@@ -223,6 +225,9 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
 def _batches(config: RunConfig, ctx) -> batches.Batches:
     task = batches.parse(config.data, config.seed, config.augment)
     seed = config.seed + 7919 * (ctx.rank + 1)  # a synthetic batch of each worker's own
+    if config.language_model is not None and task is not None:
+        return batches.language(task, config.batch_size, config.per_sample, ctx.rank,
+                                ctx.world_size, ctx.device, config.seed)
     if config.language_model is not None:
         return batches.synthetic_tokens(config.batch_size, config.per_sample,
                                         config.language_model.vocab, ctx.device, seed=seed)
