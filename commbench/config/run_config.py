@@ -142,6 +142,11 @@ class RunConfig:
     timeline_steps: int = flag(
         TIMELINE_STEPS, "the most measured steps a --timeline file holds (the last ones)",
         positive_int, "N")
+    # --- training a language model to a target loss ---
+    target_loss: Optional[float] = flag(
+        None, "a language model's --target-accuracy: end the run when the workers' averaged "
+        "model's validation loss (nats per token) is at most X (needs --data language; "
+        "above the floor it prints)", positive_float, "X")
     # Plugins' own flags (their Options fields) by name; not a flag itself.
     options: Mapping[str, Any] = field(default_factory=dict)
     # True when several plugins read this one config (microbench's ops): a topology flag
@@ -175,7 +180,8 @@ class RunConfig:
         """Whether this run trains to accuracy (commbench.job.accuracy_loop) rather than
         timing iterations."""
         return any(v is not None for v in (self.target_accuracy, self.eval_every,
-                                           self.time_budget, self.max_epochs))
+                                           self.time_budget, self.max_epochs,
+                                           self.target_loss))
 
 
 def plugin_options() -> List[Tuple[str, List[dataclasses.Field]]]:

@@ -200,7 +200,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
 
     twin = build_model(config.model, data.classes).to(ctx.device)
     evaluator = accuracy_loop.Evaluator(model, twin, batches.validation(
-        data.task, config.image_size, config.seed, ctx.device), ctx)
+        data.task, config.image_size, config.seed, ctx.device, config.per_sample), ctx)
 
     def evaluate():
         strategy.settle()  # before the evaluation's collectives
@@ -209,7 +209,8 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     console.training_plan(say, rule, per_epoch, recipe)
     recorder = spans.Recorder()
     outcome = accuracy_loop.train(
-        train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,
+        # a language model's samples are its tokens
+        train_step, sync, rule, evaluate, model, ctx, total_batch * config.per_sample, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps, recorder,
         strategy.sees_wire)
     unwritten = record.finish(config, ctx, strategy, record.Trained(

@@ -11,7 +11,7 @@ import json
 from typing import Any, List
 
 from commbench import registry
-from commbench.job import accuracy_loop, language_models, straggler
+from commbench.job import language_models, straggler, training_checks
 from commbench.timing import trace_file
 from commbench.config.run_config import RunConfig
 from commbench.data import batches, partition
@@ -33,7 +33,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
     straggler.check(config.slow_ranks, launch.world_size)
     batches.parse(config.data, config.seed, config.augment)
     partition.parse(config.partition)
-    accuracy_loop.check(config)
+    training_checks.check(config)
     if config.timeline is not None:
         trace_file.check_new(config.timeline, "--timeline")
     if config.language_model is not None:
