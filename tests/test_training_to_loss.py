@@ -4,6 +4,7 @@ the best loss and no time, requests that cannot be trained refused in one line, 
 runs through a real process and launcher that reach a target near the floor."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,42 @@ def test_two_workers_allreduce_reach_a_loss_near_the_floor(tmp_path):
                        "--target-loss", str(target), "--eval-every", "5", "--max-epochs",
                        "8", "--results-dir", str(tmp_path)], timeout=280)
     check_reached(done, only_result(tmp_path), 2, target)
+
+
+# Two real runs of lm-tiny to target loss 1.5 (tests/data/lm-loss/README.md): one reached
+# it, one missed it in a shorter budget.
+LOSS_RUNS = Path(__file__).parent / "data" / "lm-loss"
+
+
+def test_report_titles_a_language_models_groups_by_their_target_loss():
+    done = commbench("report", LOSS_RUNS)
+    assert done.returncode == 0, done.stderr
+    task = ("Time to target loss: lm-tiny, language:vocab=16,order=1,branch=4,samples=640, "
+            "partition iid, batch 16 per worker, sequences of 16 tokens, target loss 1.5")
+    assert done.stdout.count(task) == 2  # a group per budget: 2 and 8 epochs
+    assert "Time to accuracy: lm-tiny" not in done.stdout
+    header = next(line for line in done.stdout.splitlines() if line.startswith("strategy "))
+    assert "tokens/sec" in header and "img/sec" not in header
+    rows = [line.split() for line in done.stdout.splitlines()
+            if line.startswith("allreduce ")]
+    missed, reached = (next(r for r in rows if r[4] == f"{k}/1") for k in (0, 1))
+    assert "2.3659" in missed and "120" in reached  # the lowest loss; steps to the target
+    assert "Time to target loss (a language model's groups)" in done.stdout
+
+
+def test_plot_draws_a_language_models_loss_against_time_and_its_target(tmp_path):
+    from commbench.analysis import accuracy, reader
+    from commbench.plots import accuracy as charts
+
+    done = commbench("plot", LOSS_RUNS, "-o", tmp_path)
+    assert done.returncode == 0, done.stderr
+    names = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert len(names) == 4 and all("-16tok-targetloss_1.5-" in n for n in names)
+    groups = accuracy.group(reader.read([LOSS_RUNS])[0]["accuracy"])
+    reached = next(g for g in groups if g.rows[0].reached)
+    fig = charts.curves_figure(reached, charts.palette(groups))
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "validation loss (nats per token)"
+    ys = [y for line in ax.get_lines() for y in line.get_ydata()]
+    curve = reached.rows[0].runs[0].curve
+    assert 1.5 in ys and curve[-1]["validation_loss"] in ys  # the target and the curve

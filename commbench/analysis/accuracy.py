@@ -69,7 +69,7 @@ class AccuracyKey(NamedTuple):
         data = self.data.replace("learnable:", "").replace("samples=", "s").replace(
             "classes=", "c").replace("noise=", "noise")
         return slug_of(self, [self.model, data, self.partition, f"bs{self.batch_size}",
-                              f"{self.image_size}px",
+                              f"{self.image_size}{'tok' if self.by_loss else 'px'}",
                               f"target{self.target}" if self.target else "notarget"])
 
     def matching(self) -> Tuple:

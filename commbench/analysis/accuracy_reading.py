@@ -28,6 +28,7 @@ FIELDS = (
     number("config.target_accuracy", 0, 1, above=True, **_MAYBE),
     number("config.target_loss", 0, above=True, **_MAYBE),
     number("summary.best_loss", finite=False, **_MAYBE),
+    number("curve.*.validation_loss", finite=False, **_MAYBE),
     whole("config.eval_every", 1, **_MAYBE), whole("summary.eval_every", 1, **_MAYBE),
     number("config.lr", **_MAYBE), number("config.momentum"),
     number("config.weight_decay", **_MAYBE), number("config.warmup_epochs", 0, **_MAYBE),
@@ -93,7 +94,8 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
         value = summary.get(name) if reached else None
         return None if value is None else kind(value)
 
-    curve = tuple({k: float(p[k]) for k in CURVE_FIELDS} for p in doc["curve"])
+    curve = tuple({k: float(p[k]) for k in CURVE_FIELDS + LOSS_FIELDS if k in p or
+                   k in CURVE_FIELDS} for p in doc["curve"])
     if not curve:
         raise ValueError("its curve is empty")
     workers = int(env["world_size"])
@@ -132,6 +134,7 @@ def diverged_of(summary: Dict[str, Any]) -> Optional[Dict[str, int]]:
     return {} if summary.get("stopped_by") == "diverged" else None
 
 
+LOSS_FIELDS = ("validation_loss",)  # a language model's, besides
 CURVE_FIELDS = ("step", "epoch", "training_seconds", "wall_seconds", "accuracy",
                 "worker_mean", "worker_worst")
 
