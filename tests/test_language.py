@@ -105,3 +105,20 @@ def test_what_cannot_be_generated_is_refused_in_one_line(args, message):
 def test_the_language_with_an_image_model_is_refused_in_one_line():
     assert "argument --data: language is a language model's data (tokens); resnet18 is an " \
            "image model" in refused("--model", "resnet18", "--data", "language")
+
+
+def test_each_worker_draws_its_own_stream_with_next_token_labels():
+    from commbench.data import batches
+
+    source = MarkovLanguage.parse("vocab=8,order=1,samples=64", seed=1)
+    mine, theirs = (batches.language(source, 4, 10, rank, 2, "cpu", seed=42)
+                    for rank in (0, 1))
+    inputs, labels = mine.next()
+    assert inputs.shape == (4, 10) and labels.shape == (40,)
+    assert torch.equal(inputs[:, 1:], labels.view(4, 10)[:, :-1])  # the next tokens
+    assert not torch.equal(inputs, theirs.next()[0])  # another worker, another stream
+    assert mine.facts == {"data": "language:vocab=8,order=1,branch=4,samples=64",
+                          "partition": "iid", "entropy_rate": source.entropy_rate,
+                          "steps_per_epoch": 8}
+    held_out, next_tokens = batches.validation(source, 0, 42, seq_len=10)
+    assert held_out.shape == (6, 10) and next_tokens.shape == (6, 10)

@@ -158,3 +158,9 @@ def test_plot_draws_a_language_models_loss_against_time_and_its_target(tmp_path)
     ys = [y for line in ax.get_lines() for y in line.get_ydata()]
     curve = reached.rows[0].runs[0].curve
     assert 1.5 in ys and curve[-1]["validation_loss"] in ys  # the target and the curve
+
+
+def test_a_diverged_runs_best_loss_is_its_lowest_finite_one():
+    rule = StopRule(1.0, 5, 10, None, "loss")
+    found = outcome([point(5, 1.4), point(10, math.nan)], rule, "diverged", 512)
+    assert (found["best_loss"], found["best_loss_at_step"]) == (1.4, 5)

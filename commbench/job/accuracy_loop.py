@@ -287,7 +287,9 @@ def outcome(curve: List[Point], rule: StopRule, stopped_by: str,
         "curve": [p.recorded() for p in curve],
     }
     if rule.metric == "loss":
-        lowest = min(curve, key=lambda p: p.validation_loss)
+        # a diverged run's NaN losses would make min() depend on the order
+        lowest = min((p for p in curve if math.isfinite(p.validation_loss)), default=last,
+                     key=lambda p: p.validation_loss)
         found.update(target_loss=rule.target, best_loss=lowest.validation_loss,
                      best_loss_at_step=lowest.step, best_perplexity=lowest.perplexity,
                      unit="tokens")
