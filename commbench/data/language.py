@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Optional, Tuple
 
+from commbench.data.knobs import parse as parse_knobs
 from commbench.errors import UsageError
 
 # The most contexts x vocab the source tabulates (vocab ** (order + 1)): drawing each
@@ -48,15 +49,8 @@ class MarkovLanguage:
     @classmethod
     def parse(cls, knobs: str, seed: int) -> "MarkovLanguage":
         """`vocab=64,order=1,branch=3,samples=2000` (any subset, any order)."""
-        values = {}
-        for item in filter(None, (k.strip() for k in knobs.split(","))):
-            name, _, value = item.partition("=")
-            try:
-                values[name] = KNOBS[name](value)
-            except (KeyError, ValueError):
-                values[name] = None
-            if values[name] is None or values[name] < (2 if name == "vocab" else 1):
-                raise UsageError(f"argument --data: language's {item!r} is not one of {FORM}")
+        values = parse_knobs(knobs, KNOBS, lambda name, v: v >= (2 if name == "vocab" else 1),
+                             "language", FORM)
         found = cls(seed=seed, **values)
         if found.branch > found.vocab:
             raise UsageError(f"argument --data: language's branch={found.branch} is more "
