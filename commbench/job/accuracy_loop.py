@@ -29,6 +29,7 @@ from commbench.timing import spans
 from commbench.config.run_config import EVAL_EVERY, MAX_EPOCHS, RunConfig
 from commbench.job.speed_loop import LossWatch, timed_step
 from commbench.job.per_iteration import consensus_distance
+from commbench.job.training_step import summed_loss
 
 EVAL_BATCH = 500  # validation images per forward pass: outside the clock, any size works
 # A language model's validation tokens per forward pass: its logits (tokens x vocabulary)
@@ -165,7 +166,6 @@ def score(model, images, labels) -> Tuple[int, float]:
     next token for a language model (its logits a row per token, its labels a row per
     sequence)."""
     import torch
-    from torch.nn.functional import cross_entropy
 
     was_training = model.training
     model.eval()
@@ -177,7 +177,7 @@ def score(model, images, labels) -> Tuple[int, float]:
                 logits = model(images[lo:lo + rows]).float()
                 wanted = labels[lo:lo + rows].reshape(-1)
                 correct += int((logits.argmax(dim=1) == wanted).sum())
-                loss += float(cross_entropy(logits, wanted, reduction="sum"))
+                loss += summed_loss(logits, wanted)
     finally:
         model.train(was_training)
     return correct, loss
