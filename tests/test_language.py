@@ -81,6 +81,7 @@ def test_the_default_source_is_lm_tinys_vocabulary_at_order_two():
     source = MarkovLanguage.parse("", seed=0)
     assert (source.vocab, source.order, source.branch, source.samples) == (256, 2, 4, 10000)
     assert source.describe() == "language:vocab=256,order=2,branch=4,samples=10000"
+    assert source.validation_samples == 256  # a tenth, at most 256: evaluation stays cheap
 
 
 @pytest.mark.parametrize("args, message", [

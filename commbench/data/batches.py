@@ -167,11 +167,11 @@ def validation(task: Task, image_size: int, seed: int, device="cpu",
                seq_len: int = 0) -> Tuple[Any, Any]:
     """The held-out validation set, the same on every worker: a learnable task's is a
     tenth of its training samples drawn from a seed of its own, and so is the generated
-    language's (sequences of seq_len tokens, and their next tokens, seq_len per
-    sequence); a dataset's is its test split (CIFAR-10) or its val folder."""
+    language's, up to 256 sequences of seq_len tokens (with their next tokens); a
+    dataset's is its test split (CIFAR-10) or its val folder."""
     if isinstance(task, LocalDataset):
         return local.in_memory(task.dataset(image_size, train=False), device)
     if isinstance(task, MarkovLanguage):
-        ids = task.draw(max(1, task.samples // 10), seq_len + 1, seed + VALIDATION)
+        ids = task.draw(task.validation_samples, seq_len + 1, seed + VALIDATION)
         return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
     return task.draw(max(1, task.samples // 10), image_size, seed + VALIDATION)

@@ -14,12 +14,12 @@ at least the floor, and the first few more (they see less than a whole context).
 
 Knobs, spelled as `learnable`'s: vocab=V (default 256, lm-tiny's), order=K (default 2),
 branch=B (default 4), samples=N (sequences per epoch, default 10000; the validation set
-is a tenth of it)."""
+is a tenth of it, at most MAX_VALIDATION)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Optional, Tuple
 
 from commbench.data.knobs import parse as parse_knobs
@@ -34,6 +34,11 @@ MAX_CELLS = 1 << 26
 # could give.
 TOLERANCE = 1e-13
 MAX_ITERATIONS = 100_000
+# The most validation sequences: every evaluation scores them twice (the averaged model
+# and each worker's own), outside the clock but not outside the run's wall time; 256
+# sequences of lm-tiny's 128 tokens take seconds on a CPU and estimate the loss to
+# about a hundredth of a nat.
+MAX_VALIDATION = 256
 KNOBS = {"vocab": int, "order": int, "branch": int, "samples": int}
 FORM = "vocab=V (2 or more), order=K (1 or more), branch=B (1..vocab), samples=N (> 0)"
 
@@ -43,12 +48,15 @@ class MarkovLanguage:
     vocab: int = 256
     order: int = 2
     branch: int = 4
-    samples: int = 10000  # training sequences in an epoch; validation: a tenth
+    samples: int = 10000  # training sequences in an epoch; validation: a tenth, at most 256
     seed: int = 0
 
     @classmethod
+    @lru_cache(maxsize=8)
     def parse(cls, knobs: str, seed: int) -> "MarkovLanguage":
-        """`vocab=64,order=1,branch=3,samples=2000` (any subset, any order)."""
+        """`vocab=64,order=1,branch=3,samples=2000` (any subset, any order). The same
+        knobs and seed give the same (frozen) source, so that the checks before a run
+        and the run itself tabulate it and find its floor once."""
         values = parse_knobs(knobs, KNOBS, lambda name, v: v >= (2 if name == "vocab" else 1),
                              "language", FORM)
         found = cls(seed=seed, **values)
@@ -65,6 +73,10 @@ class MarkovLanguage:
     def describe(self) -> str:
         return (f"language:vocab={self.vocab},order={self.order},branch={self.branch},"
                 f"samples={self.samples}")
+
+    @property
+    def validation_samples(self) -> int:
+        return max(1, min(self.samples // 10, MAX_VALIDATION))
 
     def floor_line(self) -> str:
         """What a run prints at start-up: the source, and the loss no model can beat."""
