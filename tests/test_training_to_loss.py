@@ -117,7 +117,8 @@ def test_two_workers_allreduce_reach_a_loss_near_the_floor(tmp_path):
     target = round(FLOOR + 0.55, 2)
     done = mpiexec(2, ["-m", "commbench", "--dist-optimizer", "allreduce", *TINY_LM,
                        "--target-loss", str(target), "--eval-every", "5", "--max-epochs",
-                       "8", "--results-dir", str(tmp_path)], timeout=280)
+                       "8", "--results-dir", str(tmp_path)], timeout=280,
+                   env={"OMP_NUM_THREADS": "1"})  # a thread per rank: 2 ranks, 2 cores
     check_reached(done, only_result(tmp_path), 2, target)
 
 
