@@ -3,7 +3,8 @@ commbench.analysis.accuracy):
 
 - the curves: the averaged model's accuracy (solid) and the worst worker's (dashed, same
   colour) against training time and against epochs, one line per strategy and worker
-  count, drawn from its run of median time to target, its other repeats faint;
+  count, drawn from its run of median time to target, its other repeats faint; a
+  language model's: the averaged model's validation loss, its target a loss;
 - the time to target per strategy and worker count: the combined time (MLPerf's rule;
   hollow where too few runs made it the median) with whiskers from the fastest to the
   slowest run that reached the target, each such run a small tick; runs that missed it
@@ -50,26 +51,32 @@ def curves_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
 
     fig = Figure(figsize=(11.0, 4.8), layout="constrained")
     by_time, by_epoch = fig.subplots(1, 2, sharey=True)
+    loss = group.key.by_loss
     for ax, x, name in ((by_time, "training_seconds", "training time (s, evaluation paused)"),
                         (by_epoch, "epoch", "epochs")):
         for row in group.rows:
-            _curves(ax, row, x, styles[(row.series, row.workers)])
+            _curves(ax, row, x, styles[(row.series, row.workers)], loss)
         if group.key.target:
-            ax.axhline(float(group.key.target), color="black", linestyle=":", linewidth=1)
+            ax.axhline(float(group.key.target.replace("loss ", "")), color="black",
+                       linestyle=":", linewidth=1)
         ax.set_xlabel(name)
         ax.set_xlim(left=0)
         ax.grid(True, alpha=0.3)
-    by_time.set_ylabel("validation accuracy")
-    by_time.set_ylim(0, 1.02)
-    by_time.set_title("Accuracy against training time", fontsize=10)
-    by_epoch.set_title("Accuracy against epochs", fontsize=10)
+    metric = "Loss" if loss else "Accuracy"
+    by_time.set_ylabel("validation loss (nats per token)" if loss else "validation accuracy")
+    if not loss:
+        by_time.set_ylim(0, 1.02)
+    by_time.set_title(f"{metric} against training time", fontsize=10)
+    by_epoch.set_title(f"{metric} against epochs", fontsize=10)
     fig.suptitle(wrapped(group.key.heading(), group.key.details(), width=140), fontsize=9)
     handles = [Line2D([], [], color=styles[(r.series, r.workers)]["color"], linewidth=1.8)
                for r in group.rows]
     labels = [label(r) for r in group.rows]
-    handles += [Line2D([], [], color="0.3", linestyle="-"),
-                Line2D([], [], color="0.3", linestyle="--")]
-    labels += ["averaged model (bold: the run of median time to target)", "worst worker"]
+    handles.append(Line2D([], [], color="0.3", linestyle="-"))
+    labels.append("averaged model (bold: the run of median time to target)")
+    if not loss:  # a language model's workers are scored by their next-token accuracy
+        handles.append(Line2D([], [], color="0.3", linestyle="--"))
+        labels.append("worst worker")
     if group.key.target:
         handles.append(Line2D([], [], color="black", linestyle=":"))
         labels.append(f"target {group.key.target}")
@@ -80,17 +87,19 @@ def curves_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
     return fig
 
 
-def _curves(ax: "Axes", row: "AccuracyRow", x: str, style: dict) -> None:
+def _curves(ax: "Axes", row: "AccuracyRow", x: str, style: dict, loss: bool) -> None:
+    y = "validation_loss" if loss else "accuracy"
     main = row.representative()
     for run in row.runs:
         if run is not main:
-            ax.plot([p[x] for p in run.curve], [p["accuracy"] for p in run.curve],
+            ax.plot([p[x] for p in run.curve], [p.get(y) for p in run.curve],
                     color=style["color"], linewidth=0.8, alpha=FAINT)
     xs = [p[x] for p in main.curve]
-    ax.plot(xs, [p["accuracy"] for p in main.curve], color=style["color"], linewidth=1.8,
+    ax.plot(xs, [p.get(y) for p in main.curve], color=style["color"], linewidth=1.8,
             marker=style["marker"], markersize=3.5)
-    ax.plot(xs, [p["worker_worst"] for p in main.curve], color=style["color"], linewidth=1.2,
-            linestyle="--")
+    if not loss:
+        ax.plot(xs, [p["worker_worst"] for p in main.curve], color=style["color"],
+                linewidth=1.2, linestyle="--")
 
 
 def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
@@ -118,7 +127,9 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
         sent = row.median_of("sent")
         if sent is not None:
             words += f", {units.format_bytes(sent)} sent per worker"
-        if missed:
+        if missed and group.key.by_loss:
+            words += f"; {missed} missed (lowest loss {row.best_loss_missed:.4f})"
+        elif missed:
             words += f"; {missed} missed (best {row.best_missed:.3f})"
         if combined.value is None:
             words += f"; no time: {combined.label()}"

@@ -26,7 +26,7 @@ RUN_FLAGS = [
     "--partition", "--reference-iters",
     "--reference-seconds",
     "--results-dir", "--seed", "--seq-len", "--slow-ranks", "--tag", "--target-accuracy",
-    "--time-budget",
+    "--target-loss", "--time-budget",
     "--timeline",
     "--timeline-steps", "--timeout", "--topology", "--use-adasum", "--warmup-epochs",
     "--weight-decay",
@@ -65,7 +65,8 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
                    "partition", "target_accuracy", "eval_every", "time_budget", "max_epochs",
                    "weight_decay", "warmup_epochs", "no_broadcast_buffers", "average_every",
                    "local_warmup_steps", "outer_lr", "outer_momentum", "outer_dtype",
-                   "augment", "compression", "slow_ranks", "seq_len", "fail"}
+                   "augment", "compression", "slow_ranks", "seq_len", "fail",
+                   "target_loss"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

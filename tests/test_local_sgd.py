@@ -104,7 +104,8 @@ def test_a_run_to_accuracy_that_would_never_meet_is_refused():
     from commbench import registry
     from commbench.config.run_config import RunConfig
     from commbench.errors import UsageError
-    from commbench.job.accuracy_loop import StopRule, check_length
+    from commbench.job.accuracy_loop import check_length
+    from commbench.job.stop_rule import StopRule
 
     cls = registry.resolve(STRATEGY)
     config = RunConfig(dist_optimizer=STRATEGY, data="learnable", max_epochs=1.0,

@@ -10,8 +10,8 @@ import pytest
 
 from cli_helpers import commbench, refused
 from commbench.config.run_config import RunConfig
-from commbench.job.accuracy_loop import MAX_EPOCHS
-from commbench.job.accuracy_loop import Point, StopRule, outcome
+from commbench.job.accuracy_loop import Point, outcome
+from commbench.job.stop_rule import MAX_EPOCHS, StopRule
 from launchers import PYTHON, mpiexec, only_result, run
 from test_spans import check_trace
 

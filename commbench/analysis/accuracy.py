@@ -28,7 +28,7 @@ class AccuracyKey(NamedTuple):
     partition: str
     batch_size: int
     image_size: int
-    target: str  # the target accuracy as given ("0.8"); "" when the run had none
+    target: str  # the target accuracy as given ("0.8"), a target loss's "loss 2.5"; "" if none
     eval_every: int
     budget: str  # what bounds a run that does not reach the target
     training: str  # the optimizer's settings
@@ -46,9 +46,17 @@ class AccuracyKey(NamedTuple):
     def heading(self) -> str:
         """The task: what was learnt, by which model, to which target."""
         target = f"target {self.target}" if self.target else "no target"
+        # a language model's runs keep their sequence length where an image model's
+        # keep their image size
+        shape = f"sequences of {self.image_size} tokens" if self.by_loss else \
+            f"{self.image_size}x{self.image_size} images"
         return (f"{self.model}, {self.data}, partition {self.partition}, batch "
-                f"{self.batch_size} per worker, {self.image_size}x{self.image_size} images, "
-                f"{target}")
+                f"{self.batch_size} per worker, {shape}, {target}")
+
+    @property
+    def by_loss(self) -> bool:
+        """Whether these are a language model's runs, whose target is a loss."""
+        return self.data.startswith("language:")
 
     def details(self) -> str:
         """How it was trained and measured, and where."""
@@ -61,7 +69,7 @@ class AccuracyKey(NamedTuple):
         data = self.data.replace("learnable:", "").replace("samples=", "s").replace(
             "classes=", "c").replace("noise=", "noise")
         return slug_of(self, [self.model, data, self.partition, f"bs{self.batch_size}",
-                              f"{self.image_size}px",
+                              f"{self.image_size}{'tok' if self.by_loss else 'px'}",
                               f"target{self.target}" if self.target else "notarget"])
 
     def matching(self) -> Tuple:
@@ -87,6 +95,8 @@ class AccuracyRun(ResultRun):
     oversubscribed: bool
     # where its loss first went non-finite ({"step", "rank"}), None when it never did
     diverged: Optional[Dict[str, int]] = None
+    # a language model's lowest validation loss of the averaged model; None for images
+    best_loss: Optional[float] = None
 
 
 @dataclass
@@ -119,6 +129,12 @@ class AccuracyRow:
         """The best accuracy among runs that did not reach the target."""
         missed = [r.best_accuracy for r in self.runs if not r.reached]
         return max(missed) if missed else None
+
+    @property
+    def best_loss_missed(self) -> Optional[float]:
+        """A language model's: the lowest loss among runs that did not reach the target."""
+        missed = [r.best_loss for r in self.runs if not r.reached and r.best_loss is not None]
+        return min(missed) if missed else None
 
     @property
     def img_sec(self) -> Optional[float]:

@@ -16,7 +16,7 @@ from commbench.analysis.accuracy import AccuracyKey, AccuracyRun
 from commbench.analysis.reading import SPLIT_AND_WIRE_FIELDS, machine_of, series_of
 from commbench.analysis.validate import MAYBE as _MAYBE
 from commbench.analysis.validate import items, number, section, text, whole
-from commbench.job.accuracy_loop import MAX_EPOCHS
+from commbench.job.stop_rule import MAX_EPOCHS
 from commbench.result.store import Result
 
 KIND = "accuracy"
@@ -26,6 +26,9 @@ KIND = "accuracy"
 FIELDS = (
     text("config.model"), whole("config.batch_size", 1), whole("config.image_size", 1),
     number("config.target_accuracy", 0, 1, above=True, **_MAYBE),
+    number("config.target_loss", 0, above=True, **_MAYBE),
+    number("summary.best_loss", finite=False, **_MAYBE),
+    number("curve.*.validation_loss", finite=False, **_MAYBE),
     whole("config.eval_every", 1, **_MAYBE), whole("summary.eval_every", 1, **_MAYBE),
     number("config.lr", **_MAYBE), number("config.momentum"),
     number("config.weight_decay", **_MAYBE), number("config.warmup_epochs", 0, **_MAYBE),
@@ -68,16 +71,17 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
     config, summary = doc["config"], doc["summary"]
     env = doc["environment"]
     target = config.get("target_accuracy")
+    target_loss = config.get("target_loss")
     facts = doc.get("data") or {}
     data = facts.get("data") or config["data"]
     if facts.get("augment"):  # runs augmented otherwise learnt another task
         data = f"{data}, {facts['augment']} augmentation"
     key = AccuracyKey(str(config["model"]), str(data), str(config.get("partition") or "iid"),
-                      int(config["batch_size"]), int(config["image_size"]),
-                      "" if target is None else f"{float(target):g}",
+                      int(config["batch_size"]), shape_of(config),
+                      target_of(target, target_loss),
                       int(summary.get("eval_every") or config["eval_every"]), budget_of(config),
                       training_of(doc), *machine_of(doc), str(config.get("tag") or ""))
-    reached = None if target is None else summary["reached"] is True
+    reached = None if target is None and target_loss is None else summary["reached"] is True
     if reached and not _positive(summary.get("time_to_target")):
         raise validate.Invalid("summary.time_to_target", f"is "
                                f"{validate.shown(summary.get('time_to_target'))}: it reached "
@@ -90,7 +94,8 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
         value = summary.get(name) if reached else None
         return None if value is None else kind(value)
 
-    curve = tuple({k: float(p[k]) for k in CURVE_FIELDS} for p in doc["curve"])
+    curve = tuple({k: float(p[k]) for k in CURVE_FIELDS + LOSS_FIELDS if k in p or
+                   k in CURVE_FIELDS} for p in doc["curve"])
     if not curve:
         raise ValueError("its curve is empty")
     workers = int(env["world_size"])
@@ -103,7 +108,23 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
         sent=to_target("bytes_to_target"),
         best_accuracy=float(summary["best_accuracy"]), stopped_by=str(summary["stopped_by"]),
         img_sec=_float(summary.get("img_sec")), curve=curve,
-        oversubscribed=bool(summary.get("oversubscribed")), diverged=diverged_of(summary))
+        oversubscribed=bool(summary.get("oversubscribed")), diverged=diverged_of(summary),
+        best_loss=_float(summary.get("best_loss")))
+
+
+def shape_of(config: Dict[str, Any]) -> int:
+    """An image model's image size; a language model's sequence length, which it records
+    instead (its image size is a flag it refuses)."""
+    if config.get("seq_len") is not None:
+        return int(config["seq_len"])
+    return int(config["image_size"])
+
+
+def target_of(accuracy, loss) -> str:
+    """The target as the group shows it: "0.8", "loss 2.5", or "" (none)."""
+    if loss is not None:
+        return f"loss {float(loss):g}"
+    return "" if accuracy is None else f"{float(accuracy):g}"
 
 
 def diverged_of(summary: Dict[str, Any]) -> Optional[Dict[str, int]]:
@@ -113,6 +134,7 @@ def diverged_of(summary: Dict[str, Any]) -> Optional[Dict[str, int]]:
     return {} if summary.get("stopped_by") == "diverged" else None
 
 
+LOSS_FIELDS = ("validation_loss",)  # a language model's, besides
 CURVE_FIELDS = ("step", "epoch", "training_seconds", "wall_seconds", "accuracy",
                 "worker_mean", "worker_worst")
 

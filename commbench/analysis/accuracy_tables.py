@@ -41,6 +41,13 @@ NOTES = [
     "physical cores.",
 ]
 
+# Said besides of a language model's groups, whose target is a loss (issue #55).
+LOSS_NOTE = (
+    "Time to target loss (a language model's groups): the same, until the averaged "
+    "model's validation loss, in nats per token, is first at most the target; best if "
+    "missed: the lowest such loss among runs that missed it; tokens/sec: tokens, not "
+    "images. The JSON's and CSV's best_accuracy_missed is the next-token accuracy.")
+
 # Raw numbers of one row, for --format csv and json.
 ROW_FIELDS = tables.row_fields(
     "reached", "target", "time_to_target_s", "rule", "rule_detail", "median_time_to_target_s",
@@ -63,8 +70,11 @@ def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
         return tables.csv_text(KEY_COLUMNS + CSV_ROW_FIELDS, rows)
     parts = []
     for g in groups:
-        table = tables.render(HEADERS, [formatted_row(r) for r in g.rows], ALIGN, fmt)
-        heading = tables.heading("Time to accuracy: " + g.key.heading(), fmt)
+        headers = [h.replace("img/sec", "tokens/sec") for h in HEADERS] if g.key.by_loss \
+            else HEADERS
+        table = tables.render(headers, [formatted_row(r) for r in g.rows], ALIGN, fmt)
+        title = "Time to target loss: " if g.key.by_loss else "Time to accuracy: "
+        heading = tables.heading(title + g.key.heading(), fmt)
         parts.append(f"{heading}\n\n{g.key.details()[0].upper()}{g.key.details()[1:]}."
                      f"\n\n{table}")
         diverged = [(row, run) for row in g.rows for run in row.runs if run.diverged is not None]
@@ -77,7 +87,8 @@ def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
         if any(row.split is not None for row in g.rows):
             parts.append(split_table.render(
                 [(r.series, r.workers, r.split, r.wire) for r in g.rows], fmt))
-    return "\n".join(parts) + "\n" + tables.notes(NOTES, fmt)
+    notes = NOTES + [LOSS_NOTE] if any(g.key.by_loss for g in groups) else NOTES
+    return "\n".join(parts) + "\n" + tables.notes(notes, fmt)
 
 
 def diverged_line(row: AccuracyRow, run: AccuracyRun) -> str:
@@ -135,7 +146,9 @@ def run_record(run) -> Dict[str, Any]:
 def formatted_row(row: AccuracyRow) -> List[str]:
     head = [row.series.strategy, row.series.settings() or "-", str(row.workers),
             str(len(row.runs))]
-    tail = [_num(row.best_missed, "{:.3f}"), _num(row.img_sec, "{:.1f}"),
+    by_loss = row.runs[0].best_loss is not None
+    best = _num(row.best_loss_missed, "{:.4f}") if by_loss else _num(row.best_missed, "{:.3f}")
+    tail = [best, _num(row.img_sec, "{:.1f}"),
             " ".join(row.flags) or "-"]
     if not row.has_target:
         return head + ["no target"] + ["-"] * 7 + tail

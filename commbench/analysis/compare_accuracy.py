@@ -34,7 +34,8 @@ def title(matching: Tuple) -> str:
     (model, data, partition, batch, image, target, every, budget, training, precision,
      device, backend, network, stragglers) = matching
     parts = [model, data, f"partition {partition}", f"batch {batch} per worker",
-             f"{image}x{image} images", f"target {target}" if target else "no target",
+             f"sequences of {image} tokens" if data.startswith("language:")
+             else f"{image}x{image} images", f"target {target}" if target else "no target",
              f"evaluated every {every} steps", f"budget {budget}", training, precision,
              device, backend]
     return ", ".join(parts + given(network, stragglers))

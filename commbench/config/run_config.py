@@ -20,9 +20,10 @@ from typing import Any, Dict, List, Mapping, Tuple
 from commbench.config.flags import (add_flags, flag, flag_fields, integer, one_of,
                                     option_name, positive_float)
 from commbench.config.sections import Section, refuse_unread
+from commbench.data import language
 from commbench.data.batches import DataFlags
 from commbench.errors import UsageError
-from commbench.job.accuracy_loop import AccuracyFlags
+from commbench.job.stop_rule import AccuracyFlags
 from commbench.job.fail_schedule import FailureFlags
 from commbench.job.models import ModelFlags
 from commbench.job.recipe import RecipeFlags
@@ -124,8 +125,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     core = {f.name for f in flag_fields(RunConfig)}
     options = {k[len(OPTION):]: v for k, v in values.items() if k.startswith(OPTION)}
     config = RunConfig(**{k: v for k, v in values.items() if k in core}, options=options)
-    refuse_unread(config, moot_for_the_job(config))
     spec = config.language_model
+    refuse_unread(config, moot_for_the_job(config))
+    language.check_pairing(config.data, config.model, spec and spec.vocab, config.seed)
     if spec is not None and config.per_sample > spec.context:
         raise UsageError(f"argument --seq-len: {config.model} takes at most {spec.context} "
                          f"tokens, not {config.per_sample}")

@@ -1,7 +1,8 @@
 """A worker's batches (`--data`): the fixed synthetic batch; the worker's shard of a
-learnable task, built once before the clock starts and served on the device in a
-seeded order, reshuffled at each pass, so that reading data is never what a run
-measures; or its shard of a real dataset from a local path (commbench.data.local),
+learnable task, or its stream of the generated language (commbench.data.language),
+built once before the clock starts and served on the device in a seeded order,
+reshuffled at each pass, so that reading data is never what a run measures; or its
+shard of a real dataset from a local path (commbench.data.local),
 read by a DataLoader. Every worker takes the same number of steps per epoch: an epoch
 is the training samples over the workers' total batch, whatever the partition's shard
 sizes."""
@@ -9,17 +10,19 @@ sizes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from commbench.config.flags import flag, one_of
 from commbench.config.sections import Section
 from commbench.data import local
 from commbench.data import partition as partitions
+from commbench.data.language import MarkovLanguage
 from commbench.data.learnable import LearnableTask
 from commbench.data.local import LocalDataset
 from commbench.errors import UsageError
 
-FORMS = "synthetic, learnable[:classes=N,noise=X,samples=N], cifar10:PATH, imagefolder:PATH"
+FORMS = ("synthetic, learnable[:classes=N,noise=X,samples=N], "
+         "language[:vocab=V,order=K,branch=B,samples=N], cifar10:PATH, imagefolder:PATH")
 # Seeds drawn from --seed: the task (its prototypes), its training and validation samples
 # and the partition; shifted so that none equals another.
 TASK, TRAIN, VALIDATION, PARTITION = 0, 1, 2, 3
@@ -31,8 +34,10 @@ class DataFlags(Section):
 
     data: str = flag("synthetic", "what to train on: synthetic (one fixed random batch, for "
                      "speed), learnable[:classes=N,noise=X,samples=N] (a classification "
-                     "task generated from --seed), cifar10:PATH or imagefolder:PATH (read "
-                     "from disk, never downloaded)", metavar="SPEC")
+                     "task generated from --seed), language[:vocab=V,order=K,branch=B,"
+                     "samples=N] (a language model's: a Markov source from --seed, its "
+                     "entropy rate the floor of the loss), cifar10:PATH or imagefolder:PATH "
+                     "(read from disk, never downloaded)", metavar="SPEC")
     augment: str = flag("auto", "a dataset's training augmentation: auto (CIFAR-10 and "
                         "images of at most 64 px: a padded random crop and a flip; larger "
                         "images: ImageNet's random-resized crop and a flip), crop-flip, "
@@ -43,29 +48,35 @@ class DataFlags(Section):
     @classmethod
     def unread(cls, config) -> Dict[str, str]:
         moot = {}
-        if config.language_model is not None:
-            moot["data"] = (f"{config.model} trains on synthetic tokens only (random ids "
-                            "from --seed): leave --data out")
+        if config.data.startswith("language"):
+            moot["partition"] = ("the generated language gives each worker its own stream "
+                                 "from one source (IID); it has no documents or labels to "
+                                 "split by: leave --partition out")
         if config.data == "synthetic":
             moot["partition"] = ("the synthetic batch is one fixed batch, not a dataset to "
                                  "split among workers; give --data learnable, cifar10:PATH "
                                  "or imagefolder:PATH, or leave --partition out")
-        if config.data.split(":")[0] in ("synthetic", "learnable"):
+        if config.data.split(":")[0] in ("synthetic", "learnable", "language"):
             moot["augment"] = ("augments the images of a dataset read from disk (--data "
                                "cifar10:PATH or imagefolder:PATH); generated data has none "
                                "to augment: leave it out")
         return moot
 
 
-def parse(spec: str, seed: int, augment: str = "auto"
-          ) -> Union[None, LearnableTask, LocalDataset]:
-    """None for the synthetic batch; the task of `learnable[:knobs]`; the dataset of
-    `cifar10:PATH` or `imagefolder:PATH` (its training images augmented by augment)."""
+Task = Union[LearnableTask, MarkovLanguage, LocalDataset]
+
+
+def parse(spec: str, seed: int, augment: str = "auto") -> Optional[Task]:
+    """None for the synthetic batch; the task of `learnable[:knobs]`; the source of
+    `language[:knobs]`; the dataset of `cifar10:PATH` or `imagefolder:PATH` (its training
+    images augmented by augment)."""
     kind, _, knobs = spec.partition(":")
     if kind == "synthetic" and not knobs:
         return None
     if kind == "learnable":
         return LearnableTask.parse(knobs, seed + TASK)
+    if kind == "language":
+        return MarkovLanguage.parse(knobs, seed + TASK)
     if kind in local.KINDS:
         return LocalDataset.parse(kind, knobs, augment)
     raise UsageError(f"argument --data: {spec!r} is not one of {FORMS}")
@@ -80,7 +91,7 @@ class Batches:
     next: Callable[[], Tuple[Any, Any]]
     classes: int
     facts: Dict[str, Any]
-    task: Union[LearnableTask, LocalDataset, None] = None
+    task: Optional[Task] = None
 
 
 def synthetic_batch(batch_size: int, image_size: int, num_classes: int, device,
@@ -115,27 +126,59 @@ def synthetic_tokens(batch_size: int, seq_len: int, vocab: int, device, seed: in
 
 def learnable(task: LearnableTask, partition: str, batch_size: int, image_size: int,
               rank: int, world_size: int, device, seed: int) -> Batches:
-    import torch
-
     _, labels = task.draw(task.samples, image_size, seed + TRAIN, indices=[])
     shards = partitions.partition(labels, world_size, partition, seed + PARTITION)
     images, mine = task.draw(task.samples, image_size, seed + TRAIN, indices=shards[rank])
     images, mine = images.to(device), labels[shards[rank]].to(device)
-    order = torch.Generator().manual_seed(seed + PARTITION + 7919 * (rank + 1))
-    state = {"queue": torch.empty(0, dtype=torch.int64)}
-
-    def next_batch():
-        queue = state["queue"]
-        while len(queue) < batch_size:  # a new pass over the shard, in a new order
-            queue = torch.cat([queue, torch.randperm(len(mine), generator=order)])
-        state["queue"] = queue[batch_size:]
-        taken = queue[:batch_size].to(device)
-        return images[taken], mine[taken]
-
+    taken = shuffled(len(mine), batch_size, device, seed + PARTITION + 7919 * (rank + 1))
     mix = partitions.class_mix(labels, shards, task.classes)
     facts = {"data": task.describe(), "partition": partition, "class_mix": mix,
              "steps_per_epoch": max(1, task.samples // (batch_size * world_size))}
+
+    def next_batch():
+        chosen = taken()
+        return images[chosen], mine[chosen]
+
     return Batches(next_batch, task.classes, facts, task)
+
+
+def language(source: MarkovLanguage, batch_size: int, seq_len: int, rank: int,
+             world_size: int, device, seed: int) -> Batches:
+    """This worker's stream of the generated language: its share of an epoch's
+    sequences, drawn from a seed of its own (IID: every worker's from the same source),
+    built once before the clock starts and served as the learnable task's samples are.
+    The labels are each position's next token, flattened as synthetic_tokens' are."""
+    worker_seed = seed + TRAIN + 7919 * (rank + 1)
+    ids = source.draw(max(batch_size, source.samples // world_size), seq_len + 1,
+                      worker_seed).to(device)
+    taken = shuffled(len(ids), batch_size, device, seed + PARTITION + 7919 * (rank + 1))
+
+    def next_batch():
+        batch = ids[taken()]
+        return batch[:, :-1].contiguous(), batch[:, 1:].reshape(-1)
+
+    facts = {"data": source.describe(), "partition": "iid",
+             "entropy_rate": source.entropy_rate,
+             "steps_per_epoch": max(1, source.samples // (batch_size * world_size))}
+    return Batches(next_batch, source.vocab, facts, source)
+
+
+def shuffled(count: int, batch_size: int, device, seed: int) -> Callable[[], Any]:
+    """next() -> the indices of the next batch of `count` samples, on the device: a
+    pass over them in a seeded order, then a new pass in a new order."""
+    import torch
+
+    order = torch.Generator().manual_seed(seed)
+    state = {"queue": torch.empty(0, dtype=torch.int64)}
+
+    def next_indices():
+        queue = state["queue"]
+        while len(queue) < batch_size:
+            queue = torch.cat([queue, torch.randperm(count, generator=order)])
+        state["queue"] = queue[batch_size:]
+        return queue[:batch_size].to(device)
+
+    return next_indices
 
 
 def from_path(found: LocalDataset, partition: str, batch_size: int, image_size: int,
@@ -157,11 +200,15 @@ def from_path(found: LocalDataset, partition: str, batch_size: int, image_size: 
     return Batches(lambda: next(batches), classes, facts, found)
 
 
-def validation(task: Union[LearnableTask, LocalDataset], image_size: int, seed: int,
-               device="cpu") -> Tuple[Any, Any]:
+def validation(task: Task, image_size: int, seed: int, device="cpu",
+               seq_len: int = 0) -> Tuple[Any, Any]:
     """The held-out validation set, the same on every worker: a learnable task's is a
-    tenth of its training samples drawn from a seed of its own; a dataset's is its test
-    split (CIFAR-10) or its val folder."""
+    tenth of its training samples drawn from a seed of its own, and so is the generated
+    language's, up to 256 sequences of seq_len tokens (with their next tokens); a
+    dataset's is its test split (CIFAR-10) or its val folder."""
     if isinstance(task, LocalDataset):
         return local.in_memory(task.dataset(image_size, train=False), device)
+    if isinstance(task, MarkovLanguage):
+        ids = task.draw(task.validation_samples, seq_len + 1, seed + VALIDATION)
+        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
     return task.draw(max(1, task.samples // 10), image_size, seed + VALIDATION)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Tuple
 
-from commbench.errors import UsageError
+from commbench.data.knobs import parse as parse_knobs
 
 GRID = 4  # a prototype is a GRID x GRID colour pattern, upsampled: smooth, not pixel noise
 DISTRACTOR = 0.5  # the distractor's amplitude against the true class's
@@ -29,18 +29,10 @@ class LearnableTask:
     @classmethod
     def parse(cls, knobs: str, seed: int) -> "LearnableTask":
         """`classes=20,noise=1.5,samples=50000` (any subset, any order)."""
-        values = {}
-        for item in filter(None, (k.strip() for k in knobs.split(","))):
-            name, _, value = item.partition("=")
-            kind = {"classes": int, "samples": int, "noise": float}.get(name)
-            try:
-                values[name] = kind(value) if kind else None
-            except ValueError:
-                values[name] = None
-            if values[name] is None or values[name] <= 0 or \
-                    (name == "classes" and values[name] < 2):
-                raise UsageError(f"argument --data: learnable's {item!r} is not one of "
-                                 "classes=N (2 or more), noise=X (> 0), samples=N (> 0)")
+        values = parse_knobs(knobs, {"classes": int, "samples": int, "noise": float},
+                             lambda name, v: v > 0 and (name != "classes" or v >= 2),
+                             "learnable", "classes=N (2 or more), noise=X (> 0), samples=N "
+                             "(> 0)")
         return cls(seed=seed, **values)
 
     def describe(self) -> str:

@@ -8,6 +8,9 @@ pauses and all workers evaluate, on the task's held-out validation set:
 - each worker's own model on the whole set (mean and worst over workers: how far the
   models a decentralized strategy leaves apart have drifted).
 
+A language model (--target-loss) is scored per next token: the averaged model's
+validation loss and perplexity besides the accuracies, and its target is a loss.
+
 The run stops at the first evaluation where the averaged model reaches the target,
 where the training time passed --time-budget, or at --max-epochs. Every stop decision
 is made from values all ranks share (reduced over them), so all ranks stop together.
@@ -20,77 +23,21 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from commbench.config.flags import flag, fraction, positive_float, positive_int
-from commbench.config.sections import Section
 from commbench.timing import spans
-from commbench.errors import UsageError
 from commbench.job.speed_loop import LossWatch, timed_step
+from commbench.job.stop_rule import MAX_EPOCHS, StopRule
 from commbench.job.per_iteration import consensus_distance
+from commbench.job.training_step import summed_loss
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.config.run_config import RunConfig
 
-# How often the models are evaluated, and the bound on a run given neither --max-epochs
-# nor --time-budget.
-EVAL_EVERY = 20
-MAX_EPOCHS = 20.0
-
-
-@dataclass(frozen=True)
-class AccuracyFlags(Section):
-    title = "training to accuracy (instead of timing iterations)"
-
-    target_accuracy: Optional[float] = flag(
-        None, "train to accuracy instead of timing iterations: end the run when the "
-        "workers' averaged model reaches this validation accuracy (needs --data other than "
-        "synthetic)",
-        fraction, "X")
-    eval_every: Optional[int] = flag(
-        None, "training to accuracy: evaluate every N steps, the clock paused (default: "
-        f"{EVAL_EVERY})", positive_int, "STEPS")
-    time_budget: Optional[float] = flag(
-        None, "training to accuracy: stop after this much training time (checked at each "
-        "evaluation)", positive_float, "SECONDS")
-    max_epochs: Optional[float] = flag(
-        None, "training to accuracy: stop after this many passes over the training set "
-        f"(default: {MAX_EPOCHS} when no --time-budget is given)", positive_float, "N")
-
-    @property
-    def trains_to_accuracy(self) -> bool:
-        """Whether this run trains to accuracy rather than timing iterations."""
-        return any(getattr(self, name) is not None for name in AccuracyFlags.names())
-
 EVAL_BATCH = 500  # validation images per forward pass: outside the clock, any size works
-
-
-@dataclass(frozen=True)
-class StopRule:
-    """When to evaluate and when to stop, in steps and training seconds."""
-
-    target: Optional[float]
-    eval_every: int
-    max_steps: Optional[int]  # None: bounded by time_budget alone
-    time_budget: Optional[float]
-
-    @classmethod
-    def of(cls, config: RunConfig, steps_per_epoch: int) -> "StopRule":
-        epochs = config.max_epochs
-        if epochs is None and config.time_budget is None:
-            epochs = MAX_EPOCHS
-        max_steps = None if epochs is None else max(1, round(epochs * steps_per_epoch))
-        return cls(config.target_accuracy, config.eval_every or EVAL_EVERY, max_steps,
-                   config.time_budget)
-
-    def why_stop(self, point: "Point") -> Optional[str]:
-        if self.target is not None and point.accuracy >= self.target:
-            return "target"
-        if self.max_steps is not None and point.step >= self.max_steps:
-            return "max epochs"
-        if self.time_budget is not None and point.training_seconds >= self.time_budget:
-            return "time budget"
-        return None
+# A language model's validation tokens per forward pass: its logits (tokens x vocabulary)
+# stay within a few gigabytes for the largest vocabulary.
+EVAL_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -110,17 +57,17 @@ class Point:
     # bytes each rank put on the wire so far, mean over ranks (commbench.timing.wire); None
     # where an engine communicates out of sight
     bytes_sent: Optional[float] = None
+    # a language model's: the averaged model's validation loss (nats per token) and
+    # perplexity; its accuracies above are of the next token. None for an image model.
+    validation_loss: Optional[float] = None
+    perplexity: Optional[float] = None
 
-
-def check(config: RunConfig) -> None:
-    """Training to accuracy needs something to learn (before any communication)."""
-    if config.trains_to_accuracy and config.data == "synthetic":
-        flag = next(f"--{name.replace('_', '-')}" for name in
-                    ("target_accuracy", "eval_every", "time_budget", "max_epochs")
-                    if getattr(config, name) is not None)
-        raise UsageError(f"argument {flag}: training to accuracy needs --data learnable, "
-                         "cifar10:PATH or imagefolder:PATH (the synthetic batch is one fixed "
-                         "batch: nothing to learn)")
+    def recorded(self) -> Dict[str, Any]:
+        """The curve's entry: an image model's without the language model's fields."""
+        found = asdict(self)
+        if self.validation_loss is None:
+            del found["validation_loss"], found["perplexity"]
+        return found
 
 
 def check_length(strategy_cls, config: RunConfig, rule: StopRule, steps_per_epoch: int) -> None:
@@ -145,17 +92,19 @@ class Evaluator:
         self.share = share.to(ctx.device)
 
     def __call__(self):
-        """(averaged model's accuracy, every worker's own accuracy), the same on all ranks."""
+        """(averaged model's accuracy, every worker's own accuracy, averaged model's mean
+        loss), the same on all ranks. A language model's are per next token."""
         import torch
         import torch.distributed as dist
 
         average_into(self.twin, self.model, self.ctx.world_size)
-        correct = count_correct(self.twin, self.images[self.share], self.labels[self.share])
-        own = torch.zeros(self.ctx.world_size + 1, dtype=torch.float64, device=self.ctx.device)
-        own[self.ctx.rank] = count_correct(self.model, self.images, self.labels) / len(self.labels)
-        own[-1] = correct
+        correct, loss = score(self.twin, self.images[self.share], self.labels[self.share])
+        own = torch.zeros(self.ctx.world_size + 2, dtype=torch.float64, device=self.ctx.device)
+        total = self.labels.numel()
+        own[self.ctx.rank] = score(self.model, self.images, self.labels)[0] / total
+        own[-2:] = torch.tensor([correct, loss], dtype=torch.float64)
         dist.all_reduce(own)
-        return float(own[-1]) / len(self.labels), own[:-1].tolist()
+        return float(own[-2]) / total, own[:-2].tolist(), float(own[-1]) / total
 
 
 def average_into(twin, model, world_size: int) -> None:
@@ -179,20 +128,26 @@ def average_into(twin, model, world_size: int) -> None:
                 theirs[key].copy_(value)
 
 
-def count_correct(model, images, labels) -> int:
+def score(model, images, labels) -> Tuple[int, float]:
+    """(right answers, summed cross-entropy) of the model on the set: per image, or per
+    next token for a language model (its logits a row per token, its labels a row per
+    sequence)."""
     import torch
 
     was_training = model.training
     model.eval()
-    correct = 0
+    correct, loss = 0, 0.0
+    rows = EVAL_BATCH if labels.dim() == 1 else max(1, EVAL_TOKENS // labels.shape[1])
     try:
         with torch.no_grad():
-            for lo in range(0, len(labels), EVAL_BATCH):
-                guess = model(images[lo:lo + EVAL_BATCH]).argmax(dim=1)
-                correct += int((guess == labels[lo:lo + EVAL_BATCH]).sum())
+            for lo in range(0, len(labels), rows):
+                logits = model(images[lo:lo + rows]).float()
+                wanted = labels[lo:lo + rows].reshape(-1)
+                correct += int((logits.argmax(dim=1) == wanted).sum())
+                loss += summed_loss(logits, wanted)
     finally:
         model.train(was_training)
-    return correct
+    return correct, loss
 
 
 def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: StopRule,
@@ -220,7 +175,7 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
             continue
         recorder.keep_last(keep_steps)
         with recorder.between("evaluate"):
-            accuracy, own = evaluate()
+            accuracy, own, validation_loss = evaluate()
         shared = torch.tensor([training, time.perf_counter() - started],
                               dtype=torch.float64, device=ctx.device)
         dist.all_reduce(shared, op=dist.ReduceOp.MAX)  # the slowest rank's clocks
@@ -232,7 +187,8 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
         point = Point(steps, steps / steps_per_epoch, steps * samples_per_step,
                       float(shared[0]), float(shared[1]), accuracy, sum(own) / len(own),
                       min(own), float(mean_loss[0]) / ctx.world_size, distance,
-                      float(mean_loss[1]) / ctx.world_size if counts_wire else None)
+                      float(mean_loss[1]) / ctx.world_size if counts_wire else None,
+                      *language_loss(rule, validation_loss))
         curve.append(point)
         report(point)
         losses = []
@@ -240,6 +196,14 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
         stopped_by = "diverged" if diverged else rule.why_stop(point)
         if stopped_by:
             return {**outcome(curve, rule, stopped_by, samples_per_step), "diverged": diverged}
+
+
+def language_loss(rule: StopRule, loss: float) -> Tuple[Optional[float], Optional[float]]:
+    """(validation loss, perplexity) of a language model's evaluation; (None, None) for
+    an image model's, whose curve records accuracy alone."""
+    if rule.metric != "loss":
+        return None, None
+    return loss, math.exp(loss) if loss < 700 else math.inf  # exp overflows past ~709
 
 
 def first_divergence(mine: Optional[int], ctx) -> Optional[Dict[str, int]]:
@@ -261,12 +225,13 @@ def first_divergence(mine: Optional[int], ctx) -> Optional[Dict[str, int]]:
 def outcome(curve: List[Point], rule: StopRule, stopped_by: str,
             samples_per_step: int) -> Dict[str, Any]:
     """The summary of a curve: time, steps, epochs and samples to the target, or "not
-    reached" with the best accuracy (never a time)."""
+    reached" with the best accuracy (never a time). A language model's target is a loss:
+    its summary says so, with the best loss, and counts tokens as its samples."""
     last = curve[-1]
     reached = stopped_by == "target"
     best = max(curve, key=lambda p: p.accuracy)
-    return {
-        "target_accuracy": rule.target,
+    found = {
+        "target_accuracy": rule.target if rule.metric == "accuracy" else None,
         "reached": reached if rule.target is not None else None,
         "time_to_target": last.training_seconds if reached else None,
         "wall_time_to_target": last.wall_seconds if reached else None,
@@ -286,5 +251,13 @@ def outcome(curve: List[Point], rule: StopRule, stopped_by: str,
         "eval_every": rule.eval_every,
         "max_steps": rule.max_steps,
         "time_budget": rule.time_budget,
-        "curve": [asdict(p) for p in curve],
+        "curve": [p.recorded() for p in curve],
     }
+    if rule.metric == "loss":
+        # a diverged run's NaN losses would make min() depend on the order
+        lowest = min((p for p in curve if math.isfinite(p.validation_loss)), default=last,
+                     key=lambda p: p.validation_loss)
+        found.update(target_loss=rule.target, best_loss=lowest.validation_loss,
+                     best_loss_at_step=lowest.step, best_perplexity=lowest.perplexity,
+                     unit="tokens")
+    return found

@@ -39,7 +39,8 @@ def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     kind = ctx.device_kind
     images = "synthetic" if config.data == "synthetic" else "learnable"
     if config.language_model is not None:
-        say(f"Model: {config.model} (sequences of {config.per_sample} synthetic tokens)")
+        tokens = "synthetic" if config.data == "synthetic" else "generated-language"
+        say(f"Model: {config.model} (sequences of {config.per_sample} {tokens} tokens)")
     else:
         say(f"Model: {config.model} ({config.image_size}x{config.image_size} {images} images)")
     say(f"Batch size: {config.batch_size} per {kind}")
@@ -160,17 +161,23 @@ def total_line(summary: Dict[str, Any], kind: str) -> str:
 
 
 def training_plan(say: Printer, rule, steps_per_epoch: int, recipe) -> None:
-    bounds = [f"target accuracy {rule.target:g}" if rule.target is not None else None,
+    loss = rule.metric == "loss"
+    bounds = [f"target {'loss' if loss else 'accuracy'} {rule.target:g}"
+              + (" nats/token" if loss else "") if rule.target is not None else None,
               f"at most {rule.max_steps} steps ({rule.max_steps / steps_per_epoch:.3g} "
               "epochs)" if rule.max_steps is not None else None,
               f"a time budget of {rule.time_budget:g} s" if rule.time_budget else None]
-    say(f"Training to accuracy: {', '.join(b for b in bounds if b)}; evaluating every "
+    say(f"Training to {'a target loss' if loss else 'accuracy'}: "
+        f"{', '.join(b for b in bounds if b)}; evaluating every "
         f"{rule.eval_every} steps, the clock paused")
     say(recipe.describe())
 
 
 def point_line(point) -> str:
-    return (f"Step {point.step} (epoch {point.epoch:.2f}): accuracy {point.accuracy:.3f} "
+    scored = "accuracy" if point.validation_loss is None else (
+        f"validation loss {point.validation_loss:.4f} (perplexity {point.perplexity:.3g}), "
+        "next-token accuracy")
+    return (f"Step {point.step} (epoch {point.epoch:.2f}): {scored} {point.accuracy:.3f} "
             f"averaged model, {point.worker_mean:.3f} worker mean, {point.worker_worst:.3f} "
             f"worst; loss {point.loss:.4f}; consensus distance {point.consensus_distance:.3g}; "
             f"{point.training_seconds:.1f} s training, {point.wall_seconds:.1f} s wall")
@@ -183,20 +190,27 @@ def sent_to_target(outcome: Dict[str, Any]) -> str:
 
 def trained_line(outcome: Dict[str, Any]) -> str:
     """How a run trained to accuracy ended: its time to the target, or "not reached"
-    with its best accuracy (never a time)."""
+    with its best accuracy (never a time); a language model's, to a target loss, counting
+    tokens."""
+    loss = outcome.get("unit") == "tokens"
+    target = outcome["target_loss"] if loss else outcome["target_accuracy"]
+    named = "" if target is None else f"target {'loss ' if loss else ''}{target:g}"
     if outcome["reached"]:
-        return (f"Time to target {outcome['target_accuracy']:g}: "
+        return (f"Time to {named}: "
                 f"{outcome['time_to_target']:.1f} s of training "
                 f"({outcome['wall_time_to_target']:.1f} s wall with evaluation), "
                 f"{outcome['steps_to_target']} steps, {outcome['epochs_to_target']:.2f} "
-                f"epochs, {outcome['samples_to_target']} samples" + sent_to_target(outcome))
-    missed = "" if outcome["target_accuracy"] is None else \
-        f"Target {outcome['target_accuracy']:g} not reached" + \
+                f"epochs, {outcome['samples_to_target']} {'tokens' if loss else 'samples'}"
+                + sent_to_target(outcome))
+    missed = "" if target is None else f"{named.capitalize()} not reached" + \
         (": diverged; " if outcome["stopped_by"] == "diverged" else "; ")
     why = "at the first evaluation since it diverged," \
         if outcome["stopped_by"] == "diverged" else f"by the {outcome['stopped_by']}"
-    return (f"{missed}best accuracy {outcome['best_accuracy']:.3f} at step "
-            f"{outcome['best_at_step']}; stopped {why} after "
+    best = (f"best loss {outcome['best_loss']:.4f} (perplexity "
+            f"{outcome['best_perplexity']:.3g}) at step {outcome['best_loss_at_step']}"
+            if loss else f"best accuracy {outcome['best_accuracy']:.3f} at step "
+            f"{outcome['best_at_step']}")
+    return (f"{missed}{best}; stopped {why} after "
             f"{outcome['steps']} steps ({outcome['training_seconds']:.1f} s of training)")
 
 
@@ -204,4 +218,5 @@ def print_outcome(say: Printer, outcome: Dict[str, Any]) -> None:
     say(trained_line(outcome))
     if outcome.get("diverged"):
         say(diverged_line(outcome["diverged"]))
-    say(f"Img/sec during training: {outcome['img_sec']:.1f} (all workers)")
+    say(f"{metrics.rate_name(outcome).capitalize()} during training: "
+        f"{outcome['img_sec']:.1f} (all workers)")

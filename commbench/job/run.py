@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any, Callable, Dict, Optional
 
 from commbench.job import (accuracy_loop, console, fail_inject, language_models, per_iteration,
-                           precision, recipe as recipes, straggler)
+                           precision, recipe as recipes, stop_rule, straggler)
 from commbench.result import environment, record
 from commbench.timing import gpu_kernels, spans
 from commbench.config.run_config import RunConfig, add_run_arguments, config_from_args
@@ -80,6 +80,8 @@ def run(config: RunConfig) -> Dict[str, Any]:
         say(f"Data: {data.facts['data']}{augment}, {data.facts['steps_per_epoch']} steps per "
             f"epoch; partition {config.partition}: "
             f"{partition.describe(data.facts['class_mix'])}")
+    if "entropy_rate" in data.facts:
+        say(f"{data.task.floor_line()}; {data.facts['steps_per_epoch']} steps per epoch")
 
     if config.trains_to_accuracy:
         return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine, slow,
@@ -208,7 +210,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
                        slow: Optional[straggler.Straggler],
                        fails: fail_inject.Injector) -> Dict[str, Any]:
     per_epoch = data.facts["steps_per_epoch"]
-    rule = accuracy_loop.StopRule.of(config, per_epoch)
+    rule = stop_rule.StopRule.of(config, per_epoch)
     accuracy_loop.check_length(type(strategy), config, rule, per_epoch)
     total_batch = config.batch_size * ctx.world_size
     recipe = recipes.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
@@ -224,7 +226,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
 
     twin = build_model(config.model, data.classes).to(ctx.device)
     evaluator = accuracy_loop.Evaluator(model, twin, batches.validation(
-        data.task, config.image_size, config.seed, ctx.device), ctx)
+        data.task, config.image_size, config.seed, ctx.device, config.per_sample), ctx)
 
     def evaluate():
         strategy.settle()  # before the evaluation's collectives
@@ -233,7 +235,8 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     console.training_plan(say, rule, per_epoch, recipe)
     recorder = spans.Recorder()
     outcome = accuracy_loop.train(
-        train_step, sync, rule, evaluate, model, ctx, total_batch, per_epoch,
+        # a language model's samples are its tokens
+        train_step, sync, rule, evaluate, model, ctx, total_batch * config.per_sample, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps, recorder,
         strategy.sees_wire)
     unwritten = record.finish(config, ctx, strategy, record.Trained(
@@ -249,6 +252,9 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
 def _batches(config: RunConfig, ctx) -> batches.Batches:
     task = batches.parse(config.data, config.seed, config.augment)
     seed = config.seed + 7919 * (ctx.rank + 1)  # a synthetic batch of each worker's own
+    if config.language_model is not None and task is not None:
+        return batches.language(task, config.batch_size, config.per_sample, ctx.rank,
+                                ctx.world_size, ctx.device, config.seed)
     if config.language_model is not None:
         return batches.synthetic_tokens(config.batch_size, config.per_sample,
                                         config.language_model.vocab, ctx.device, seed=seed)

@@ -11,7 +11,7 @@ import json
 from typing import Any, List
 
 from commbench import registry
-from commbench.job import accuracy_loop, fail_schedule, language_models, straggler
+from commbench.job import fail_schedule, language_models, straggler, training_checks
 from commbench.timing import trace_file
 from commbench.config.run_config import RunConfig
 from commbench.data import batches, partition
@@ -36,7 +36,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
                         + config.num_iters * config.num_batches_per_iter)
     batches.parse(config.data, config.seed, config.augment)
     partition.parse(config.partition)
-    accuracy_loop.check(config)
+    training_checks.check(config)
     if config.timeline is not None:
         trace_file.check_new(config.timeline, "--timeline")
     if config.language_model is not None:

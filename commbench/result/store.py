@@ -48,6 +48,12 @@ header, config, strategy and environment, and instead of samples:
                       img_sec, eval_every, max_steps, time_budget, oversubscribed,
                       step_split (as a run's, over the last --timeline-steps steps),
                       diverged (below)
+
+A language model's accuracy result (--target-loss) also records data.entropy_rate (the
+generated language's floor of the loss, nats/token), in each curve entry
+validation_loss and perplexity (the averaged model's; its accuracies are per next token)
+and in its summary target_loss, best_loss, best_loss_at_step, best_perplexity and unit
+"tokens" (its samples and img_sec count tokens); target_accuracy is null.
     clock_offsets     each rank's clock offset to rank 0's and its uncertainty
 
 Numbers that are not finite (a loss that became NaN or inf in a run that diverged)
