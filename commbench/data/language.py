@@ -39,6 +39,7 @@ MAX_ITERATIONS = 100_000
 # sequences of lm-tiny's 128 tokens take seconds on a CPU and estimate the loss to
 # about a hundredth of a nat.
 MAX_VALIDATION = 256
+BYTES = 256  # text's tokens are its bytes (commbench.data.text)
 KNOBS = {"vocab": int, "order": int, "branch": int, "samples": int}
 FORM = "vocab=V (2 or more), order=K (1 or more), branch=B (1..vocab), samples=N (> 0)"
 
@@ -158,20 +159,22 @@ class MarkovLanguage:
 
 
 def check_pairing(data: str, model: str, model_vocab: Optional[int], seed: int) -> None:
-    """The generated language goes with a language model whose vocabulary holds its
-    tokens; a language model trains on it or on synthetic tokens. Refused in one line
-    otherwise (model_vocab: None for an image model)."""
+    """The generated language and text go with a language model whose vocabulary holds
+    their tokens (text's are its bytes: 256); a language model trains on them or on
+    synthetic tokens. Refused in one line otherwise (model_vocab: None for an image
+    model)."""
     kind, _, knobs = data.partition(":")
-    if kind == "language" and model_vocab is None:
-        raise UsageError(f"argument --data: language is a language model's data (tokens); "
+    if kind in ("language", "text") and model_vocab is None:
+        raise UsageError(f"argument --data: {kind} is a language model's data (tokens); "
                          f"{model} is an image model: give --model lm-tiny (or another "
                          "language model, `commbench list`), or other --data")
-    if model_vocab is not None and kind not in ("synthetic", "language"):
-        raise UsageError(f"argument --data: {model} trains on synthetic tokens or the "
-                         f"generated language (--data language[:knobs]), not {data}")
-    if kind != "language":
+    if model_vocab is not None and kind not in ("synthetic", "language", "text"):
+        raise UsageError(f"argument --data: {model} trains on synthetic tokens, the "
+                         "generated language (--data language[:knobs]) or text (--data "
+                         f"text:PATH), not {data}")
+    if kind not in ("language", "text"):
         return
-    vocab = MarkovLanguage.parse(knobs, seed).vocab
+    vocab = MarkovLanguage.parse(knobs, seed).vocab if kind == "language" else BYTES
     if vocab > model_vocab:
-        raise UsageError(f"argument --data: language's vocab={vocab} is more than {model}'s "
+        raise UsageError(f"argument --data: {kind}'s vocab={vocab} is more than {model}'s "
                          f"vocabulary of {model_vocab} tokens")

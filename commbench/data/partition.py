@@ -1,8 +1,9 @@
 """Which training samples each worker learns from (`--partition`): IID shards (a
 seeded shuffle cut into equal parts), or label skew drawn from a Dirichlet
 distribution over the classes per worker (`dirichlet:ALPHA`, the convention of the
-federated and decentralized literature: small ALPHA gives each worker few classes).
-The same seed gives every strategy the same partition."""
+federated and decentralized literature: small ALPHA gives each worker few classes);
+text (`--data text:PATH`) has no labels, but files: `files` gives each worker its own
+(commbench.data.text). The same seed gives every strategy the same partition."""
 
 from __future__ import annotations
 
@@ -10,14 +11,22 @@ from typing import List, Tuple
 
 from commbench.errors import UsageError
 
-KINDS = "iid, dirichlet:ALPHA (ALPHA > 0)"
+KINDS = "iid, dirichlet:ALPHA (ALPHA > 0), files (text)"
 
 
-def parse(spec: str) -> Tuple[str, float]:
-    """("iid", 0.0) or ("dirichlet", alpha)."""
+def parse(spec: str, data: str = "") -> Tuple[str, float]:
+    """("iid", 0.0), ("dirichlet", alpha) or ("files", 0.0); data: the --data spec, whose
+    kind decides whether the split it names can be made of it."""
     kind, _, value = spec.partition(":")
-    if kind == "iid" and not value:
-        return "iid", 0.0
+    text = data.split(":")[0] == "text"
+    if kind in ("iid", "files") and not value:
+        if kind == "files" and data and not text:
+            raise UsageError(f"argument --partition: files gives each worker its own files "
+                             f"of --data text:PATH, not of {data}: give iid or dirichlet:ALPHA")
+        return kind, 0.0
+    if kind == "dirichlet" and text:
+        raise UsageError(f"argument --partition: {spec} skews the labels of a dataset; "
+                         f"{data} has none: give iid or files (each worker its own files)")
     if kind == "dirichlet":
         try:
             alpha = float(value)

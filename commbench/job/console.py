@@ -39,7 +39,8 @@ def print_header(say: Printer, config: RunConfig, ctx, strategy) -> None:
     kind = ctx.device_kind
     images = "synthetic" if config.data == "synthetic" else "learnable"
     if config.language_model is not None:
-        tokens = "synthetic" if config.data == "synthetic" else "generated-language"
+        tokens = {"synthetic": "synthetic", "text": "byte-level text"}.get(
+            config.data.split(":")[0], "generated-language")
         say(f"Model: {config.model} (sequences of {config.per_sample} {tokens} tokens)")
     else:
         say(f"Model: {config.model} ({config.image_size}x{config.image_size} {images} images)")
@@ -171,6 +172,17 @@ def training_plan(say: Printer, rule, steps_per_epoch: int, recipe) -> None:
         f"{', '.join(b for b in bounds if b)}; evaluating every "
         f"{rule.eval_every} steps, the clock paused")
     say(recipe.describe())
+
+
+def text_line(facts: Dict[str, Any]) -> str:
+    """Real text's line at start-up: what was read, each worker's share, and that the
+    floor of its loss is not known (no source to compute an entropy rate from)."""
+    shares = "; ".join(f"worker {w}: {s['files']} files, {s['sequences']} sequences"
+                       for w, s in enumerate(facts["shards"]))
+    return (f"Data: {facts['data']}, {facts['files']} files, "
+            f"{facts['bytes']} bytes (the last tenth of each file held out), "
+            f"{facts['steps_per_epoch']} steps per epoch; partition {facts['partition']}: "
+            f"{shares}; floor of the loss unknown (real text)")
 
 
 def point_line(point) -> str:

@@ -17,6 +17,7 @@ from commbench.timing import gpu_kernels, spans
 from commbench.config.run_config import RunConfig, add_run_arguments, config_from_args
 from commbench.data import batches, partition
 from commbench.data.local import LocalDataset
+from commbench.data.text import TextCorpus
 from commbench.job.speed_loop import LossWatch, device_sync, measure, warm_up
 from commbench.job.compute_only import ComputeOnly, phase_medians
 from commbench.job.models import build_model, check_input
@@ -82,6 +83,8 @@ def run(config: RunConfig) -> Dict[str, Any]:
             f"{partition.describe(data.facts['class_mix'])}")
     if "entropy_rate" in data.facts:
         say(f"{data.task.floor_line()}; {data.facts['steps_per_epoch']} steps per epoch")
+    if "shards" in data.facts:
+        say(console.text_line(data.facts))
 
     if config.trains_to_accuracy:
         return _train_to_accuracy(config, ctx, strategy, model, data, sync, say, machine, slow,
@@ -252,6 +255,9 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
 def _batches(config: RunConfig, ctx) -> batches.Batches:
     task = batches.parse(config.data, config.seed, config.augment)
     seed = config.seed + 7919 * (ctx.rank + 1)  # a synthetic batch of each worker's own
+    if isinstance(task, TextCorpus):
+        return batches.text(task, config.partition, config.batch_size, config.per_sample,
+                            ctx.rank, ctx.world_size, ctx.device, config.seed)
     if config.language_model is not None and task is not None:
         return batches.language(task, config.batch_size, config.per_sample, ctx.rank,
                                 ctx.world_size, ctx.device, config.seed)

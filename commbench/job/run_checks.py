@@ -15,6 +15,7 @@ from commbench.job import fail_schedule, language_models, straggler, training_ch
 from commbench.timing import trace_file
 from commbench.config.run_config import RunConfig
 from commbench.data import batches, partition
+from commbench.data.text import TextCorpus
 from commbench.errors import UsageError
 from commbench.launch.detect import LaunchInfo
 from commbench.job.models import build_model, model_names
@@ -34,8 +35,13 @@ def validate(config: RunConfig, launch: LaunchInfo):
     fail_schedule.check(config.fail, launch.world_size, last_step=None
                         if config.trains_to_accuracy else config.num_warmup_batches
                         + config.num_iters * config.num_batches_per_iter)
-    batches.parse(config.data, config.seed, config.augment)
-    partition.parse(config.partition)
+    task = batches.parse(config.data, config.seed, config.augment)
+    partition.parse(config.partition, config.data)
+    if isinstance(task, TextCorpus):  # too little text for the run, before it starts
+        batches.text_shards(task, config.per_sample, config.partition, launch.world_size,
+                            config.seed)
+        if config.trains_to_accuracy:
+            batches.validation(task, 0, config.seed, seq_len=config.per_sample)
     training_checks.check(config)
     if config.timeline is not None:
         trace_file.check_new(config.timeline, "--timeline")

@@ -40,8 +40,8 @@ class AccuracyFlags(Section):
         f"(default: {MAX_EPOCHS} when no --time-budget is given)", positive_float, "N")
     target_loss: Optional[float] = flag(
         None, "a language model's --target-accuracy: end the run when the workers' averaged "
-        "model's validation loss (nats per token) is at most X (needs --data language; "
-        "above the floor it prints)", positive_float, "X")
+        "model's validation loss (nats per token) is at most X (needs --data language, "
+        "above the floor it prints, or text:PATH)", positive_float, "X")
 
     @classmethod
     def unread(cls, config) -> Dict[str, str]:

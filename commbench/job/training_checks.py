@@ -1,6 +1,7 @@
 """What a run trained to a target needs, checked on every rank before any communication:
 something to learn, and a target of the model's kind that can be reached (an image
-model's is an accuracy, a language model's a loss above its language's floor)."""
+model's is an accuracy, a language model's a loss above its language's floor; real
+text's floor is unknown, so any positive loss is taken)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ def check(config: RunConfig) -> None:
                     if getattr(config, name) is not None)
         if config.language_model is not None:
             raise UsageError(f"argument {flag}: training to a target loss needs --data "
-                             "language (synthetic tokens are one fixed batch: nothing to "
-                             "learn)")
+                             "language or text:PATH (synthetic tokens are one fixed batch: "
+                             "nothing to learn)")
         raise UsageError(f"argument {flag}: training to accuracy needs --data learnable, "
                          "cifar10:PATH or imagefolder:PATH (the synthetic batch is one fixed "
                          "batch: nothing to learn)")
