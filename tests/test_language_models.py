@@ -120,7 +120,7 @@ def test_unknown_model_names_the_language_models_too():
     (["--model", "lm-tiny", "--seq-len", "1025"],
      "argument --seq-len: lm-tiny takes at most 1024 tokens, not 1025"),
     (["--model", "lm-tiny", "--data", "learnable"],
-     "argument --data: lm-tiny trains on synthetic tokens or the generated language"),
+     "argument --data: lm-tiny trains on synthetic tokens, the generated language"),
 ])
 def test_flags_that_change_nothing_are_refused_in_one_line(args, message):
     done = commbench(*args)

@@ -54,6 +54,9 @@ generated language's floor of the loss, nats/token), in each curve entry
 validation_loss and perplexity (the averaged model's; its accuracies are per next token)
 and in its summary target_loss, best_loss, best_loss_at_step, best_perplexity and unit
 "tokens" (its samples and img_sec count tokens); target_accuracy is null.
+A language model's result on text (--data text:PATH, either kind) records in data the
+partition, files, bytes and shards (each worker's files and sequences), and no
+entropy_rate (real text's floor is unknown).
     clock_offsets     each rank's clock offset to rank 0's and its uncertainty
 
 Numbers that are not finite (a loss that became NaN or inf in a run that diverged)
