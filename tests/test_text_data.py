@@ -163,6 +163,7 @@ def test_files_needs_a_file_per_worker_and_text_data(tmp_path):
 
 def test_text_is_a_language_models_data_whose_vocabulary_holds_a_byte(tmp_path):
     english(tmp_path)
+    assert "argument --data: text needs a path: text:PATH" in refused(*LM, "--data", "text")
     assert "argument --data: text is a language model's data (tokens); resnet18 is an " \
            "image model" in refused("--model", "resnet18", "--data", f"text:{tmp_path}")
     with pytest.raises(UsageError, match="text's vocab=256 is more than tiny's vocabulary "
@@ -177,17 +178,21 @@ def test_real_text_has_no_floor_to_check_a_target_loss_against(tmp_path):
                                     target_loss=0.001))
 
 
+def two_workers(tmp_path: Path, *args: str):
+    """(the mpiexec, its result) of `allreduce` on two workers and generated English."""
+    corpus = english(tmp_path / "corpus")
+    done = mpiexec(2, ["-m", "commbench", "--dist-optimizer", "allreduce", *LM, "--data",
+                       f"text:{corpus}", *args, "--results-dir", str(tmp_path / "results")],
+                   timeout=280, env={"OMP_NUM_THREADS": "1"})  # a thread per rank: 2 cores
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done, only_result(tmp_path / "results")
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_two_workers_on_their_own_files_reach_a_target_loss(tmp_path):
-    corpus = english(tmp_path / "corpus")
-    done = mpiexec(2, ["-m", "commbench", "--dist-optimizer", "allreduce", *LM, "--data",
-                       f"text:{corpus}", "--partition", "files", "--target-loss", "2.5",
-                       "--eval-every", "10", "--max-epochs", "3",
-                       "--results-dir", str(tmp_path / "results")], timeout=280,
-                   env={"OMP_NUM_THREADS": "1"})  # a thread per rank: 2 ranks, 2 cores
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    doc = only_result(tmp_path / "results")
+    done, doc = two_workers(tmp_path, "--partition", "files", "--target-loss", "2.5",
+                            "--eval-every", "10", "--max-epochs", "3")
     summary = doc["summary"]
     assert summary["reached"] is True and summary["best_loss"] <= 2.5
     assert summary["unit"] == "tokens" and summary["target_loss"] == 2.5
@@ -201,14 +206,8 @@ def test_two_workers_on_their_own_files_reach_a_target_loss(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_a_speed_run_on_text_counts_tokens(tmp_path):
-    corpus = english(tmp_path / "corpus")
-    done = mpiexec(2, ["-m", "commbench", "--dist-optimizer", "allreduce", *LM, "--data",
-                       f"text:{corpus}", "--num-warmup-batches", "1", "--num-iters", "2",
-                       "--num-batches-per-iter", "2", "--reference-iters", "0",
-                       "--results-dir", str(tmp_path / "results")], timeout=280,
-                   env={"OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    doc = only_result(tmp_path / "results")
+    done, doc = two_workers(tmp_path, "--num-warmup-batches", "1", "--num-iters", "2",
+                            "--num-batches-per-iter", "2", "--reference-iters", "0")
     assert doc["summary"]["unit"] == "tokens" and doc["data"]["partition"] == "iid"
     assert [s["files"] for s in doc["data"]["shards"]] == [4, 4]
     assert "Total tokens/sec on 2 worker(s)" in done.stdout
