@@ -25,6 +25,9 @@ def test_compare_says_tokens_per_sec_for_a_language_model():
     header = next(line for line in done.stdout.splitlines() if line.startswith("strategy"))
     assert "base tokens/sec" in header and "new tokens/sec" in header
     assert "img/sec" not in done.stdout and "images" not in done.stdout
+    pair = json.loads(commbench("compare", LM_RUNS, LM_RUNS, "--format", "json").stdout)
+    assert pair["test"].startswith("Welch's t-test on per-iteration total tokens/sec")
+    assert [p["base"]["unit"] for p in pair["pairs"]] == ["tokens", "tokens"]
 
 
 def test_simulate_projects_a_language_model_in_tokens_per_sec(tmp_path):

@@ -149,14 +149,19 @@ class Comparison:
 
     def json(self) -> str:
         def point(c: Point) -> Dict[str, Any]:
-            return {"total_img_sec": c.total, "ci95": c.ci, "runs": [str(r.path) for r in c.runs]}
+            # total_img_sec keeps its name (the result schema's); a language model's
+            # counts tokens, and says so
+            unit = {"unit": "tokens"} if _rate(c) == "tokens/sec" else {}
+            return {"total_img_sec": c.total, "ci95": c.ci, **unit,
+                    "runs": [str(r.path) for r in c.runs]}
 
         def unmatched(c: Point) -> Dict[str, Any]:
             return dict(point(c), group=_title(c.runs[0].key.matching()),
                         strategy=c.series.strategy, topology=c.series.settings(),
                         workers=c.workers)
 
-        doc = {"test": TEST, "alpha": self.alpha, "threshold": self.threshold,
+        doc = {"test": _test(self.base_runs + self.new_runs), "alpha": self.alpha,
+               "threshold": self.threshold,
                "pairs": [dict(p, base=point(p["base"]), new=point(p["new"]))
                          for p in self.pairs],
                "only_in_base": [unmatched(c) for c in self.only_base],
