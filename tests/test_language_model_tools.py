@@ -71,9 +71,13 @@ def test_a_language_models_gradients_are_its_parameters_embeddings_last():
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "lm-tiny", "--link", "1gbit"],
-     "cannot project lm-tiny: no run of it at batch any and 128 tokens under PATH to take its "
+     "cannot project lm-tiny: no run of it with sequences of 128 tokens under PATH to take its "
      "compute from; calibrate with `commbench run --model lm-tiny --seq-len 128` and pass its "
      "result file"),
+    ([LM_RUNS, "--model", "lm-tiny", "--batch-size", "4", "--link", "1gbit"],
+     "cannot project lm-tiny: no run of it at batch 4 with sequences of 128 tokens under PATH "
+     "to take its compute from; calibrate with `commbench run --model lm-tiny --seq-len 128` "
+     "and pass its result file"),
     (["--model", "lm-tiny", "--img-sec", "900", "--link", "1gbit"],
      "argument --img-sec: lm-tiny is a language model: its compute comes from a calibration "
      "run of it (commbench run --model lm-tiny), not from a stated speed"),

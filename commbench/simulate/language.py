@@ -63,10 +63,11 @@ def check(args, model: str, size: int, runs: List) -> None:
                          "comes from a calibration run of it (commbench run --model "
                          f"{model}), not from a stated speed")
     if not runs:
-        raise UsageError(f"cannot project {model}: no run of it at batch {args.batch_size or 'any'}"
-                         f" and {size} tokens under PATH to take its compute from; calibrate "
-                         f"with `commbench run --model {model} --seq-len {size}` and pass "
-                         "its result file")
+        batch = f" at batch {args.batch_size}" if args.batch_size else ""
+        raise UsageError(f"cannot project {model}: no run of it{batch} with sequences of "
+                         f"{size} tokens under PATH to take its compute from; calibrate with "
+                         f"`commbench run --model {model} --seq-len {size}` and pass its "
+                         "result file")
 
 
 def per_step(model: str, batch: int, size: int) -> int:
