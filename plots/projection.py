@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 COLORS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7")
 
 
-def figure(title: str, rows: List["Row"]) -> "Figure":
+def figure(title: str, rows: List["Row"], rate: str = "img/sec") -> "Figure":
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11.0, 4.8), layout="constrained")
@@ -56,7 +56,7 @@ def figure(title: str, rows: List["Row"]) -> "Figure":
         ax.grid(True, which="both", alpha=0.3)
     if workers[-1] / workers[0] >= 8:
         speed.set_yscale("log")
-    speed.set_ylabel("total img/sec")
+    speed.set_ylabel(f"total {rate}")
     efficiency.set_ylabel("scaling efficiency E(N) %")
     efficiency.set_ylim(0, 110)
     speed.set_title("throughput (dashed: projected; grey band: extrapolated)", fontsize=9)
@@ -82,11 +82,12 @@ def save(fig: "Figure", path) -> None:
 def chart_files(found, out_dir: Path, formats) -> List[Path]:
     """`commbench plot` of projection files: one chart each, named after the file."""
     from commbench.simulate.projection_file import rows_of
+    from commbench.simulate.table import rate_of
 
     written = []
     for r in found:
         paths = [Path(out_dir) / f"{r.path.stem}.{ext}" for ext in dict.fromkeys(["png", *formats])]
         for path in paths:
-            save(figure(r.doc["title"], rows_of(r.doc)), path)
+            save(figure(r.doc["title"], rows_of(r.doc), rate_of(r.doc)), path)
         written += paths
     return written

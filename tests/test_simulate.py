@@ -595,7 +595,7 @@ def test_one_bad_calibration_file_is_skipped_in_one_line(tmp_path, capsys, monke
     args = cli.build_parser().parse_args(["simulate", str(runs), "--link", "1gbit", "--np",
                                           "1,2,4", "-o", str(tmp_path / "p")])
     args.run_flags = []
-    monkeypatch.setattr(projection, "figure", lambda title, rows: None)  # no chart here
+    monkeypatch.setattr(projection, "figure", lambda title, rows, rate: None)  # no chart here
     monkeypatch.setattr(projection, "save", lambda figure, path: None)
     code = command.main(args)  # a traceback or a usage error fails the test here
     out, err = capsys.readouterr()

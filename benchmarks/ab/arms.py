@@ -14,7 +14,7 @@ from commbench.timing import spans
 from commbench.config.run_config import config_from_args
 from commbench.launch.detect import detect_launch
 from commbench.launch.distributed import init_distributed
-from in_job import Job, commbench_rate, hand_written
+from in_job import Job, commbench_rate, hand_written, workload
 from paired import ratio
 
 
@@ -25,7 +25,8 @@ def _summed(rate: float) -> float:
 
 
 def allreduce(args) -> Job:
-    """commbench's `allreduce` against a hand-written DDP loop."""
+    """commbench's `allreduce` against a hand-written DDP loop (an image model's, or with
+    a language model a bare DDP + AdamW loop on the same tokens)."""
     args.dist_optimizer = "allreduce"
     config = config_from_args(args)
     ctx = init_distributed(detect_launch(), config.no_cuda, config.timeout)
@@ -37,9 +38,8 @@ def allreduce(args) -> Job:
         "hand-written": lambda round_: hand_written(config, ctx.rank, ddp, _summed),
         "commbench": lambda round_: commbench_rate(config),
     }, lambda rates: [(
-        f"{config.model} {config.image_size}px batch {config.batch_size}, "
-        f"{ctx.world_size} workers: commbench/hand-written = "
-        f"{ratio(rates, 'commbench', 'hand-written')}; target >= 0.98")])
+        f"{workload(config)}, {ctx.world_size} workers: commbench/hand-written = "
+        f"{ratio(rates, 'commbench', 'hand-written')}; target >= 0.98")], rotate=True)
 
 
 def horovod(args) -> Job:

@@ -35,6 +35,17 @@ CONTENDERS: Dict[str, Contender] = {c.name: c for c in [
         "commbench/hand-written >= 0.98", "none written down yet",
         arms="allreduce", defaults={**SPEED, "cpu_transport": "gloo"}),
     Contender(
+        "allreduce_lm",
+        "Does the harness cost anything on a language model? commbench's `allreduce` on "
+        "lm-tiny against a bare DDP + AdamW loop (same model, batch, sequence length and "
+        "synthetic tokens; gradients clipped in both, as the recipe does; fp32, gloo)",
+        "mpiexec -n 2 python benchmarks/ab/ab.py allreduce_lm [--rounds 20] [run flags]",
+        "commbench/hand-written >= 0.98", f"{RECORDED}#the-harness-on-a-language-model",
+        arms="allreduce", defaults={
+            "model": "lm-tiny", "seq_len": 64, "batch_size": 8, "num_iters": 3,
+            "num_batches_per_iter": 4, "num_warmup_batches": 2, "reference_iters": 0,
+            "cpu_transport": "gloo", "amp": "off", "no_cuda": True, "rounds": 20}),
+    Contender(
         "horovod",
         "Does commbench's `horovod` plugin cost anything? Against a hand-written Horovod "
         "loop (the shape of Horovod's pytorch_synthetic_benchmark.py)",

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 import torchvision
 
 from commbench.config.run_config import RunConfig, add_run_arguments
+from commbench.job.language_recipe import MAX_GRAD_NORM, LanguageRecipe
 from commbench.job.recipe import Recipe
 from commbench.job.run import run
 
@@ -64,21 +65,30 @@ def compare(contender, setup: Callable[[argparse.Namespace], "Job"], argv: List[
 
 
 def hand_written(config: RunConfig, rank: int, wrap: Callable, total: Callable) -> float:
-    """Mean total img/sec of the plainest correct loop (the shape of Horovod's
-    pytorch_synthetic_benchmark.py). wrap(model, optimizer) -> (model, optimizer)
-    adds the communication; total(rate) sums a rank's rate over all ranks."""
+    """Mean total img/sec (a language model's tokens/sec) of the plainest correct loop
+    (the shape of Horovod's pytorch_synthetic_benchmark.py). wrap(model, optimizer) ->
+    (model, optimizer) adds the communication; total(rate) sums a rank's rate over all
+    ranks."""
     torch.manual_seed(config.seed)
-    model = getattr(torchvision.models, config.model)(num_classes=config.num_classes)
-    optimizer = Recipe.for_speed(config).optimizer(model.parameters())
-    model, optimizer = wrap(model, optimizer)
     generator = torch.Generator().manual_seed(config.seed + rank)
-    data = torch.randn(config.batch_size, 3, config.image_size, config.image_size,
-                       generator=generator)
-    target = torch.randint(config.num_classes, (config.batch_size,), generator=generator)
+    if config.language_model:
+        model, optimizer, loss = language_model_loop(config, generator, wrap)
+    else:
+        model = getattr(torchvision.models, config.model)(num_classes=config.num_classes)
+        optimizer = Recipe.for_speed(config).optimizer(model.parameters())
+        model, optimizer = wrap(model, optimizer)
+        data = torch.randn(config.batch_size, 3, config.image_size, config.image_size,
+                           generator=generator)
+        target = torch.randint(config.num_classes, (config.batch_size,), generator=generator)
+
+        def loss():
+            return F.cross_entropy(model(data), target)
 
     def step():
         optimizer.zero_grad()
-        F.cross_entropy(model(data), target).backward()
+        loss().backward()
+        if config.language_model:  # the language models' recipe clips, as nanoGPT does
+            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
         optimizer.step()
 
     for _ in range(config.num_warmup_batches):
@@ -88,9 +98,37 @@ def hand_written(config: RunConfig, rank: int, wrap: Callable, total: Callable) 
         start = time.perf_counter()
         for _ in range(config.num_batches_per_iter):
             step()
-        rates.append(total(config.batch_size * config.num_batches_per_iter
+        rates.append(total(config.batch_size * config.per_sample * config.num_batches_per_iter
                            / (time.perf_counter() - start)))
     return statistics.mean(rates)
+
+
+def language_model_loop(config: RunConfig, generator: torch.Generator, wrap: Callable):
+    """A bare language-model loop: the named size built from transformers' configuration,
+    torch's AdamW with the recipe's figures, random token ids generated once and each
+    position's next token as its label; the loss from the model's own output."""
+    from commbench.job import language_models
+
+    model = language_models.build(config.model)
+    recipe = LanguageRecipe.for_speed(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.peak_lr, betas=recipe.betas,
+                                  eps=recipe.eps, weight_decay=recipe.weight_decay)
+    model, optimizer = wrap(model, optimizer)
+    ids = torch.randint(config.language_model.vocab, (config.batch_size, config.per_sample + 1),
+                        generator=generator)
+    data, target = ids[:, :-1].contiguous(), ids[:, 1:].reshape(-1)
+
+    def loss():
+        return F.cross_entropy(model(data).logits.flatten(0, 1), target)
+
+    return model, optimizer, loss
+
+
+def workload(config: RunConfig) -> str:
+    """The contender's workload as its closing line names it."""
+    shape = (f"{config.per_sample} tokens" if config.language_model
+             else f"{config.image_size}px")
+    return f"{config.model} {shape} batch {config.batch_size}"
 
 
 def commbench_rate(config: RunConfig) -> Optional[float]:
@@ -103,4 +141,5 @@ def commbench_rate(config: RunConfig) -> Optional[float]:
 def report_rounds(rates: Dict[str, List[float]], rank: int) -> None:
     if rank == 0:
         print(f"round {len(next(iter(rates.values()))) - 1}: " + ", ".join(
-            f"{name} {values[-1]:.1f} img/sec" for name, values in rates.items()), flush=True)
+            f"{name} {values[-1]:.1f}" for name, values in rates.items())
+            + " (total img/sec, a language model's tokens/sec)", flush=True)

@@ -24,7 +24,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     parser.add_argument("--fail-on-regression", action="store_true",
                         help="exit 1 when a configuration is significantly slower by more "
-                        "than the threshold (in img/sec, or in time to the target)")
+                        "than the threshold (in img/sec or tokens/sec, or in time to the target)")
 
 
 def _number(text: str, ok, what: str) -> float:

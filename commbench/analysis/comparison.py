@@ -20,6 +20,7 @@ from commbench.analysis import accuracy, grouping
 from commbench.analysis import tables
 from commbench.analysis.compare_accuracy import AccuracyComparison
 from commbench.analysis.runs import Point, Run, given
+from commbench.job.language_models import LANGUAGE_MODELS
 from commbench.result.store import to_json
 
 TEST = "Welch's t-test on per-iteration total img/sec (S_i), two-sided"
@@ -105,7 +106,8 @@ class Comparison:
         lines = [f"BASE: {base} ({_arm(len(self.base_runs), len(self.base_trained))})",
                  f"NEW:  {new} ({_arm(len(self.new_runs), len(self.new_trained))})"]
         if self.speed:
-            lines += [f"Test: {TEST}, alpha {self.alpha:g}; changed = significant and "
+            lines += [f"Test: {_test(self.base_runs + self.new_runs)}, alpha {self.alpha:g}; "
+                      f"changed = significant and "
                       f"|delta| >= {100 * self.threshold:g}%."]
         lines += [""]
         if fmt == "markdown":
@@ -134,7 +136,10 @@ class Comparison:
 
     def _speed_lines(self, fmt: str) -> List[str]:
         h = "## " if fmt == "markdown" else ""
-        lines = tables.by_group(self.pairs, _row, HEADERS, ALIGN, fmt)
+        lines: List[str] = []
+        for group in dict.fromkeys(p["group"] for p in self.pairs):
+            own = [p for p in self.pairs if p["group"] == group]
+            lines += tables.by_group(own, _row, _headers(own[0]["base"]), ALIGN, fmt)
         if not self.pairs:
             lines += ["No configuration is in both BASE and NEW.", ""]
         for title, cells in (("Only in BASE", self.only_base), ("Only in NEW", self.only_new)):
@@ -144,14 +149,19 @@ class Comparison:
 
     def json(self) -> str:
         def point(c: Point) -> Dict[str, Any]:
-            return {"total_img_sec": c.total, "ci95": c.ci, "runs": [str(r.path) for r in c.runs]}
+            # total_img_sec keeps its name (the result schema's); a language model's
+            # counts tokens, and says so
+            unit = {"unit": "tokens"} if _rate(c) == "tokens/sec" else {}
+            return {"total_img_sec": c.total, "ci95": c.ci, **unit,
+                    "runs": [str(r.path) for r in c.runs]}
 
         def unmatched(c: Point) -> Dict[str, Any]:
             return dict(point(c), group=_title(c.runs[0].key.matching()),
                         strategy=c.series.strategy, topology=c.series.settings(),
                         workers=c.workers)
 
-        doc = {"test": TEST, "alpha": self.alpha, "threshold": self.threshold,
+        doc = {"test": _test(self.base_runs + self.new_runs), "alpha": self.alpha,
+               "threshold": self.threshold,
                "pairs": [dict(p, base=point(p["base"]), new=point(p["new"]))
                          for p in self.pairs],
                "only_in_base": [unmatched(c) for c in self.only_base],
@@ -168,10 +178,25 @@ def not_finite(base: Point, new: Point) -> str:
     """What makes a pair's numbers unusable for a test, or "" when nothing does."""
     for arm, point in (("BASE", base), ("NEW", new)):
         if not (math.isfinite(point.total) and point.total > 0):
-            return f"{arm}'s img/sec is {point.total:g}"
+            return f"{arm}'s {_rate(point)} is {point.total:g}"
         if not all(math.isfinite(v) for v in point.totals):
-            return f"{arm}'s per-iteration img/sec are not all finite"
+            return f"{arm}'s per-iteration {_rate(point)} are not all finite"
     return ""
+
+
+def _rate(point: Point) -> str:
+    """The point's throughput in the unit its runs counted: img/sec or tokens/sec."""
+    return metrics.rate_name(point.runs[0].doc["summary"])
+
+
+def _headers(point: Point) -> List[str]:
+    return [h.replace("img/sec", _rate(point)) for h in HEADERS]
+
+
+def _test(runs: List[Run]) -> str:
+    """The test, named in the units the arms' runs counted (img/sec alone: TEST)."""
+    rates = dict.fromkeys(metrics.rate_name(r.doc["summary"]) for r in runs)
+    return TEST.replace("img/sec", " or ".join(rates)) if rates else TEST
 
 
 def _runs(count: int) -> str:
@@ -184,8 +209,11 @@ def _arm(runs: int, trained: int) -> str:
 
 def _title(matching: Tuple) -> str:
     model, batch, image, classes, precision, device, backend, network, stragglers = matching
-    parts = [model, f"batch {batch} per worker", f"{image}x{image} images"]
-    parts += [f"{classes} classes"] if classes != 1000 else []
+    if model in LANGUAGE_MODELS:  # its classes are its vocabulary: not shown
+        parts = [model, f"batch {batch} per worker", f"sequences of {image} tokens"]
+    else:
+        parts = [model, f"batch {batch} per worker", f"{image}x{image} images"]
+        parts += [f"{classes} classes"] if classes != 1000 else []
     parts += [precision, device, backend]
     return ", ".join(parts + given(network, stragglers))
 
@@ -211,7 +239,7 @@ def _unmatched_lines(cells: List[Point], fmt: str) -> List[str]:
             lines.append(f"- {title}" if fmt == "markdown" else f"  {title}")
         files = ", ".join(str(r.path) for r in c.runs)
         lines.append(f"{'  - ' if fmt == 'markdown' else '    '}{c.series.label()}, "
-                     f"N={c.workers}: {c.total:.1f} img/sec ({files})")
+                     f"N={c.workers}: {c.total:.1f} {_rate(c)} ({files})")
     return lines
 
 

@@ -21,7 +21,7 @@ commbench.microbench.results (which also reads it back for `report` and `plot`).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from commbench import units
 from commbench.config import compression
@@ -60,6 +60,11 @@ def add_arguments(parser) -> None:
                         help="largest size per rank (default: 32M)")
     parser.add_argument("-f", "--stepfactor", type=int_at_least_2, metavar="F",
                         help=f"multiply the size by F at each step (default: {STEP_FACTOR})")
+    parser.add_argument("--sizes-of", metavar="MODEL",
+                        help="instead of -b/-e/-f: the sizes of MODEL's messages in training, "
+                        "each of DDP's gradient buckets and its whole parameter buffer (what "
+                        "local_sgd, diloco and neighbor averaging send), e.g. lm-tiny, "
+                        "gpt2-small, resnet50")
     parser.add_argument("-n", "--iters", type=positive_int, default=20, metavar="N",
                         help="timed calls per contender and size (default: 20)")
     parser.add_argument("-w", "--warmup-iters", type=non_negative_int, default=5, metavar="N",
@@ -107,7 +112,10 @@ def main(args) -> int:
     from commbench.result.record import written_by_rank_0
 
     config = config_from_args(args)  # what the plugins validate and read settings from
-    (the_sizes, plugins), ctx, say = start(config, lambda launch: check(args, config, launch))
+    # before the job: a bad --sizes-of is one line on every rank, and no rank builds alone
+    of_model = model_sizes(args)
+    (the_sizes, plugins), ctx, say = start(config, lambda launch: check(args, config, launch,
+                                                                         of_model))
     codec = compression.of(config)
     print_header(say, args, ctx, codec)
     # Taken before the measurement: nothing that could fail between it and the write.
@@ -135,7 +143,36 @@ def step_factor(args) -> int:
     return args.stepfactor or STEP_FACTOR
 
 
-def check(args, config: RunConfig, launch) -> Tuple[List[int], Dict[str, Any]]:
+def model_sizes(args) -> List[int]:
+    """--sizes-of MODEL: the distinct sizes of its DDP buckets and its whole parameter
+    buffer, ascending, as `commbench simulate` lays its gradients out (a language model
+    at its default --seq-len, an image model at 224 pixels: neither changes the sizes);
+    [] without it."""
+    if args.sizes_of is None:
+        return []
+    given = [flag for flag, value, default in (("-b/--minbytes", args.minbytes, 8),
+                                               ("-e/--maxbytes", args.maxbytes, 32 << 20),
+                                               ("-f/--stepfactor", args.stepfactor, None))
+             if value != default]
+    if given:
+        raise UsageError(f"argument {given[0]}: --sizes-of {args.sizes_of} gives the sizes; "
+                         "leave it out")
+    from commbench.job import language_models
+    from commbench.job.models import model_names
+    from commbench.simulate import language
+
+    name = args.sizes_of
+    if language.is_language_model(name):
+        language_models.check_installed(name)
+    elif name not in model_names():
+        raise UsageError(f"argument --sizes-of: unknown model {name!r}; `commbench list` "
+                         "shows the models")
+    gradients = language.gradients(name, language.default_size(name))
+    return sorted({nbytes for nbytes, _ in gradients.buckets()} | {gradients.total})
+
+
+def check(args, config: RunConfig, launch,
+          of_model: Sequence[int] = ()) -> Tuple[List[int], Dict[str, Any]]:
     """The sizes and each op's plugin, or UsageError for a request microbench cannot
     run: on every rank alike, before any communication."""
     from commbench import registry
@@ -154,7 +191,7 @@ def check(args, config: RunConfig, launch) -> Tuple[List[int], Dict[str, Any]]:
         raise UsageError(f"argument -f/--stepfactor: -b and -e give one size "
                          f"({args.minbytes} bytes), which a step factor does not change; "
                          "leave it out")
-    the_sizes = sizes(args.minbytes, args.maxbytes, step_factor(args))
+    the_sizes = list(of_model) or sizes(args.minbytes, args.maxbytes, step_factor(args))
     plugins = {op: registry.resolve(op) for op in args.op}
     for plugin in plugins.values():
         why_not = registry.usable_reason(plugin)
@@ -188,9 +225,13 @@ def print_header(say, args, ctx, codec) -> None:
         f"({'static' if args.disable_dynamic_topology else 'dynamic one-peer'}); "
         f"{args.iters} timed + {args.warmup_iters} warm-up calls per contender; "
         f"check {'on' if args.check else 'off'}")
-    rounded = rounded_sizes(args.minbytes, args.maxbytes, step_factor(args))
+    rounded = None if args.sizes_of else rounded_sizes(args.minbytes, args.maxbytes,
+                                                       step_factor(args))
     if rounded:
         say(rounded)
+    if args.sizes_of:
+        say(f"# sizes: {args.sizes_of}'s messages, each of DDP's gradient buckets and its "
+            "whole parameter buffer (the largest)")
     if codec.on:
         say(f"# --compression {codec}: commbench's rows send {codec.wire_fraction:g} of each "
             "float32 byte. algbw/busbw/link count the float32 payload (fp32-equivalent); "
@@ -244,7 +285,8 @@ def result_document(args, ctx, the_sizes, rows, wrong,
                 "disable_dynamic_topology": args.disable_dynamic_topology,
                 "machine_size": args.machine_size, "no_cuda": args.no_cuda,
                 "cpu_transport": args.cpu_transport, "compression": args.compression,
-                "timeout": args.timeout, "tag": args.tag},
+                "timeout": args.timeout, "tag": args.tag,
+                **({"sizes_of": args.sizes_of} if args.sizes_of else {})},
         environment=machine,
         rows=rows,
         summary={"world_size": ctx.world_size, "sizes": the_sizes, "ops": list(args.op),

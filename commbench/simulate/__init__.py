@@ -5,6 +5,7 @@ output, never a measurement: it is labelled, drawn dashed and stored as its own 
 link_costs       links (latency α, seconds per byte β) per class, and networks of them
 network_inputs   the network from what the user gave: stated links, microbench fits, nccl-tests
 compute          the model's step: phase times, gradient layout, per-batch time samples
+language         a language model's input size, unit and gradient layout; what it refuses
 costs            the communication of each strategy per step, in closed form
 engines          Horovod's and Bluefog's cycles, fusion and negotiation, as their code has them
 step             one training step of each strategy on a timeline (overlap as scheduled)

@@ -17,7 +17,7 @@ import numpy as np
 from commbench.config import compression
 from commbench.errors import UsageError
 from commbench.simulate import compute as compute_model
-from commbench.simulate import costs, engines
+from commbench.simulate import costs, engines, language
 from commbench.simulate.link_costs import Link, link_class
 from commbench.simulate.project import Inputs, fit_overlap
 from commbench.simulate.strategy import STRATEGIES, Strategy
@@ -94,20 +94,29 @@ def set_overlap(text: str, strategies, inputs: Inputs) -> str:
 
 
 def workload(args, docs) -> Tuple[str, int, int]:
-    seen = sorted({(d["config"]["model"], d["config"]["batch_size"], d["config"]["image_size"])
-                   for d in docs})
+    """(model, batch size, input size: pixels per side, or a language model's tokens per
+    sequence) of the runs, chosen among them by the flags, else as the flags say."""
+    seen = sorted({workload_of(d) for d in docs})
     chosen = [w for w in seen if (args.model in (None, w[0]) and args.batch_size in (None, w[1])
-                                  and args.image_size in (None, w[2]))]
+                                  and language.asked_size(args, w[0]) in (None, w[2]))]
     if len(chosen) > 1:
-        listed = ", ".join(f"{m} batch {b} {i}px" for m, b, i in chosen)
+        listed = ", ".join(f"{m} batch {b} {i}{'tok' if language.is_language_model(m) else 'px'}"
+                           for m, b, i in chosen)
         raise UsageError(f"the runs hold several workloads ({listed}); choose one with "
-                         f"--model, --batch-size and --image-size")
+                         f"--model, --batch-size and --image-size (--seq-len)")
     if chosen:
         return chosen[0]
-    if docs and args.img_sec is None:
-        raise UsageError("no run matches --model/--batch-size/--image-size; pass --img-sec "
-                         "to project hardware you did not measure")
-    return args.model or "resnet50", args.batch_size or 32, args.image_size or 224
+    model = args.model or "resnet50"
+    if docs and args.img_sec is None and not language.is_language_model(model):
+        raise UsageError("no run matches --model/--batch-size/--image-size (--seq-len); pass "
+                         "--img-sec to project an image model on hardware you did not measure")
+    return (model, args.batch_size or 32,
+            language.asked_size(args, model) or language.default_size(model))
+
+
+def workload_of(doc) -> Tuple[str, int, int]:
+    config = doc["config"]
+    return config["model"], config["batch_size"], language.input_size(config)
 
 
 def compute_by_workers(args, runs, grads, batch) -> Dict[int, "compute_model.Compute"]:

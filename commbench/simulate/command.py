@@ -22,10 +22,9 @@ from commbench.config import compression
 from commbench.job import straggler
 from commbench.errors import UsageError
 from commbench.config.flags import periods, positive_float, positive_int
-from commbench.simulate import (calibrate, calibration_files, engines, network_inputs,
-                                nccl_tests_output, projection_file, published, strategy_flags,
-                                table, transports)
-from commbench.simulate import compute as compute_model
+from commbench.simulate import (calibrate, calibration_files, engines, language,
+                                network_inputs, nccl_tests_output, projection_file, published,
+                                strategy_flags, table, transports)
 from commbench.simulate.project import Inputs, project
 from commbench.simulate.strategy import STRATEGIES
 
@@ -102,9 +101,12 @@ def _add_network_arguments(add) -> None:
 
 def _add_workload_arguments(add) -> None:
     """The flags of the workload and how its compute and overlap are taken."""
-    add("--model", help="torchvision model (default: the runs', else resnet50)")
+    add("--model", help="torchvision model or language model (lm-tiny, ...: its compute "
+        "from a calibration run of it) (default: the runs', else resnet50)")
     add("--batch-size", type=positive_int, help="per worker (default: the runs', else 32)")
     add("--image-size", type=positive_int, help="(default: the runs', else 224)")
+    add("--seq-len", type=positive_int, metavar="TOKENS", help="a language model's tokens "
+        "per sequence (default: the runs', else the model's, as `commbench run`)")
     add("--img-sec", type=positive_float, metavar="X", help="one device's img/sec at this "
         "model and batch size, for hardware you do not have (e.g. 367: ResNet-50 FP32 on a "
         "V100)")
@@ -132,14 +134,14 @@ def main(args) -> int:
         print(f"commbench simulate: {line}", file=sys.stderr)
     out_dir = _output_dir(args.output_dir, runs)
     model, batch, image = calibrate.workload(args, [r.doc for r in runs])
-    runs = [r for r in runs if (r.doc["config"]["model"], r.doc["config"]["batch_size"],
-                                r.doc["config"]["image_size"]) == (model, batch, image)]
+    runs = [r for r in runs if calibrate.workload_of(r.doc) == (model, batch, image)]
+    language.check(args, model, image, runs)
     strategy_flags.refuse_what_changes_nothing(args, [r.doc for r in runs])
     # the links first: a bad --nccl-tests file is said before a model is built
     found_links = network_inputs.network_from(args, calibrate.fit_microbench(
         [b.doc for b in benches], [b.path.name for b in benches]))
     net = found_links.network
-    grads = compute_model.gradients(model, image)
+    grads = language.gradients(model, image)
     computes = calibrate.compute_by_workers(args, runs, grads, batch)
     strategies = calibrate.strategies_to_project(args, runs)
     per_machine = args.per_machine or calibrate.workers_per_machine(runs)
@@ -151,13 +153,14 @@ def main(args) -> int:
     stragglers = [reading.stragglers_of(r.doc["config"]) or "none" for r in runs]
     slow = _slow_ranks(args, set(stragglers))
     alike = [r for r, s in zip(runs, stragglers) if s == slow]  # the measurements to set beside
-    inputs = Inputs(batch, grads, net, per_machine, computes, algorithms,
-                    2.0 if fp16 else 4.0, calibrate.measured_img_sec(alike, per_machine),
+    inputs = Inputs(language.per_step(model, batch, image), grads, net, per_machine, computes,
+                    algorithms, 2.0 if fp16 else 4.0,
+                    calibrate.measured_img_sec(alike, per_machine),
                     pipeline_bytes=_pipeline_bytes(on_gpu, runs), slow_ranks=slow,
                     codec=calibrate.codec_seconds(runs))
     overlap_note = calibrate.set_overlap(args.overlap, strategies, inputs)
     rows = project(strategies, workers, inputs)
-    title = (f"PROJECTION: {model}, batch {batch} per worker, {image}x{image} images, "
+    title = (f"PROJECTION: {language.described(model, batch, image)}, "
              f"{per_machine} workers per machine"
              + (f", {straggler.parse(slow).describe()} (stragglers on purpose)"
                 if slow != "none" else ""))
@@ -165,24 +168,25 @@ def main(args) -> int:
              + [overlap_note])
     checked = published.note(strategies) if on_gpu else None
     notes += [checked] if checked else []
-    print(table.render(title, rows, notes, args.format))
+    print(table.render(title, rows, notes, args.format, language.rate(model)))
     split = table.render_split(rows, calibrate.measured_split(runs, per_machine), args.format)
     if split:
         print(split)
     path = projection_file.write(out_dir, args, title, rows, notes, inputs,
                                  [str(r.path) for r in runs + benches], found_links.record(),
                                  {"model": model, "batch_size": batch, "image_size": image,
-                                  "slow_ranks": slow, "link": args.link})
-    print(f"Projection: {path}\nChart: {_chart(path, title, rows)}")
+                                  "slow_ranks": slow, "link": args.link,
+                                  **language.unit_of(model)})
+    print(f"Projection: {path}\nChart: {_chart(path, title, rows, language.rate(model))}")
     return 0
 
 
-def _chart(path: Path, title: str, rows) -> Path:
+def _chart(path: Path, title: str, rows, rate: str) -> Path:
     """The projection's chart, beside its file."""
     from commbench.plots import projection
 
     chart = path.with_suffix(".png")
-    projection.save(projection.figure(title, rows), chart)
+    projection.save(projection.figure(title, rows, rate), chart)
     return chart
 
 

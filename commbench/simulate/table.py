@@ -38,20 +38,24 @@ def _cells(row: Row) -> List[str]:
             "-" if error is None else f"{100 * error:+.1f}%"]
 
 
-def render(title: str, rows: List[Row], notes: List[str], fmt: str) -> str:
-    body = tables.render(HEADERS, [_cells(r) for r in rows], "lrrrrrrrrrrrllrr", fmt)
-    return (f"{tables.heading(title, fmt)}\n\n{render_answer(rows, fmt)}\n{body}\n"
-            f"{tables.notes(notes, fmt)}")
+def render(title: str, rows: List[Row], notes: List[str], fmt: str,
+           rate: str = "img/sec") -> str:
+    """The projection's answer, table and notes, its throughput in `rate` (tokens/sec for a
+    language model)."""
+    headers = [h.replace("img/sec", rate) for h in HEADERS]
+    body = tables.render(headers, [_cells(r) for r in rows], "lrrrrrrrrrrrllrr", fmt)
+    return (f"{tables.heading(title, fmt)}\n\n{render_answer(rows, fmt, rate)}\n{body}\n"
+            f"{tables.notes([n.replace('img/sec', rate) for n in notes], fmt)}")
 
 
-def render_answer(rows: List[Row], fmt: str) -> str:
+def render_answer(rows: List[Row], fmt: str, rate: str = "img/sec") -> str:
     """Which strategy is fastest at each N, by how much over the next, or too close to
     call."""
     cells = [[str(v.workers), v.fastest.strategy, f"{v.fastest.img_sec:.1f}",
               "-" if v.runner_up is None else f"{v.ratio:.2f}",
               "-" if v.runner_up is None else v.runner_up.strategy, v.call()]
              for v in verdicts(rows) if v.runner_up is not None or len(rows) == 1]
-    headers = ["N", "fastest (projected)", "img/sec", "x next", "next", "call"]
+    headers = ["N", "fastest (projected)", rate, "x next", "next", "call"]
     return tables.render(headers, cells, "rlrrll", fmt)
 
 
@@ -155,5 +159,10 @@ def render_split(rows: List[Row], measured: Dict[Tuple[str, int], Dict[str, floa
 
 def render_files(found, fmt: str) -> str:
     """`commbench report` of projection files: their tables, labelled as projections."""
-    return "\n".join(render(r.doc["title"], rows_of(r.doc), r.doc.get("notes") or [], fmt)
-                     for r in found)
+    return "\n".join(render(r.doc["title"], rows_of(r.doc), r.doc.get("notes") or [], fmt,
+                            rate_of(r.doc)) for r in found)
+
+
+def rate_of(doc) -> str:
+    """A projection file's throughput: tokens/sec where its workload counted tokens."""
+    return "tokens/sec" if (doc.get("workload") or {}).get("unit") == "tokens" else "img/sec"
