@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from commbench.analysis import time_to_target as ttt
 from commbench.analysis.runs import (ResultRun, Series, given, matching, mean_split, mean_wire,
@@ -87,6 +87,8 @@ class AccuracyRun(ResultRun):
     oversubscribed: bool
     # where its loss first went non-finite ({"step", "rank"}), None when it never did
     diverged: Optional[Dict[str, int]] = None
+    # --recovery restart's facts (goodput, restarts, each failure's costs); None without
+    recovery: Optional[Dict[str, Any]] = None
 
 
 @dataclass

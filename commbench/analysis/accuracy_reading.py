@@ -103,7 +103,16 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
         sent=to_target("bytes_to_target"),
         best_accuracy=float(summary["best_accuracy"]), stopped_by=str(summary["stopped_by"]),
         img_sec=_float(summary.get("img_sec")), curve=curve,
-        oversubscribed=bool(summary.get("oversubscribed")), diverged=diverged_of(summary))
+        oversubscribed=bool(summary.get("oversubscribed")), diverged=diverged_of(summary),
+        recovery=recovery_of(doc))
+
+
+def recovery_of(doc: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What --recovery restart recorded, where its goodput reads (None otherwise)."""
+    found = doc.get("recovery")
+    if not isinstance(found, dict) or not _positive(found.get("goodput")):
+        return None
+    return found
 
 
 def diverged_of(summary: Dict[str, Any]) -> Optional[Dict[str, int]]:

@@ -71,7 +71,9 @@ def save(job_dir: Path, step: int, model, optimizer, rank: int,
     dcp.save(_state(model, optimizer, rank, json.dumps(where)), checkpoint_id=str(partial))
     # DCP returns on every rank once the coordinator (rank 0) wrote the metadata last
     if rank == 0:
-        partial.rename(job_dir / step_name(step))
+        final = job_dir / step_name(step)
+        shutil.rmtree(final, ignore_errors=True)  # an unreadable one, ignored on start
+        partial.rename(final)
         for _, older in complete(job_dir)[KEEP:]:
             shutil.rmtree(older, ignore_errors=True)
 

@@ -3,11 +3,13 @@ job hands each training step to `Injector.around`, and before the step that an e
 names (or the first one after its time) the rank says so in one line and kills or stops
 itself with a real signal, so that its peers and the launcher meet a real failure.
 
-With no recovery policy, a killed rank ends the job within seconds,
-through the launcher, as any lost rank does (commbench.job.failure); a stopped one is
-ended by its peers' --timeout. The line says the failure was injected, so that nobody
-hunts for a bug, and when, on the wall clock, so that the time to its detection can be
-read off the launcher's end."""
+With no recovery policy, a killed rank ends the job within seconds, through the
+launcher, as any lost rank does (commbench.job.failure); a stopped one is ended by its
+peers' --timeout. Under --recovery restart the launcher then starts the job again
+(commbench.job.restart), which is told of each event before it fires, so that the
+restarted job never fires it again. The line says the failure was injected, so that
+nobody hunts for a bug, and when, on the wall clock, so that the time to its detection
+can be read off the launcher's end."""
 
 from __future__ import annotations
 

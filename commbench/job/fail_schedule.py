@@ -172,7 +172,7 @@ def check(text: str, world_size: Optional[int], who: str = "this job",
     if rejoins is not None:
         raise UsageError(f"argument --fail: {rejoins} rejoins, but there is nothing to rejoin: "
                          "without a recovery policy a failure ends the job; leave "
-                         f"+{rejoins.rejoin:g}s out")
+                         f"+{rejoins.rejoin:g}s out, or restart the job (--recovery restart)")
     late = next((e for e in parsed if last_step is not None and (e.step or 0) > last_step),
                 None)
     if late is not None:
@@ -189,6 +189,6 @@ def check(text: str, world_size: Optional[int], who: str = "this job",
     if missing:
         raise UsageError(f"argument --fail: rank {missing[0]} does not exist; {who} has ranks "
                          f"0 to {world_size - 1}")
-    if len(ranks) == world_size:
+    if len(set(ranks)) == world_size and not restarts:
         raise UsageError(f"argument --fail: the schedule fails every rank of {who} for good; "
                          "leave one to finish the run")

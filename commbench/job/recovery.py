@@ -94,8 +94,9 @@ def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
     allowed = restarts_allowed()
     if allowed is not None and failures > allowed:
         raise UsageError(f"argument --fail: {failures} failures, but the launcher starts the "
-                         f"job again at most {allowed} times (torchrun --max-restarts, "
-                         "commbench supervise --restarts): allow as many restarts")
+                         f"job again {allowed} time{'s' if allowed != 1 else ''} at most "
+                         "(torchrun --max-restarts, commbench supervise --restarts): allow "
+                         "as many restarts")
 
 
 def job_dir(config: "RunConfig", world_size: int) -> Path:
