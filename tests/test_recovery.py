@@ -17,7 +17,7 @@ import pytest
 from analysis_helpers import run_report
 from cli_helpers import commbench, refused
 from commbench.config.run_config import RunConfig
-from commbench.job import checkpoint, fail_schedule, restart
+from commbench.job import checkpoint, fail_inject, fail_schedule, restart
 from commbench.errors import UsageError
 from launchers import PYTHON, mpiexec_path, only_result, run, torchrun
 from test_accuracy_analysis import TARGET, fixture, write_run
@@ -129,6 +129,41 @@ def test_what_a_failure_cost_is_read_from_its_records(tmp_path):
     assert facts["wall_time_to_target"] == facts["wall_seconds"]
     assert not job.dir.exists()  # retired: the same command run again starts afresh
     assert [p.name.split(".")[0] for p in tmp_path.iterdir()] == [job.dir.name]
+
+
+class Died(Exception):
+    """The stand-in for the signal: the test process survives the kill."""
+
+
+def test_a_fired_event_is_recorded_before_the_rank_dies_and_never_fires_again(tmp_path):
+    config = RunConfig(fail="1@step6+30s", recovery="restart", checkpoint_every=3,
+                       checkpoint_dir=str(tmp_path))
+    job = restart.Restart(config, SimpleNamespace(world_size=2, rank=1), print, 64)
+    job.dir.mkdir(parents=True)
+
+    def die(sig):
+        raise Died(sig)
+
+    inject = fail_inject.Injector(job.events, 1, config.fail, 10.0, die=die)
+    inject.record = job.fired
+    step = inject.around(lambda: None)
+    with pytest.raises(Died):
+        for _ in range(6):
+            step()
+    fired = restart.read(job.dir / "fired-0.record")
+    assert (fired["event"], fired["rank"], fired["steps"]) == ("1@step6:kill+30s", 1, 5)
+    assert fired["at"] == pytest.approx(time.time(), abs=5)
+    # the job started again: rank 0 finds it fired, not yet recovered, and the rejoin's
+    # wait counted from the failure
+    job.rank = 0
+    found, done, pending, wait = job._plan()
+    assert found is None and done == pending == [0] and 25 < wait <= 30
+    again = fail_inject.Injector(job.events, 1, config.fail, 10.0, die=die)
+    again.forget([job.events[i] for i in done])
+    again.resume_at(3, 1.0)
+    step = again.around(lambda: None)
+    for _ in range(10):
+        step()  # past step 6: never fired again
 
 
 def test_report_says_a_restarted_runs_goodput_and_what_its_failures_cost(tmp_path):
