@@ -221,10 +221,6 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     schedule = recipe.scheduler(optimizer)
     with slowed_by(slow):  # the strategy's step owns this rank's straggler
         step = strategy.wrap(trained, optimizer)
-    restart = None
-    if config.recovery == "restart":
-        restart = Restart(config, ctx, say, total_batch)
-        restart.begin(fails, model, optimizer, data.next)
 
     @fails.around
     def train_step(index: int, training_seconds: float):
@@ -239,6 +235,10 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         strategy.settle()  # before the evaluation's collectives
         return evaluator()
 
+    restart = None
+    if config.recovery == "restart":  # last: the RNG state it restores is training's
+        restart = Restart(config, ctx, say, total_batch)
+        restart.begin(fails, model, optimizer, data.next)
     console.training_plan(say, rule, per_epoch, recipe)
     recorder = spans.Recorder()
     outcome = accuracy_loop.train(
