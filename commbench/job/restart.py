@@ -167,7 +167,7 @@ class Restart:
                 "steps_lost": lost, "samples_lost": lost * self.samples_per_step}
 
 
-def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[str]:
+def cost_lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[str]:
     """What rank 0 prints of it, after the outcome."""
     said = [f"Failure {c['event']}: detected after {c['detection_seconds']:.1f} s, first "
             f"complete step {c['recovery_seconds']:.1f} s after it; resumed from step "

@@ -21,7 +21,7 @@ from commbench.job.speed_loop import LossWatch, device_sync, measure, warm_up
 from commbench.job.compute_only import ComputeOnly, phase_medians
 from commbench.job.models import build_model, check_input
 from commbench.job.run_checks import check_same_config, validate
-from commbench.job.restart import Restart, lines
+from commbench.job.restart import Restart, cost_lines
 from commbench.job.startup import start
 from commbench.job.training_step import slowed_by
 
@@ -253,7 +253,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     def print_summary(summary: Dict[str, Any]) -> None:
         console.print_outcome(say, summary)
         if restart is not None:
-            for line in lines(unwritten.doc["recovery"], summary["img_sec"], config.unit):
+            for line in cost_lines(unwritten.doc["recovery"], summary["img_sec"], config.unit):
                 say(line)
         say(console.split_line(summary["step_split"], ctx.device.type))
 
