@@ -53,6 +53,7 @@ class Allreduce(Strategy):
     summary = "average gradients over all workers (torch DDP: bucketed, overlapped with backward)"
     Options = AllreduceOptions
     compressions = ("fp16", "bf16", "powersgd")
+    restartable = True  # but under PowerSGD, whose error feedback is its own state
 
     @classmethod
     def check(cls, config, launch) -> None:

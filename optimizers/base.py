@@ -76,6 +76,11 @@ class Strategy:
     # on the wire in a job of several workers is flagged (summary.wire_unrecorded): it
     # communicated where commbench did not count it (commbench.comm.collectives counts).
     communicates: ClassVar[bool] = True
+    # True when a worker's model and optimizer are all the strategy carries from one
+    # step to the next, so that a checkpoint of them resumes it exactly (--recovery
+    # restart, commbench.job.recovery); a strategy with state of its own (a step count,
+    # an outer optimizer, a schedule's position) is refused.
+    restartable: ClassVar[bool] = False
 
     @property
     def sees_wire(self) -> bool:

@@ -10,6 +10,7 @@ class Local(Strategy):
     summary = "no communication: every worker trains alone (compute-only reference)"
     decentralized = True  # workers' models drift apart; the consensus distance shows how far
     communicates = False
+    restartable = True
 
     def wrap(self, model, optimizer) -> TrainStep:
         return TrainingStep(model, optimizer)

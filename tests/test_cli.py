@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The run flags, snapshotted: a change here is a change users see. Update it on purpose.
 RUN_FLAGS = [
-    "--amp", "--atc-style", "--augment", "--average-every", "--batch-size", "--compression",
+    "--amp", "--atc-style", "--augment", "--average-every", "--batch-size",
+    "--checkpoint-dir", "--checkpoint-every", "--compression",
     "--cpu-transport",
     "--data",
     "--disable-dynamic-topology", "--dist-optimizer", "--eval-every", "--fail",
@@ -23,7 +24,7 @@ RUN_FLAGS = [
     "--local-warmup-steps", "--lr", "--machine-size", "--max-epochs", "--model", "--momentum",
     "--no-broadcast-buffers", "--no-cuda", "--num-batches-per-iter", "--num-classes",
     "--num-iters", "--num-warmup-batches", "--outer-dtype", "--outer-lr", "--outer-momentum",
-    "--partition", "--reference-iters",
+    "--partition", "--recovery", "--reference-iters",
     "--reference-seconds",
     "--results-dir", "--seed", "--seq-len", "--slow-ranks", "--tag", "--target-accuracy",
     "--target-loss", "--time-budget",
@@ -66,7 +67,7 @@ def test_a_result_records_the_same_config_keys_as_before_plugins_had_flags():
                    "weight_decay", "warmup_epochs", "no_broadcast_buffers", "average_every",
                    "local_warmup_steps", "outer_lr", "outer_momentum", "outer_dtype",
                    "augment", "compression", "slow_ranks", "seq_len", "fail",
-                   "target_loss"}
+                   "target_loss", "recovery", "checkpoint_every", "checkpoint_dir"}
     assert set(config.to_dict()) - set(recorded) == added_since
     assert set(recorded) <= set(config.to_dict())
 

@@ -23,7 +23,7 @@ LAYERS = [
                   "commbench.analysis.report", "commbench.analysis.plot_command",
                   "commbench.analysis.compare", "commbench.microbench.command",
                   "commbench.simulate.command", "commbench.cluster.command",
-                  "commbench.launch.mpirun_front"]),
+                  "commbench.launch.mpirun_front", "commbench.job.supervise"]),
     ("charts", ["commbench.plots"]),
     ("reading and modelling", ["commbench.analysis", "commbench.simulate", "commbench.cluster",
                                "commbench.microbench", "commbench.microbench.results"]),

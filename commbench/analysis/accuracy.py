@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from commbench.analysis import time_to_target as ttt
 from commbench.analysis.runs import (ResultRun, Series, given, matching, mean_split, mean_wire,
@@ -97,6 +97,8 @@ class AccuracyRun(ResultRun):
     diverged: Optional[Dict[str, int]] = None
     # a language model's lowest validation loss of the averaged model; None for images
     best_loss: Optional[float] = None
+    # --recovery restart's facts (goodput, restarts, each failure's costs); None without
+    recovery: Optional[Dict[str, Any]] = None
 
 
 @dataclass

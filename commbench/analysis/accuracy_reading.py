@@ -109,7 +109,7 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
         best_accuracy=float(summary["best_accuracy"]), stopped_by=str(summary["stopped_by"]),
         img_sec=_float(summary.get("img_sec")), curve=curve,
         oversubscribed=bool(summary.get("oversubscribed")), diverged=diverged_of(summary),
-        best_loss=_float(summary.get("best_loss")))
+        best_loss=_float(summary.get("best_loss")), recovery=recovery_of(doc))
 
 
 def shape_of(config: Dict[str, Any]) -> int:
@@ -125,6 +125,14 @@ def target_of(accuracy, loss) -> str:
     if loss is not None:
         return f"loss {float(loss):g}"
     return "" if accuracy is None else f"{float(accuracy):g}"
+
+
+def recovery_of(doc: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What --recovery restart recorded, where its goodput reads (None otherwise)."""
+    found = doc.get("recovery")
+    if not isinstance(found, dict) or not _positive(found.get("goodput")):
+        return None
+    return found
 
 
 def diverged_of(summary: Dict[str, Any]) -> Optional[Dict[str, int]]:

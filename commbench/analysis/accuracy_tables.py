@@ -80,6 +80,10 @@ def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
         diverged = [(row, run) for row in g.rows for run in row.runs if run.diverged is not None]
         if diverged:
             parts.append(tables.lines([diverged_line(row, run) for row, run in diverged], fmt))
+        restarted = [recovery_line(row, run) for row in g.rows for run in row.runs
+                     if run.recovery is not None]
+        if restarted:
+            parts.append(tables.lines(restarted, fmt))
         unrecorded = split_table.unrecorded_lines(
             (row.series, row.workers, run) for row in g.rows for run in row.runs)
         if unrecorded:
@@ -98,6 +102,19 @@ def diverged_line(row: AccuracyRow, run: AccuracyRun) -> str:
     outcome = "not reached: diverged" if run.reached is not None else "diverged"
     return (f"{row.series.label()}, N={row.workers}, seed {run.seed}: {outcome}{where}; "
             f"best accuracy {run.best_accuracy:.3f}, {run.path}")
+
+
+def recovery_line(row: AccuracyRow, run: AccuracyRun) -> str:
+    """A run under --recovery restart: its goodput, failures and restarts included."""
+    facts = run.recovery or {}
+    costs = "".join(f"; {c['event']}: {c['recovery_seconds']:.1f} s to the first step after "
+                    f"it, {c['steps_lost']} steps redone" for c in facts.get("costs", ()))
+    restarts = facts.get("restarts", 0)
+    return (f"{row.series.label()}, N={row.workers}, seed {run.seed}: --recovery restart, "
+            f"{restarts} restart{'' if restarts == 1 else 's'}; goodput "
+            f"{facts['goodput']:.1f} img/sec "
+            f"over {facts.get('wall_seconds', 0):.1f} s of wall time from the first start"
+            f"{costs}; {run.path}")
 
 
 def row_record(row: AccuracyRow) -> Dict[str, Any]:
@@ -140,7 +157,8 @@ def run_record(run) -> Dict[str, Any]:
             "steps_to_target": run.steps, "epochs_to_target": run.epochs,
             "bytes_to_target": run.sent,
             "best_accuracy": run.best_accuracy, "stopped_by": run.stopped_by,
-            "img_sec": run.img_sec, "diverged": run.diverged}
+            "img_sec": run.img_sec, "diverged": run.diverged,
+            **({"recovery": run.recovery} if run.recovery is not None else {})}
 
 
 def formatted_row(row: AccuracyRow) -> List[str]:

@@ -27,6 +27,7 @@ from commbench.job.stop_rule import AccuracyFlags
 from commbench.job.fail_schedule import FailureFlags
 from commbench.job.models import ModelFlags
 from commbench.job.recipe import RecipeFlags
+from commbench.job.recovery import RecoveryFlags
 from commbench.job.speed_loop import SpeedRunFlags
 from commbench.job.straggler import StragglerFlags
 from commbench.optimizers.base import STRATEGY_SECTIONS
@@ -58,7 +59,7 @@ class JobFlags(Section):
 # The strategy sections are read only by the strategies that declare them
 # (optimizers/base.py); the others by every run, as far as their own `unread` says.
 SECTIONS = (JobFlags, *STRATEGY_SECTIONS, ModelFlags, DataFlags, SpeedRunFlags, AccuracyFlags,
-            RecipeFlags, StragglerFlags, FailureFlags, OutputFlags,
+            RecipeFlags, StragglerFlags, FailureFlags, RecoveryFlags, OutputFlags,
             TimelineFlags)  # in --help's order
 JOB_SECTIONS = tuple(s for s in SECTIONS if s not in STRATEGY_SECTIONS)
 

@@ -15,8 +15,7 @@ The run stops at the first evaluation where the averaged model reaches the targe
 where the training time passed --time-budget, or at --max-epochs. Every stop decision
 is made from values all ranks share (reduced over them), so all ranks stop together.
 Two clocks are kept: training time (steps only; evaluation paused) and wall time
-(evaluation included, as MLPerf Training counts it); the slowest rank's of each.
-"""
+(evaluation included, as MLPerf Training counts it); the slowest rank's of each."""
 
 from __future__ import annotations
 
@@ -26,9 +25,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.timing import spans
+from commbench.job.per_iteration import consensus_distance
+from commbench.job.restart import Progress
 from commbench.job.speed_loop import LossWatch, timed_step
 from commbench.job.stop_rule import MAX_EPOCHS, StopRule
-from commbench.job.per_iteration import consensus_distance
 from commbench.job.training_step import summed_loss
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -153,49 +153,59 @@ def score(model, images, labels) -> Tuple[int, float]:
 def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: StopRule,
           evaluate: Evaluator, model, ctx, samples_per_step: int, steps_per_epoch: int,
           report: Callable[[Point], None], keep_steps: int, recorder: spans.Recorder,
-          counts_wire: bool = True) -> Dict[str, Any]:
+          counts_wire: bool = True, restart: Optional[Any] = None) -> Dict[str, Any]:
     """Train until the rule stops it; the curve and how it ended. step(index, training
     seconds so far) takes one training step and returns its loss. Every step is a span
     on the recorder and so is every evaluation; the spans of the last `keep_steps` steps
     are kept, and what every step put on the wire is counted (unless counts_wire is
-    False: an engine communicates out of commbench's sight)."""
-    import torch
-    import torch.distributed as dist
-
-    curve: List[Point] = []
-    training, losses, steps = 0.0, [], 0
-    watch = LossWatch()
-    started = time.perf_counter()
+    False: an engine communicates out of sight). A restart (commbench.job.restart)
+    resumes from its `start` and hears of every step, after its evaluation."""
+    start = restart.start if restart is not None else Progress()
+    curve, watch = [Point(**p) for p in start.curve], LossWatch()
+    training, losses, steps = start.training_seconds, list(start.losses), start.steps
+    started = time.perf_counter() - start.wall_seconds
     while True:
         loss, seconds = timed_step(lambda: step(steps, training), sync, recorder)
         training += seconds
         losses.append(watch.see(loss))
         steps += 1
-        if steps % rule.eval_every and steps != rule.max_steps:
-            continue
-        recorder.keep_last(keep_steps)
-        with recorder.between("evaluate"):
-            accuracy, own, validation_loss = evaluate()
-        shared = torch.tensor([training, time.perf_counter() - started],
-                              dtype=torch.float64, device=ctx.device)
-        dist.all_reduce(shared, op=dist.ReduceOp.MAX)  # the slowest rank's clocks
-        mean_loss = torch.tensor([sum(losses) / len(losses), recorder.sent.nbytes],
-                                 dtype=torch.float64, device=ctx.device)
-        dist.all_reduce(mean_loss)  # then divided: the means over ranks
-        with recorder.between("consensus"):
-            distance = consensus_distance(model, ctx.world_size)
-        point = Point(steps, steps / steps_per_epoch, steps * samples_per_step,
-                      float(shared[0]), float(shared[1]), accuracy, sum(own) / len(own),
-                      min(own), float(mean_loss[0]) / ctx.world_size, distance,
-                      float(mean_loss[1]) / ctx.world_size if counts_wire else None,
-                      *language_loss(rule, validation_loss))
-        curve.append(point)
-        report(point)
-        losses = []
-        diverged = first_divergence(watch.first_non_finite, ctx)
-        stopped_by = "diverged" if diverged else rule.why_stop(point)
-        if stopped_by:
-            return {**outcome(curve, rule, stopped_by, samples_per_step), "diverged": diverged}
+        if not steps % rule.eval_every or steps == rule.max_steps:
+            recorder.keep_last(keep_steps)
+            point = _evaluation(evaluate, model, ctx, recorder, rule, steps, training, started,
+                                losses, samples_per_step, steps_per_epoch, counts_wire)
+            curve.append(point)
+            report(point)
+            losses = []
+            diverged = first_divergence(watch.first_non_finite, ctx)
+            stopped_by = "diverged" if diverged else rule.why_stop(point)
+            if stopped_by:
+                return {**outcome(curve, rule, stopped_by, samples_per_step), "diverged": diverged}
+        if restart is not None:
+            restart.after_step(steps, training, time.perf_counter() - started, curve, losses)
+
+
+def _evaluation(evaluate: Evaluator, model, ctx, recorder: spans.Recorder, rule: StopRule,
+                steps: int, training: float, started: float, losses: List[float],
+                samples_per_step: int, steps_per_epoch: int, counts_wire: bool) -> Point:
+    """The point of an evaluation after `steps` steps, the same on every rank."""
+    import torch
+    import torch.distributed as dist
+
+    with recorder.between("evaluate"):
+        accuracy, own, validation_loss = evaluate()
+    shared = torch.tensor([training, time.perf_counter() - started],
+                          dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(shared, op=dist.ReduceOp.MAX)  # the slowest rank's clocks
+    mean_loss = torch.tensor([sum(losses) / len(losses), recorder.sent.nbytes],
+                             dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(mean_loss)  # then divided: the means over ranks
+    with recorder.between("consensus"):
+        distance = consensus_distance(model, ctx.world_size)
+    return Point(steps, steps / steps_per_epoch, steps * samples_per_step,
+                 float(shared[0]), float(shared[1]), accuracy, sum(own) / len(own),
+                 min(own), float(mean_loss[0]) / ctx.world_size, distance,
+                 float(mean_loss[1]) / ctx.world_size if counts_wire else None,
+                 *language_loss(rule, validation_loss))
 
 
 def language_loss(rule: StopRule, loss: float) -> Tuple[Optional[float], Optional[float]]:

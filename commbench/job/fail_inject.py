@@ -3,11 +3,13 @@ job hands each training step to `Injector.around`, and before the step that an e
 names (or the first one after its time) the rank says so in one line and kills or stops
 itself with a real signal, so that its peers and the launcher meet a real failure.
 
-With no recovery policy (none exists yet), a killed rank ends the job within seconds,
-through the launcher, as any lost rank does (commbench.job.failure); a stopped one is
-ended by its peers' --timeout. The line says the failure was injected, so that nobody
-hunts for a bug, and when, on the wall clock, so that the time to its detection can be
-read off the launcher's end."""
+With no recovery policy, a killed rank ends the job within seconds, through the
+launcher, as any lost rank does (commbench.job.failure); a stopped one is ended by its
+peers' --timeout. Under --recovery restart the launcher then starts the job again
+(commbench.job.restart), which is told of each event before it fires, so that the
+restarted job never fires it again. The line says the failure was injected, so that
+nobody hunts for a bug, and when, on the wall clock, so that the time to its detection
+can be read off the launcher's end."""
 
 from __future__ import annotations
 
@@ -35,6 +37,18 @@ class Injector:
         self.clock, self.die = clock, die
         self.steps = 0
         self.began: Optional[float] = None
+        # Under --recovery restart (commbench.job.restart): told of each event as it
+        # fires, before the rank dies, so that the job started again never fires it.
+        self.record: Optional[Callable[[FailEvent, int], None]] = None
+
+    def forget(self, fired: Sequence[FailEvent]) -> None:
+        """Events that fired in an earlier attempt of the job: never again."""
+        self.mine = [e for e in self.mine if e not in fired]
+
+    def resume_at(self, steps: int, training_seconds: float) -> None:
+        """Count steps and time on from where a restarted job resumed."""
+        self.steps = steps
+        self.began = self.clock() - training_seconds
 
     def around(self, step: Callable[..., T]) -> Callable[..., T]:
         """step, with this rank's failures fired before the step they are due at."""
@@ -60,6 +74,8 @@ class Injector:
                 return
 
     def fire(self, event: FailEvent, elapsed: float) -> None:
+        if self.record is not None:
+            self.record(event, self.steps - 1)
         print(f"commbench: error: rank {self.rank}: {self.line(event, elapsed)}",
               file=sys.stderr, flush=True)
         self.die(SIGNALS[event.kind])
@@ -67,9 +83,12 @@ class Injector:
     def line(self, event: FailEvent, elapsed: float) -> str:
         """What the rank says as it fails: that --fail did it, at which step and when."""
         at = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
-        what = ("kills itself (SIGKILL); the job ends now" if event.kind == "kill" else
+        ends = ("the launcher starts the job again" if self.record is not None else
+                "the job ends")
+        what = (f"kills itself (SIGKILL); {ends} now" if event.kind == "kill" else
                 "stops itself (SIGSTOP) and answers no one; the others end the job after "
-                f"--timeout ({self.timeout:g} s)")
+                f"--timeout ({self.timeout:g} s)"
+                + (" and the launcher starts it again" if self.record is not None else ""))
         return (f"failure injected by --fail ({event}), not a bug: it {what}; at step "
                 f"{self.steps}, {elapsed:.2f} s into training, {at} UTC")
 

@@ -141,9 +141,9 @@ class FailureFlags(Section):
 
     fail: str = flag(
         "none", "failures on purpose: ranks that kill (SIGKILL) or stop (SIGSTOP) themselves "
-        "mid-run, RANK@WHEN[:KIND] events (e.g. 1@step200, 2@45s:stop) or a seeded random "
-        "schedule mtbf=60s,seed=1 (commbench.job.fail_schedule); without a recovery policy "
-        "a failure ends the job", spec, "SPEC")
+        "mid-run, RANK@WHEN[:KIND][+REJOIN] events (e.g. 1@step200, 2@45s:stop) or a seeded "
+        "random schedule mtbf=60s,seed=1 (commbench.job.fail_schedule); without a recovery "
+        "policy a failure ends the job", spec, "SPEC")
 
 
 def schedule(text: str, world_size: int) -> Tuple[FailEvent, ...]:
@@ -155,9 +155,11 @@ def schedule(text: str, world_size: int) -> Tuple[FailEvent, ...]:
 
 
 def check(text: str, world_size: Optional[int], who: str = "this job",
-          last_step: Optional[int] = None) -> None:
+          last_step: Optional[int] = None, restarts: bool = False) -> None:
     """UsageError for a schedule `who` cannot run (world size None: unknown), or with a
-    step after last_step (None: not known before the run), which would never fire."""
+    step after last_step (None: not known before the run), which would never fire.
+    Where the job restarts after a failure (--recovery restart), a rank may fail again
+    and rejoin."""
     parsed = parse(text)
     if parsed is None:
         return
@@ -166,18 +168,18 @@ def check(text: str, world_size: Optional[int], who: str = "this job",
             raise UsageError("argument --fail: a random schedule fails every rank but rank 0, "
                              f"which writes the result; {who} has only rank 0")
         return
-    rejoins = next((e for e in parsed if e.rejoin is not None), None)
+    rejoins = next((e for e in parsed if e.rejoin is not None and not restarts), None)
     if rejoins is not None:
         raise UsageError(f"argument --fail: {rejoins} rejoins, but there is nothing to rejoin: "
                          "without a recovery policy a failure ends the job; leave "
-                         f"+{rejoins.rejoin:g}s out")
+                         f"+{rejoins.rejoin:g}s out, or restart the job (--recovery restart)")
     late = next((e for e in parsed if last_step is not None and (e.step or 0) > last_step),
                 None)
     if late is not None:
         raise UsageError(f"argument --fail: {late} comes after the run's last step "
                          f"({last_step}: warm-up and timed steps), so it would never fire")
     ranks = [e.rank for e in parsed]
-    twice = next((r for r in ranks if ranks.count(r) > 1), None)
+    twice = next((r for r in ranks if ranks.count(r) > 1 and not restarts), None)
     if twice is not None:
         raise UsageError(f"argument --fail: rank {twice} fails twice; after its first failure "
                          "it is gone for good")
@@ -187,6 +189,6 @@ def check(text: str, world_size: Optional[int], who: str = "this job",
     if missing:
         raise UsageError(f"argument --fail: rank {missing[0]} does not exist; {who} has ranks "
                          f"0 to {world_size - 1}")
-    if len(ranks) == world_size:
+    if len(set(ranks)) == world_size and not restarts:
         raise UsageError(f"argument --fail: the schedule fails every rank of {who} for good; "
                          "leave one to finish the run")

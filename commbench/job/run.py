@@ -22,6 +22,7 @@ from commbench.job.speed_loop import LossWatch, device_sync, measure, warm_up
 from commbench.job.compute_only import ComputeOnly, phase_medians
 from commbench.job.models import build_model, check_input
 from commbench.job.run_checks import check_same_config, validate
+from commbench.job.restart import Restart, cost_lines
 from commbench.job.startup import start
 from commbench.job.training_step import slowed_by
 
@@ -74,8 +75,11 @@ def run(config: RunConfig) -> Dict[str, Any]:
     slow = _slow_down(config, ctx, model, images, labels, sync, say)
     fails = fail_inject.injector(config.fail, ctx.world_size, ctx.rank, config.timeout)
     if config.fail != "none":
+        then = ("the job restarts from its newest checkpoint after each (--recovery restart)"
+                if config.recovery == "restart" else
+                "with no recovery policy the first one ends the job")
         say(f"Failures on purpose (--fail): {fail_inject.describe(config.fail, ctx.world_size)}"
-            "; with no recovery policy the first one ends the job")
+            f"; {then}")
     if "class_mix" in data.facts:
         augment = f", {data.facts['augment']} augmentation" if "augment" in data.facts else ""
         say(f"Data: {data.facts['data']}{augment}, {data.facts['steps_per_epoch']} steps per "
@@ -183,11 +187,12 @@ def _tell(say, config: RunConfig, ctx, unwritten: Optional[record.Unwritten], st
 
 
 def _record_failures(say, config: RunConfig, ctx, doc: Dict[str, Any]) -> None:
-    """The --fail schedule in the result; a run written with one had none of them fire
-    (with no recovery policy a failure ends the job), which rank 0 says."""
+    """The --fail schedule in the result; rank 0 says when none of them fired (with no
+    recovery policy a failure ends the job; what a restart cost is said apart)."""
     recorded = fail_inject.facts(config.fail, ctx.world_size)
     if recorded is not None:
         doc["failures"] = recorded
+    if recorded is not None and not doc.get("recovery", {}).get("costs"):
         say(f"Warning: --fail {config.fail}: the run ended before any of its failures was "
             "due; nothing failed")
 
@@ -235,18 +240,27 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         strategy.settle()  # before the evaluation's collectives
         return evaluator()
 
+    restart = None
+    if config.recovery == "restart":  # last: the RNG state it restores is training's
+        restart = Restart(config, ctx, say, total_batch)
+        restart.begin(fails, model, optimizer, data.next)
     console.training_plan(say, rule, per_epoch, recipe)
     recorder = spans.Recorder()
     outcome = accuracy_loop.train(
         # a language model's samples are its tokens
         train_step, sync, rule, evaluate, model, ctx, total_batch * config.per_sample, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps, recorder,
-        strategy.sees_wire)
+        strategy.sees_wire, restart)
     unwritten = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine, recorder, slow)
+    if unwritten is not None and restart is not None:  # rank 0's
+        unwritten.doc["recovery"] = restart.facts(outcome, model)
 
     def print_summary(summary: Dict[str, Any]) -> None:
         console.print_outcome(say, summary)
+        if restart is not None:
+            for line in cost_lines(unwritten.doc["recovery"], summary["img_sec"], config.unit):
+                say(line)
         say(console.split_line(summary["step_split"], ctx.device.type))
 
     return _tell(say, config, ctx, unwritten, outcome["steps"], print_summary)

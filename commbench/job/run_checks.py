@@ -11,7 +11,8 @@ import json
 from typing import Any, List
 
 from commbench import registry
-from commbench.job import fail_schedule, language_models, straggler, training_checks
+from commbench.job import (fail_schedule, language_models, recovery, straggler,
+                           training_checks)
 from commbench.timing import trace_file
 from commbench.config.run_config import RunConfig
 from commbench.data import batches, partition
@@ -34,7 +35,9 @@ def validate(config: RunConfig, launch: LaunchInfo):
     straggler.check(config.slow_ranks, launch.world_size)
     fail_schedule.check(config.fail, launch.world_size, last_step=None
                         if config.trains_to_accuracy else config.num_warmup_batches
-                        + config.num_iters * config.num_batches_per_iter)
+                        + config.num_iters * config.num_batches_per_iter,
+                        restarts=config.recovery == "restart")
+    recovery.check(config, launch, strategy_cls)
     task = batches.parse(config.data, config.seed, config.augment)
     partition.parse(config.partition, config.data)
     if isinstance(task, TextCorpus):  # too little text for the run, before it starts

@@ -1,0 +1,116 @@
+"""The recovery policy of a run, `--recovery` (issue 56): what the job does when a rank
+fails. `none` (the default): the job ends, as any lost rank ends it. `restart`: the job
+checkpoints every --checkpoint-every steps (commbench.job.checkpoint), and when a rank
+fails the launcher starts every rank again — torchrun's elastic agent (`torchrun
+--max-restarts N`) or, under an MPI launcher, `commbench supervise` — and training
+resumes from the newest complete checkpoint of this job (commbench.job.restart).
+
+A job's checkpoints live in a directory named for its identity, the digest of its flags
+(the output locations aside) and world size, so that a run never resumes another run's
+checkpoint. Only a run trained to accuracy restarts: a speed run would time the steps
+it redoes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Optional
+
+from commbench.config.compression import parse as compression
+from commbench.config.flags import flag, one_of, positive_int
+from commbench.config.sections import Section
+from commbench.errors import UsageError
+from commbench.job import fail_schedule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from commbench.config.run_config import RunConfig
+    from commbench.launch.detect import LaunchInfo
+
+POLICIES = ("none", "restart")
+CHECKPOINT_EVERY = 20
+# Set by `commbench supervise` for the launcher it runs (commbench.job.supervise): the
+# restarts it allows, and when it saw the last attempt end (the failure's detection).
+SUPERVISED = "COMMBENCH_SUPERVISE_RESTARTS"
+DETECTED = "COMMBENCH_FAILURE_DETECTED_AT"
+# Where a job's checkpoints are kept does not change what it trains.
+NOT_IDENTITY = ("results_dir", "checkpoint_dir")
+
+
+@dataclass(frozen=True)
+class RecoveryFlags(Section):
+    title = "recovery from failures"
+
+    recovery: str = flag(
+        "none", "what the job does when a rank fails: none (the job ends) or restart "
+        "(checkpoints every --checkpoint-every steps; the launcher starts every rank again, "
+        "torchrun --max-restarts N or `commbench supervise` around an MPI launcher, and "
+        "training resumes from the newest complete checkpoint)", one_of(POLICIES),
+        "{none,restart}")
+    checkpoint_every: int = flag(
+        CHECKPOINT_EVERY, "--recovery restart: checkpoint every N training steps",
+        positive_int, "STEPS")
+    checkpoint_dir: Optional[str] = flag(
+        None, "--recovery restart: where the job's checkpoints go, one directory per job "
+        "(default: RESULTS_DIR/checkpoints)", metavar="DIR")
+
+    @classmethod
+    def unread(cls, config) -> Dict[str, str]:
+        if config.recovery == "none":
+            return dict.fromkeys(("checkpoint_every", "checkpoint_dir"), (
+                "checkpoints are taken for --recovery restart alone: leave it out"))
+        if not config.trains_to_accuracy:
+            return {"recovery": "a speed run times its steps, and a restart would time the "
+                    "steps it redoes: restart a run trained to accuracy (--target-accuracy, "
+                    "--max-epochs, --time-budget or --eval-every)"}
+        return {}
+
+
+def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
+    """UsageError, before any communication, for a restart that could not resume the
+    strategy exactly or that nothing would start again."""
+    if config.recovery == "none":
+        return
+    if not strategy_cls.restartable:
+        raise UsageError(f"argument --recovery: {strategy_cls.name} keeps state of its own "
+                         "between steps, which a checkpoint of the model and the optimizer "
+                         "would not resume; restart allreduce or none")
+    if compression(config.compression).kind == "powersgd":
+        raise UsageError("argument --recovery: PowerSGD's error feedback is state of its "
+                         "own, which a checkpoint of the model and the optimizer would not "
+                         "resume; restart allreduce without --compression powersgd")
+    if launch.launcher == "torchrun":
+        if os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") == "0":
+            raise UsageError("argument --recovery: restart needs torchrun to start the "
+                             "workers again after a failure: torchrun --max-restarts N "
+                             "(N >= 1)")
+    elif SUPERVISED not in os.environ:
+        raise UsageError("argument --recovery: restart needs something to start the job "
+                         "again after a failure: `commbench supervise --restarts N -- "
+                         "mpiexec ...` around the launcher, or torchrun --max-restarts N")
+    failures = len(fail_schedule.schedule(config.fail, launch.world_size))
+    allowed = restarts_allowed()
+    if allowed is not None and failures > allowed:
+        raise UsageError(f"argument --fail: {failures} failures, but the launcher starts the "
+                         f"job again {allowed} time{'s' if allowed != 1 else ''} at most "
+                         "(torchrun --max-restarts, commbench supervise --restarts): allow "
+                         "as many restarts")
+
+
+def job_dir(config: "RunConfig", world_size: int) -> Path:
+    """The directory of this job's checkpoints and failure records: one per identity."""
+    from commbench import __version__
+
+    flags = {k: v for k, v in config.to_dict().items() if k not in NOT_IDENTITY}
+    text = json.dumps([__version__, world_size, flags], sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    root = config.checkpoint_dir or str(Path(config.results_dir) / "checkpoints")
+    return Path(root) / f"job-{digest}"
+
+
+def restarts_allowed() -> Optional[int]:
+    """How many restarts the launcher allows (None: not known here)."""
+    text = os.environ.get("TORCHELASTIC_MAX_RESTARTS", os.environ.get(SUPERVISED))
+    return int(text) if text and text.isdigit() else None

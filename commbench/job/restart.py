@@ -1,0 +1,180 @@
+"""A run trained to accuracy under `--recovery restart` (commbench.job.recovery): where it
+resumes, the checkpoints it takes, and what each failure cost.
+
+Beside the checkpoints, the job's directory holds small records, each written
+atomically, that outlive the processes a failure ends:
+- `starts.record`: when each attempt of the job started (rank 0);
+- `fired-I.record`: event I of the --fail schedule fired: its rank, the steps it had
+  completed, when (written by the failing rank before it dies, so that no attempt
+  fires it again);
+- `recovered-I.record`: the attempt that recovered from it: when the failure was
+  detected (the launcher started the job again), the step it resumed from, when its
+  first complete step ended (rank 0).
+Records are not .json: `report` reads every .json under --results-dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from commbench.job import checkpoint, fail_schedule, recovery
+
+RECORD = ".record"
+
+
+@dataclass
+class Progress:
+    """Where training stands: what a checkpoint saves and a restart resumes."""
+
+    steps: int = 0
+    training_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    curve: List[Dict[str, Any]] = field(default_factory=list)  # the evaluations' points
+    losses: List[float] = field(default_factory=list)  # since the last evaluation
+
+
+def read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write(path: Path, value: Any) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value))
+    os.replace(partial, path)
+
+
+def started_at() -> float:
+    """When this process started, on the wall clock: under torchrun, when its elastic
+    agent started the workers again (Linux's /proc, to its clock tick; now elsewhere)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.time()
+
+
+class Restart:
+    """This attempt of a restarting job, on every rank."""
+
+    def __init__(self, config, ctx, say: Callable[[str], None], samples_per_step: int) -> None:
+        self.dir = recovery.job_dir(config, ctx.world_size)
+        self.every, self.rank, self.say = config.checkpoint_every, ctx.rank, say
+        self.samples_per_step = samples_per_step
+        self.events = list(fail_schedule.schedule(config.fail, ctx.world_size))
+        self.start = Progress()
+        self.trained: Tuple[Any, Any] = (None, None)  # the model and optimizer checkpointed
+        self.pending: List[int] = []  # the fired events this attempt recovers from
+        self.detected = float(os.environ.get(recovery.DETECTED) or started_at())
+
+    def fired(self, event: fail_schedule.FailEvent, steps: int) -> None:
+        """The failing rank, before it dies: event fired after `steps` complete steps."""
+        index = self.events.index(event)
+        write(self.dir / f"fired-{index}{RECORD}", {"event": str(event), "rank": event.rank,
+                                                    "steps": steps, "at": time.time()})
+
+    def begin(self, fails, model, optimizer, skip: Callable[[], Any]) -> Progress:
+        """Every rank: the newest complete checkpoint of this job loaded (rank 0 chooses),
+        the fired events forgotten, a rejoin's delay waited out, the data skipped to
+        where training stood (skip() draws one batch). Where training resumes."""
+        import torch.distributed as dist
+
+        self.trained = (model, optimizer)
+        plan = [self._plan() if self.rank == 0 else None]
+        dist.broadcast_object_list(plan, src=0)
+        found, fired, self.pending, wait = plan[0]
+        fails.forget([self.events[i] for i in fired])
+        fails.record = self.fired
+        if wait > 0:
+            self.say(f"Waiting {wait:.1f} s before the job rejoins (--fail's +REJOIN)")
+            time.sleep(wait)
+        if found is None:
+            self.say(f"No checkpoint of this job in {self.dir}: training starts from step 0")
+            return self.start
+        where = checkpoint.load(Path(found), model, optimizer, self.rank)
+        self.start = Progress(**where)
+        for _ in range(self.start.steps):
+            skip()
+        fails.resume_at(self.start.steps, self.start.training_seconds)
+        self.say(f"Resumed from checkpoint {found} (step {self.start.steps})")
+        return self.start
+
+    def _plan(self):
+        """Rank 0: (checkpoint or None, fired events, those not yet recovered from,
+        seconds left to wait for a rejoin)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        starts = read(self.dir / f"starts{RECORD}") or []
+        write(self.dir / f"starts{RECORD}", starts + [self.detected])
+        newest = checkpoint.newest_readable(self.dir, self.say)
+        fired = {i: read(self.dir / f"fired-{i}{RECORD}") for i in range(len(self.events))}
+        fired = {i: r for i, r in fired.items() if r is not None}
+        pending = [i for i in fired if not (self.dir / f"recovered-{i}{RECORD}").exists()]
+        rejoins = [fired[i]["at"] + self.events[i].rejoin for i in pending
+                   if self.events[i].rejoin is not None]
+        wait = max(rejoins, default=0.0) - time.time()
+        return (None if newest is None else str(newest[1]), sorted(fired), pending, wait)
+
+    def after_step(self, steps: int, training: float, wall: float, curve: List[Any],
+                   losses: List[float]) -> None:
+        """Every rank, after each step (and its evaluation): the first complete step
+        after a failure recorded, and a checkpoint every --checkpoint-every steps."""
+        progress = Progress(steps, training, wall, [asdict(p) for p in curve], list(losses))
+        if self.rank == 0 and self.pending and progress.steps == self.start.steps + 1:
+            now = time.time()
+            for index in self.pending:
+                write(self.dir / f"recovered-{index}{RECORD}", {
+                    "detected": self.detected, "resumed_from": self.start.steps,
+                    "recovered": now})
+        if progress.steps % self.every == 0:
+            checkpoint.save(self.dir, progress.steps, *self.trained, self.rank,
+                            asdict(progress))
+
+    def facts(self, outcome: Dict[str, Any], model) -> Dict[str, Any]:
+        """Rank 0, once training ended: what the failures cost, and the job's goodput
+        from its first start; the job's directory is then retired, so that the same
+        command run again starts afresh."""
+        starts = read(self.dir / f"starts{RECORD}") or [self.detected]
+        wall = time.time() - starts[0]
+        costs = [self._cost(i) for i in range(len(self.events))]
+        facts = {
+            "policy": "restart", "checkpoint_every": self.every,
+            "restarts": len(starts) - 1, "costs": [c for c in costs if c is not None],
+            "wall_seconds": wall,
+            "goodput": outcome["steps"] * self.samples_per_step / wall,
+            "wall_time_to_target": wall if outcome.get("reached") else None,
+            "final_model_sha256": checkpoint.digest(model)}
+        self.dir.rename(self.dir.with_name(f"{self.dir.name}.finished-{time.time():.0f}"))
+        return facts
+
+    def _cost(self, index: int) -> Optional[Dict[str, Any]]:
+        fired = read(self.dir / f"fired-{index}{RECORD}")
+        recovered = read(self.dir / f"recovered-{index}{RECORD}")
+        if fired is None or recovered is None:
+            return None
+        lost = max(0, fired["steps"] - recovered["resumed_from"])
+        return {"event": fired["event"], "rank": fired["rank"],
+                "failed_after_step": fired["steps"],
+                "detection_seconds": recovered["detected"] - fired["at"],
+                "recovery_seconds": recovered["recovered"] - fired["at"],
+                "resumed_from_step": recovered["resumed_from"],
+                "steps_lost": lost, "samples_lost": lost * self.samples_per_step}
+
+
+def cost_lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[str]:
+    """What rank 0 prints of it, after the outcome."""
+    said = [f"Failure {c['event']}: detected after {c['detection_seconds']:.1f} s, first "
+            f"complete step {c['recovery_seconds']:.1f} s after it; resumed from step "
+            f"{c['resumed_from_step']}, {c['steps_lost']} steps ({c['samples_lost']} "
+            f"{unit}) redone" for c in facts["costs"]]
+    plain = f" (during training: {img_sec:.1f})" if img_sec else ""
+    restarts = f"{facts['restarts']} restart{'s' if facts['restarts'] != 1 else ''}"
+    said.append(f"Goodput: {facts['goodput']:.1f} {unit}/sec over {facts['wall_seconds']:.1f} "
+                f"s of wall time from the first start, {restarts} included{plain}")
+    return said

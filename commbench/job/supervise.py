@@ -1,0 +1,52 @@
+"""`commbench supervise --restarts N -- LAUNCHER ...`: run a job's launcher command and,
+when it fails, run the whole command again, up to N times. For an MPI launcher it is
+what torchrun's elastic agent (`torchrun --max-restarts N`) is for torchrun's workers:
+the restarts of `--recovery restart` (commbench.job.recovery), whose jobs resume from
+their newest checkpoint.
+
+A refused request (exit status 2, commbench's one-line usage errors) is not run again:
+it would be refused again. The launcher's environment says that a supervisor restarts
+it (so that `commbench run --recovery restart` accepts it) and, from the second attempt
+on, when the supervisor saw the previous attempt end: the failure's detection."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from commbench.config.flags import positive_int
+from commbench.errors import UsageError
+from commbench.job.recovery import DETECTED, SUPERVISED
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--restarts", type=positive_int, required=True, metavar="N",
+                        help="how many times to run the command again after it fails")
+    parser.add_argument("launcher_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the launcher command of the job, e.g. mpiexec -n 4 python -m "
+                        "commbench --recovery restart ...")
+
+
+def main(args: argparse.Namespace) -> int:
+    command = args.launcher_command
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise UsageError("supervise: no command to run; give it after --, e.g. commbench "
+                         "supervise --restarts 1 -- mpiexec -n 4 python -m commbench ...")
+    env = dict(os.environ, **{SUPERVISED: str(args.restarts)})
+    for attempt in range(args.restarts + 1):
+        try:
+            code = subprocess.run(command, env=env).returncode
+        except OSError as error:
+            raise UsageError(f"supervise: cannot run {command[0]}: {error.strerror}")
+        if code in (0, UsageError.exit_code) or attempt == args.restarts:
+            return code
+        env[DETECTED] = repr(time.time())
+        print(f"commbench supervise: the job ended with exit status {code}; starting it "
+              f"again ({attempt + 1} of {args.restarts} restarts)", file=sys.stderr,
+              flush=True)
+    return code
