@@ -7,6 +7,7 @@ without a failure ends with, bit for bit."""
 
 import copy
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -301,8 +302,10 @@ def supervised(tmp_path, *args):
 def test_supervise_restarts_a_killed_mpiexec_job_which_resumes_from_its_checkpoint(
         tmp_path, without_failure):
     done = supervised(tmp_path, "--fail", "1@step6")
-    assert "commbench supervise: the job ended with exit status 137; starting it again " \
-        "(1 of 1 restarts)" in done.stderr, done.stderr[-3000:]
+    # 137 where mpiexec reports the killed rank first, 1 where a peer's lost connection
+    # ends its own process first: which comes first depends on the load.
+    assert re.search(r"commbench supervise: the job ended with exit status (137|1); starting "
+                     r"it again \(1 of 1 restarts\)", done.stderr), done.stderr[-3000:]
     check_recovered(done, tmp_path, without_failure[0], "openmpi")
 
 
