@@ -32,7 +32,7 @@ SUBCOMMANDS = {
                  "worker counts and links with a cost model calibrated on result files"),
     "cluster": ("commbench.cluster.command", "emulate machines with capped links on this host "
                 "(network namespaces): up, down, status"),
-    "supervise": ("commbench.job.supervise", "run a job's launcher command again after it "
+    "supervise": ("commbench.faults.supervise", "run a job's launcher command again after it "
                   "fails, up to N times (--recovery restart under an MPI launcher)"),
     "setup-mpirun": ("commbench.launch.mpirun_front.command", "let this environment's Open "
                      "MPI 5 mpirun take Open MPI 4's -bind-to/-map-by (horovodrun, bfrun)"),

@@ -78,7 +78,7 @@ class Strategy:
     communicates: ClassVar[bool] = True
     # True when a worker's model and optimizer are all the strategy carries from one
     # step to the next, so that a checkpoint of them resumes it exactly (--recovery
-    # restart, commbench.job.recovery); a strategy with state of its own (a step count,
+    # restart, commbench.faults.recovery); a strategy with state of its own (a step count,
     # an outer optimizer, a schedule's position) is refused.
     restartable: ClassVar[bool] = False
 

@@ -1,4 +1,4 @@
-"""Failures on purpose fired (--fail, commbench.job.fail_inject): before the step or after
+"""Failures on purpose fired (--fail, commbench.faults.fail_inject): before the step or after
 the time an event names, on its rank alone, with a line that says --fail did it; and,
 through mpiexec, a killed rank ends the job within seconds and a stopped one at --timeout,
 with no result left behind."""
@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from commbench.job import fail_inject
-from commbench.job.fail_schedule import FailEvent, schedule
+from commbench.faults import fail_inject
+from commbench.faults.fail_schedule import FailEvent, schedule
 from launchers import TINY_RUN, mpiexec, only_result
 from test_training_to_accuracy import TINY_TASK
 

@@ -1,4 +1,4 @@
-"""Failures on purpose (--fail, commbench.job.fail_schedule): the SPEC read and written
+"""Failures on purpose (--fail, commbench.faults.fail_schedule): the SPEC read and written
 back, the seeded random schedule expanded the same way for every strategy, and bad
 schedules refused in one line."""
 
@@ -6,8 +6,8 @@ import pytest
 
 from cli_helpers import commbench
 from commbench.errors import UsageError
-from commbench.job import fail_schedule
-from commbench.job.fail_schedule import FailEvent, RandomSchedule
+from commbench.faults import fail_schedule
+from commbench.faults.fail_schedule import FailEvent, RandomSchedule
 from launchers import TINY_RUN
 
 

@@ -1,4 +1,4 @@
-"""--recovery restart (commbench.job.recovery, restart, checkpoint, supervise): what is
+"""--recovery restart (commbench.faults.recovery, restart, checkpoint, supervise): what is
 refused in one line, checkpoints saved and found (a cut-short or damaged one ignored
 with a line), what a failure cost from its records; and through real launchers, a job
 killed mid-run by --fail that torchrun's elastic agent or `commbench supervise` around
@@ -18,7 +18,7 @@ import pytest
 from analysis_helpers import run_report
 from cli_helpers import commbench, refused
 from commbench.config.run_config import RunConfig
-from commbench.job import checkpoint, fail_inject, fail_schedule, restart
+from commbench.faults import checkpoint, fail_inject, fail_schedule, restart
 from commbench.errors import UsageError
 from launchers import PYTHON, mpiexec_path, only_result, run, torchrun
 from test_accuracy_analysis import TARGET, fixture, write_run

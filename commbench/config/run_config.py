@@ -24,10 +24,10 @@ from commbench.data import language
 from commbench.data.batches import DataFlags
 from commbench.errors import UsageError
 from commbench.job.stop_rule import AccuracyFlags
-from commbench.job.fail_schedule import FailureFlags
+from commbench.faults.fail_schedule import FailureFlags
 from commbench.job.models import ModelFlags
 from commbench.job.recipe import RecipeFlags
-from commbench.job.recovery import RecoveryFlags
+from commbench.faults.recovery import RecoveryFlags
 from commbench.job.speed_loop import SpeedRunFlags
 from commbench.job.straggler import StragglerFlags
 from commbench.optimizers.base import STRATEGY_SECTIONS

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.timing import spans
 from commbench.job.per_iteration import consensus_distance
-from commbench.job.restart import Progress
+from commbench.faults.restart import Progress
 from commbench.job.speed_loop import LossWatch, timed_step
 from commbench.job.stop_rule import MAX_EPOCHS, StopRule
 from commbench.job.training_step import summed_loss
@@ -158,7 +158,7 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
     seconds so far) takes one training step and returns its loss. Every step is a span
     on the recorder and so is every evaluation; the spans of the last `keep_steps` steps
     are kept, and what every step put on the wire is counted (unless counts_wire is
-    False: an engine communicates out of sight). A restart (commbench.job.restart)
+    False: an engine communicates out of sight). A restart (commbench.faults.restart)
     resumes from its `start` and hears of every step, after its evaluation."""
     start = restart.start if restart is not None else Progress()
     curve, watch = [Point(**p) for p in start.curve], LossWatch()

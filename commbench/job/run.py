@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Optional
 
-from commbench.job import (accuracy_loop, console, fail_inject, language_models, per_iteration,
-                           precision, recipe as recipes, stop_rule, straggler)
+from commbench.faults import fail_inject
+from commbench.job import (accuracy_loop, console, language_models, per_iteration, precision,
+                           recipe as recipes, stop_rule, straggler)
 from commbench.result import environment, record
 from commbench.timing import gpu_kernels, spans
 from commbench.config.run_config import RunConfig, add_run_arguments, config_from_args
@@ -22,7 +23,7 @@ from commbench.job.speed_loop import LossWatch, device_sync, measure, warm_up
 from commbench.job.compute_only import ComputeOnly, phase_medians
 from commbench.job.models import build_model, check_input
 from commbench.job.run_checks import check_same_config, validate
-from commbench.job.restart import Restart, cost_lines
+from commbench.faults.restart import Restart, cost_lines
 from commbench.job.startup import start
 from commbench.job.training_step import slowed_by
 

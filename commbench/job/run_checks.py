@@ -11,8 +11,8 @@ import json
 from typing import Any, List
 
 from commbench import registry
-from commbench.job import (fail_schedule, language_models, recovery, straggler,
-                           training_checks)
+from commbench.faults import fail_schedule, recovery
+from commbench.job import language_models, straggler, training_checks
 from commbench.timing import trace_file
 from commbench.config.run_config import RunConfig
 from commbench.data import batches, partition

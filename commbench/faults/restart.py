@@ -1,4 +1,4 @@
-"""A run trained to accuracy under `--recovery restart` (commbench.job.recovery): where it
+"""A run trained to accuracy under `--recovery restart` (commbench.faults.recovery): where it
 resumes, the checkpoints it takes, and what each failure cost.
 
 Beside the checkpoints, the job's directory holds small records, each written
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from commbench.job import checkpoint, fail_schedule, recovery
+from commbench.faults import checkpoint, fail_schedule, recovery
 
 RECORD = ".record"
 

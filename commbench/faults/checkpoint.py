@@ -1,6 +1,6 @@
 """Checkpoints of `--recovery restart`, through torch.distributed.checkpoint (DCP): every
 rank's model, optimizer and RNG state, and where training stood, one directory per
-step in the job's directory (commbench.job.recovery.job_dir).
+step in the job's directory (commbench.faults.recovery.job_dir).
 
 Atomic: a step is saved into `step-N.partial`, and rank 0 renames it `step-N` once DCP
 has written every rank's part and the metadata, so a checkpoint cut short by a failure

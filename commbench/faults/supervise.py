@@ -1,7 +1,7 @@
 """`commbench supervise --restarts N -- LAUNCHER ...`: run a job's launcher command and,
 when it fails, run the whole command again, up to N times. For an MPI launcher it is
 what torchrun's elastic agent (`torchrun --max-restarts N`) is for torchrun's workers:
-the restarts of `--recovery restart` (commbench.job.recovery), whose jobs resume from
+the restarts of `--recovery restart` (commbench.faults.recovery), whose jobs resume from
 their newest checkpoint.
 
 A refused request (exit status 2, commbench's one-line usage errors) is not run again:
@@ -19,7 +19,7 @@ import time
 
 from commbench.config.flags import positive_int
 from commbench.errors import UsageError
-from commbench.job.recovery import DETECTED, SUPERVISED
+from commbench.faults.recovery import DETECTED, SUPERVISED
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,9 +1,9 @@
 """The recovery policy of a run, `--recovery` (issue 56): what the job does when a rank
 fails. `none` (the default): the job ends, as any lost rank ends it. `restart`: the job
-checkpoints every --checkpoint-every steps (commbench.job.checkpoint), and when a rank
+checkpoints every --checkpoint-every steps (commbench.faults.checkpoint), and when a rank
 fails the launcher starts every rank again — torchrun's elastic agent (`torchrun
 --max-restarts N`) or, under an MPI launcher, `commbench supervise` — and training
-resumes from the newest complete checkpoint of this job (commbench.job.restart).
+resumes from the newest complete checkpoint of this job (commbench.faults.restart).
 
 A job's checkpoints live in a directory named for its identity, the digest of its flags
 (the output locations aside) and world size, so that a run never resumes another run's
@@ -23,7 +23,7 @@ from commbench.config.compression import parse as compression
 from commbench.config.flags import flag, one_of, positive_int
 from commbench.config.sections import Section
 from commbench.errors import UsageError
-from commbench.job import fail_schedule
+from commbench.faults import fail_schedule
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.config.run_config import RunConfig
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 POLICIES = ("none", "restart")
 CHECKPOINT_EVERY = 20
-# Set by `commbench supervise` for the launcher it runs (commbench.job.supervise): the
+# Set by `commbench supervise` for the launcher it runs (commbench.faults.supervise): the
 # restarts it allows, and when it saw the last attempt end (the failure's detection).
 SUPERVISED = "COMMBENCH_SUPERVISE_RESTARTS"
 DETECTED = "COMMBENCH_FAILURE_DETECTED_AT"

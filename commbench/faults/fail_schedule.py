@@ -11,7 +11,7 @@ rank 0 (which writes the result) fails once, in an order and at times drawn from
 seed, the times between failures exponential with the given mean. The expansion depends
 on the spec and the world size alone, so that every strategy meets the same schedule.
 
-Nothing here touches a process: commbench.job.fail_inject fires the events.
+Nothing here touches a process: commbench.faults.fail_inject fires the events.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class FailureFlags(Section):
     fail: str = flag(
         "none", "failures on purpose: ranks that kill (SIGKILL) or stop (SIGSTOP) themselves "
         "mid-run, RANK@WHEN[:KIND][+REJOIN] events (e.g. 1@step200, 2@45s:stop) or a seeded "
-        "random schedule mtbf=60s,seed=1 (commbench.job.fail_schedule); without a recovery "
+        "random schedule mtbf=60s,seed=1 (commbench.faults.fail_schedule); without a recovery "
         "policy a failure ends the job", spec, "SPEC")
 
 

@@ -1,4 +1,4 @@
-"""Firing the failures of --fail (commbench.job.fail_schedule) on the rank they name: the
+"""Firing the failures of --fail (commbench.faults.fail_schedule) on the rank they name: the
 job hands each training step to `Injector.around`, and before the step that an event
 names (or the first one after its time) the rank says so in one line and kills or stops
 itself with a real signal, so that its peers and the launcher meet a real failure.
@@ -6,7 +6,7 @@ itself with a real signal, so that its peers and the launcher meet a real failur
 With no recovery policy, a killed rank ends the job within seconds, through the
 launcher, as any lost rank does (commbench.job.failure); a stopped one is ended by its
 peers' --timeout. Under --recovery restart the launcher then starts the job again
-(commbench.job.restart), which is told of each event before it fires, so that the
+(commbench.faults.restart), which is told of each event before it fires, so that the
 restarted job never fires it again. The line says the failure was injected, so that
 nobody hunts for a bug, and when, on the wall clock, so that the time to its detection
 can be read off the launcher's end."""
@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
-from commbench.job.fail_schedule import FailEvent, schedule
+from commbench.faults.fail_schedule import FailEvent, schedule
 
 T = TypeVar("T")
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
@@ -37,7 +37,7 @@ class Injector:
         self.clock, self.die = clock, die
         self.steps = 0
         self.began: Optional[float] = None
-        # Under --recovery restart (commbench.job.restart): told of each event as it
+        # Under --recovery restart (commbench.faults.restart): told of each event as it
         # fires, before the rank dies, so that the job started again never fires it.
         self.record: Optional[Callable[[FailEvent, int], None]] = None
 
