@@ -5,6 +5,7 @@ driver's table and the study specs load and agree with the index. Nothing is run
 import argparse
 import ast
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -98,6 +99,30 @@ def test_the_study_specs_load_and_match_the_index():
                 STUDY.flags(part["flags"], values)
             for then in spec["then"]:
                 STUDY.flags(then, values)
+
+
+def test_the_parity_table_sets_each_strategy_against_the_reference(tmp_path, capsys):
+    """Two real runs of lm-tiny, the second recorded as allreduce with bf16: its loss gap
+    and bytes ratio are computed against the first's, each from its last evaluation."""
+    fixtures = sorted((ROOT / "tests" / "data" / "lm-loss").glob("*.json"))
+    docs = [json.loads(f.read_text()) for f in fixtures]
+    docs[1]["strategy"]["compression"] = "bf16"
+    for fixture, doc in zip(fixtures, docs):
+        (tmp_path / fixture.name).write_text(json.dumps(doc))
+    (reference, bf16) = [(d["curve"][-1]["validation_loss"], d["summary"]["bytes_sent"])
+                         for d in docs]
+    STUDY.parity(tmp_path, "allreduce")
+    out = capsys.readouterr().out
+    assert "floor of the loss 0.9463 nats/token" in out
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines()[3:]}
+    assert rows["allreduce"][1:] == ["120", "1", f"{reference[0]:.4f}", "+0.00%",
+                                     f"{reference[1] / 1e6:.1f}", "1.00"]
+    gap = 100 * (bf16[0] - reference[0]) / reference[0]
+    assert rows["allreduce (bf16)"][2:] == ["40", "1", f"{bf16[0]:.4f}", f"{gap:+.2f}%",
+                                            f"{bf16[1] / 1e6:.1f}",
+                                            f"1/{reference[1] / bf16[1]:.0f}"]
+    STUDY.parity(tmp_path, "diloco (H=100)")
+    assert capsys.readouterr().out.startswith(f"parity: no diloco (H=100) run in {tmp_path}")
 
 
 def test_the_time_to_accuracy_study_plans_its_sweeps(monkeypatch, capsys):
