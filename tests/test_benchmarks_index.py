@@ -141,6 +141,29 @@ def test_the_time_to_accuracy_study_plans_its_sweeps(monkeypatch, capsys):
     assert "wall time of the study" in capsys.readouterr().out
 
 
+def test_the_diloco_regime_study_gives_every_contender_the_same_steps(monkeypatch, capsys):
+    ran, tables = [], []
+    monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
+    monkeypatch.setattr(STUDY, "parity", lambda *args: tables.append(args))
+    STUDY.main(["diloco_regime", "--seeds", "1", "--link", "100mbit"])
+    sweeps = [shlex.join(c[1:]) for c in ran if c[3] == "sweep"]
+    assert len(sweeps) == 10 and ran[-1][3:] == ["report", "diloco-regime/results/order1"]
+    assert all(s.startswith("-m commbench sweep --emulate 4x1 --link 100mbit --dist-optimizer")
+               and s.endswith("--repeat 1 --results-dir diloco-regime/results/order1 "
+                              "--plots-dir diloco-regime/charts --model lm-tiny --seq-len 16 "
+                              "--batch-size 4 --data language:vocab=64,order=1,samples=16000 "
+                              "--max-epochs 1 --warmup-epochs 0.05 --eval-every 100 "
+                              "--job-timeout 3600") for s in sweeps)
+    contenders = sorted(s.split(" --repeat")[0].split("--dist-optimizer ")[1] for s in sweeps)
+    assert contenders == [
+        "allreduce", "allreduce --compression bf16", "allreduce --compression powersgd:4",
+        *(f"{name} --average-every {h}" for name in ("diloco", "local_sgd")
+          for h in (100, 20, 500)), "neighbor_allreduce"]
+    assert tables == [(Path("diloco-regime/results/order1"), "allreduce")]
+    STUDY.main(["diloco_regime", "--seeds", "1"])
+    assert shlex.join(ran[-2][1:]).startswith("-m commbench sweep --np 4 --oversubscribe ")
+
+
 def make_study(tmp_path, cores: int):
     """The sweep flags `make study` gives on a machine of `cores` (nproc faked)."""
     (tmp_path / "nproc").write_text(f"#!/bin/sh\necho {cores}\n")
