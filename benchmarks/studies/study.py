@@ -118,11 +118,12 @@ def parity(results: Path, reference: str) -> None:
     loss0, bytes0 = figures[reference][:2]
     print(f"\nparity at equal steps (floor of the loss {floor:.4f} nats/token), "
           f"against {reference}:")
-    print(f"{'strategy':<42} {'steps':>6} {'seeds':>5} {'final loss':>10} {'gap':>7} "
+    width = max(len(label) for label in figures)
+    print(f"{'strategy':<{width}} {'steps':>6} {'seeds':>5} {'final loss':>10} {'gap':>7} "
           f"{'MB/worker':>10} {'bytes ratio':>11}")
     for label, (loss, sent, steps, seeds) in sorted(figures.items(), key=lambda f: f[1][1],
                                                    reverse=True):
-        print(f"{label:<42} {'/'.join(f'{s:.0f}' for s in steps):>6} {seeds:>5} "
+        print(f"{label:<{width}} {'/'.join(f'{s:.0f}' for s in steps):>6} {seeds:>5} "
               f"{loss:10.4f} {100 * (loss - loss0) / loss0:+6.2f}% {sent / 1e6:10.1f} "
               f"{ratio(sent, bytes0):>11}")
 
@@ -130,7 +131,7 @@ def parity(results: Path, reference: str) -> None:
 def ratio(sent: float, reference: float) -> str:
     """sent against the reference's bytes: "1/N" below it (as the papers quote their
     savings), a factor above."""
-    return f"1/{reference / sent:.0f}" if sent < reference else f"{sent / reference:.2f}"
+    return f"1/{reference / sent:.3g}" if sent < reference else f"{sent / reference:.2f}"
 
 
 def mean(values) -> float:
