@@ -5,6 +5,7 @@ driver's table and the study specs load and agree with the index. Nothing is run
 import argparse
 import ast
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -100,6 +101,30 @@ def test_the_study_specs_load_and_match_the_index():
                 STUDY.flags(then, values)
 
 
+def test_the_parity_table_sets_each_strategy_against_the_reference(tmp_path, capsys):
+    """Two real runs of lm-tiny, the second recorded as allreduce with bf16: its loss gap
+    and bytes ratio are computed against the first's, each from its last evaluation."""
+    fixtures = sorted((ROOT / "tests" / "data" / "lm-loss").glob("*.json"))
+    docs = [json.loads(f.read_text()) for f in fixtures]
+    docs[1]["strategy"]["compression"] = "bf16"
+    for fixture, doc in zip(fixtures, docs):
+        (tmp_path / fixture.name).write_text(json.dumps(doc))
+    (reference, bf16) = [(d["curve"][-1]["validation_loss"], d["summary"]["bytes_sent"])
+                         for d in docs]
+    STUDY.parity(tmp_path, "allreduce")
+    out = capsys.readouterr().out
+    assert "floor of the loss 0.9463 nats/token" in out
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines()[3:]}
+    assert rows["allreduce"][1:] == ["120", "1", f"{reference[0]:.4f}", "+0.00%",
+                                     f"{reference[1] / 1e6:.1f}", "1.00"]
+    gap = 100 * (bf16[0] - reference[0]) / reference[0]
+    assert rows["allreduce (bf16)"][2:] == ["40", "1", f"{bf16[0]:.4f}", f"{gap:+.2f}%",
+                                            f"{bf16[1] / 1e6:.1f}",
+                                            f"1/{reference[1] / bf16[1]:.3g}"]
+    STUDY.parity(tmp_path, "diloco (H=100)")
+    assert capsys.readouterr().out.startswith(f"parity: no diloco (H=100) run in {tmp_path}")
+
+
 def test_the_time_to_accuracy_study_plans_its_sweeps(monkeypatch, capsys):
     ran = []
     monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
@@ -114,6 +139,29 @@ def test_the_time_to_accuracy_study_plans_its_sweeps(monkeypatch, capsys):
     assert "--disable-dynamic-topology" in sweeps[1] and "--no-broadcast-buffers" in sweeps[2]
     assert ran[3][3:] == ["report", "time-to-accuracy/results/iid"]
     assert "wall time of the study" in capsys.readouterr().out
+
+
+def test_the_diloco_regime_study_gives_every_contender_the_same_steps(monkeypatch, capsys):
+    ran, tables = [], []
+    monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
+    monkeypatch.setattr(STUDY, "parity", lambda *args: tables.append(args))
+    STUDY.main(["diloco_regime", "--seeds", "1", "--link", "100mbit"])
+    sweeps = [shlex.join(c[1:]) for c in ran if c[3] == "sweep"]
+    assert len(sweeps) == 10 and ran[-1][3:] == ["report", "diloco-regime/results/order1"]
+    assert all(s.startswith("-m commbench sweep --emulate 4x1 --link 100mbit --dist-optimizer")
+               and s.endswith("--repeat 1 --results-dir diloco-regime/results/order1 "
+                              "--plots-dir diloco-regime/charts --model lm-tiny --seq-len 16 "
+                              "--batch-size 4 --data language:vocab=64,order=1,samples=16000 "
+                              "--max-epochs 1 --warmup-epochs 0.05 --eval-every 100 "
+                              "--job-timeout 3600") for s in sweeps)
+    contenders = sorted(s.split(" --repeat")[0].split("--dist-optimizer ")[1] for s in sweeps)
+    assert contenders == [
+        "allreduce", "allreduce --compression bf16", "allreduce --compression powersgd:4",
+        *(f"{name} --average-every {h}" for name in ("diloco", "local_sgd")
+          for h in (100, 20, 500)), "neighbor_allreduce"]
+    assert tables == [(Path("diloco-regime/results/order1"), "allreduce")]
+    STUDY.main(["diloco_regime", "--seeds", "1"])
+    assert shlex.join(ran[-2][1:]).startswith("-m commbench sweep --np 4 --oversubscribe ")
 
 
 def make_study(tmp_path, cores: int):

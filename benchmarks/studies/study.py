@@ -14,7 +14,9 @@ Two kinds:
   the first `placement` whose `if` option is set, its flags (and its `machines` flags,
   unless the sweep says `"machines": false`: its strategies group no ranks into
   machines, and a sweep refuses a flag none of them reads) and the `common` flags;
-  then the `then` commands (`commbench report`, `plot`); the study's wall time last.
+  then the `then` commands (`commbench report`, `plot`) and, where the spec has
+  `parity`, the parity table at equal steps against its `reference` strategy (final
+  loss of the averaged model and bytes per worker); the study's wall time last.
 - "repeated": the same `sweep` --sweeps times back to back, then per configuration the
   totals side by side and the ranking of strategies at each worker count.
 
@@ -87,7 +89,53 @@ def sweeps(spec: dict, args, extra) -> None:
             command = flags(then, values)
             print("$ commbench", " ".join(command), flush=True)
             run_to_its_end([sys.executable, "-m", "commbench", *command])
+        if "parity" in spec:
+            parity(Path(flags([spec["parity"]["results"]], values)[0]),
+                   spec["parity"]["reference"])
     print(f"\nwall time of the study: {time.monotonic() - started:.0f} s")
+
+
+def parity(results: Path, reference: str) -> None:
+    """Parity at equal steps as DiLoCo's paper reports it, per strategy as configured (the
+    mean over its seeds): the averaged model's final validation loss, the bytes each
+    worker sent, and both against the reference strategy's."""
+    from commbench.analysis.reader import read
+
+    found, skipped = read([results])
+    runs = found["accuracy"]
+    by_label = {}
+    for run in runs:
+        by_label.setdefault(run.series.label(), []).append(run)
+    if reference not in by_label:
+        print(f"parity: no {reference} run in {results}{'; ' if skipped else ''}"
+              + "; ".join(skipped))
+        return
+    figures = {label: (mean([r.curve[-1]["validation_loss"] for r in mine]),
+                       mean([r.doc["summary"]["bytes_sent"] for r in mine]),
+                       sorted({r.curve[-1]["step"] for r in mine}), len(mine))
+               for label, mine in by_label.items()}
+    floor = runs[0].doc["data"].get("entropy_rate")
+    loss0, bytes0 = figures[reference][:2]
+    print(f"\nparity at equal steps (floor of the loss {floor:.4f} nats/token), "
+          f"against {reference}:")
+    width = max(len(label) for label in figures)
+    print(f"{'strategy':<{width}} {'steps':>6} {'seeds':>5} {'final loss':>10} {'gap':>7} "
+          f"{'MB/worker':>10} {'bytes ratio':>11}")
+    for label, (loss, sent, steps, seeds) in sorted(figures.items(), key=lambda f: f[1][1],
+                                                   reverse=True):
+        print(f"{label:<{width}} {'/'.join(f'{s:.0f}' for s in steps):>6} {seeds:>5} "
+              f"{loss:10.4f} {100 * (loss - loss0) / loss0:+6.2f}% {sent / 1e6:10.1f} "
+              f"{ratio(sent, bytes0):>11}")
+
+
+def ratio(sent: float, reference: float) -> str:
+    """sent against the reference's bytes: "1/N" below it (as the papers quote their
+    savings), a factor above."""
+    return f"1/{reference / sent:.3g}" if sent < reference else f"{sent / reference:.2f}"
+
+
+def mean(values) -> float:
+    return sum(values) / len(values)
 
 
 def placed(placement: dict, sweep: dict) -> list:
