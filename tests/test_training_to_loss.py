@@ -166,3 +166,17 @@ def test_a_diverged_runs_best_loss_is_its_lowest_finite_one():
     rule = StopRule(1.0, 5, 10, None, "loss")
     found = outcome([point(5, 1.4), point(10, math.nan)], rule, "diverged", 512)
     assert (found["best_loss"], found["best_loss_at_step"]) == (1.4, 5)
+
+
+def test_report_names_a_language_models_adamw_recipe_not_sgd():
+    """The group's training line says what trained it: AdamW's betas and clipping, not
+    SGD's momentum (a language model's recipe records its optimizer)."""
+    from commbench.analysis.accuracy_reading import training_of
+    from commbench.job.language_recipe import LanguageRecipe
+
+    config = RunConfig(model="lm-tiny", data=SOURCE, target_loss=1.5)
+    recipe = LanguageRecipe.for_accuracy(config, 64, 10, 100)
+    line = training_of({"config": config.to_dict(), "recipe": recipe.facts()})
+    assert line.startswith("AdamW lr nanoGPT's 0.0006"), line
+    assert "betas 0.9/0.95" in line and "clipped to norm 1" in line
+    assert "SGD" not in line and "momentum" not in line

@@ -156,7 +156,12 @@ def training_of(doc: Dict[str, Any]) -> str:
         lr = f"lr {float(config['lr']):g}"
     else:  # "linear scaling: 0.1 x 64/256": the rule, without this run's batch
         lr = "lr " + (str(recipe.get("lr_rule") or "default").split(":")[0])
-    parts = [f"SGD {lr}", f"momentum {float(config['momentum']):g}"]
+    if recipe.get("optimizer_name") == "AdamW":  # a language model's recipe
+        betas = "/".join(f"{float(b):g}" for b in recipe.get("betas") or ())
+        parts = [f"AdamW {lr}", f"betas {betas}",
+                 f"clipped to norm {float(recipe.get('max_grad_norm', 0)):g}"]
+    else:
+        parts = [f"SGD {lr}", f"momentum {float(config['momentum']):g}"]
     decay = recipe.get("weight_decay", config.get("weight_decay"))
     if decay is not None:
         parts.append(f"weight decay {float(decay):g}")
