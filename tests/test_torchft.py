@@ -1,0 +1,164 @@
+"""--recovery torchft (commbench.faults.torchft_launch, torchft_group, torchft_costs): what
+each failure cost, from the failing group's record and group 0's log of its steps; the
+replica groups' command lines and environment; the launcher's watch (a failed group
+started again after its +REJOIN, a death nothing explains ends the job); the lighthouse
+started and shut down, a given one that does not answer refused; what is refused in one
+line, before any group starts."""
+
+import socket
+import subprocess
+from urllib.parse import urlsplit
+
+import pytest
+
+from cli_helpers import commbench, refused
+from commbench.errors import UsageError
+from commbench.faults import torchft_costs, torchft_group, torchft_launch
+from commbench.faults.fail_schedule import FailEvent
+from commbench.faults.torchft_costs import StepRecord
+from test_training_to_accuracy import TINY_TASK
+
+TINY = [*TINY_TASK, "--max-epochs", "2"]
+
+
+def test_a_failure_costs_detection_recovery_rejoin_and_the_steps_taken_by_fewer_groups():
+    fired = {"event": "1@step3:kill", "rank": 1, "steps": 2, "at": 10.0}
+    log = [StepRecord(9.0, 3, True), StepRecord(9.5, 3, True),
+           StepRecord(10.4, 3, False),  # the allreduce cut off: noticed
+           StepRecord(11.0, 2, True), StepRecord(11.5, 2, True),  # the survivors go on
+           StepRecord(13.0, 3, True)]  # the restarted group is back
+    found = torchft_costs.cost(fired, log, batch=32)
+    assert found["detection_seconds"] == pytest.approx(0.4)
+    assert found["recovery_seconds"] == pytest.approx(1.0)
+    assert found["rejoin_seconds"] == pytest.approx(3.0)
+    assert (found["steps_with_fewer_groups"], found["samples_lost"]) == (2, 64)
+    assert found["failed_after_step"] == 2 and found["rank"] == 1
+
+
+def test_a_group_that_never_rejoins_costs_every_step_after_it():
+    fired = {"event": "2@5s:kill", "rank": 2, "steps": 1, "at": 1.0}
+    log = [StepRecord(0.5, 4, True), StepRecord(1.5, 3, True), StepRecord(2.5, 3, True)]
+    found = torchft_costs.cost(fired, log, batch=10)
+    assert found["detection_seconds"] == found["recovery_seconds"] == pytest.approx(0.5)
+    assert found["rejoin_seconds"] is None
+    assert (found["steps_with_fewer_groups"], found["samples_lost"]) == (2, 20)
+    facts = {"costs": [found], "goodput": 12.5, "wall_seconds": 8.0, "replica_groups": 4}
+    said = torchft_costs.lines(facts, 20.0, "img")
+    assert said[0] == ("Failure 2@5s:kill: detected after 0.5 s, first complete step without "
+                       "it after 0.5 s, back in the quorum not seen; 2 steps with fewer "
+                       "replica groups (20 img not learnt from)")
+    assert said[1] == ("Goodput: 12.5 img/sec over 8.0 s of wall time, 4 replica groups, "
+                       "failures included (during training: 20.0)")
+
+
+def test_each_group_is_a_world_of_one_told_its_index_and_the_lighthouse(tmp_path):
+    flags = torchft_launch.replica_flags([*TINY, "--fail", "1@step3"])
+    assert flags[-2:] == ["--recovery", "torchft"]
+    assert torchft_launch.replica_flags(["--recovery", "torchft"]) == ["--recovery", "torchft"]
+    groups = torchft_launch.Groups(flags, 3, "http://h:1", str(tmp_path), (), 300.0)
+    groups.starts[2] = 1
+    argv, env = groups.command(2)
+    assert argv[1:3] == ["-m", "commbench"] and argv[3:] == flags
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                "TORCHFT_LIGHTHOUSE", torchft_group.GROUP,
+                                torchft_group.GROUPS, torchft_group.STARTS,
+                                torchft_group.RECORDS)} == {
+        "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+        "TORCHFT_LIGHTHOUSE": "http://h:1", torchft_group.GROUP: "2",
+        torchft_group.GROUPS: "3", torchft_group.STARTS: "1",
+        torchft_group.RECORDS: str(tmp_path)}
+    assert int(env["MASTER_PORT"]) > 0
+
+
+class Ended:
+    """A group's process that has ended with `code`."""
+
+    def __init__(self, code):
+        self.returncode, self.pid = code, 0
+
+    def poll(self):
+        return self.returncode
+
+
+def watched(events, code, starts=1):
+    groups = torchft_launch.Groups([], 3, "http://h:1", "", tuple(events), 300.0)
+    groups.procs[1], groups.starts[1] = Ended(code), starts
+    started = []
+    groups.start = started.append
+    return groups, started
+
+
+def test_a_group_killed_by_its_event_is_started_again_after_its_rejoin():
+    groups, started = watched([FailEvent(1, step=3, rejoin=60.0)], -9)
+    assert groups.look_at(1) is None and started == []
+    groups.due[1] = 0.0  # its +REJOIN has passed
+    assert groups.look_at(1) is None and started == [1]
+
+
+def test_a_death_no_event_explains_ends_the_job():
+    groups, _ = watched([FailEvent(1, step=3)], -9, starts=2)  # its one event fired already
+    assert "replica group 1 ended with exit status -9 and no failure of --fail" in \
+        groups.look_at(1)
+    groups, _ = watched([], 1)
+    assert groups.look_at(1) is not None
+    groups, _ = watched([], 2)
+    assert groups.look_at(1) == "replica group 1 refused its flags"
+    groups, started = watched([], 0)
+    assert groups.look_at(1) is None and started == []
+
+
+def connects(address: str) -> bool:
+    where = urlsplit(address)
+    try:
+        with socket.create_connection((where.hostname, where.port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def test_the_lighthouse_is_started_for_the_run_and_shut_down_after_it():
+    with torchft_launch.lighthouse(None) as address:
+        assert connects(address)
+        torchft_launch.answers(address)  # a given address that answers is taken
+    assert not connects(address)
+    with pytest.raises(UsageError, match="argument --lighthouse: nothing answers at "):
+        torchft_launch.answers(address, patience=2.0)
+
+
+def test_the_lighthouse_is_shut_down_when_the_run_fails():
+    with pytest.raises(RuntimeError), torchft_launch.lighthouse(None) as address:
+        raise RuntimeError("a group failed")
+    assert not connects(address)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--", *TINY, "--fail", "0@step3"], "argument --fail: 0@step3:kill fails replica group "
+     "0, which writes the result; fail another"),
+    (["--", *TINY, "--fail", "3@step3"], "argument --fail: rank 3 does not exist; this job of "
+     "2 replica groups has ranks 0 to 1"),
+    (["--", *TINY, "--dist-optimizer", "local_sgd"], "argument --recovery: torchft carries "
+     "allreduce here (torchft's DistributedDataParallel), not local_sgd"),
+    (["--", *TINY, "--recovery", "restart"], "argument --recovery: commbench torchft runs "
+     "--recovery torchft, not restart"),
+    (["--", *TINY, "--compression", "fp16"], "argument --recovery: torchft's allreduce sends "
+     "the gradients as they are"),
+    (["--", *TINY, "--checkpoint-every", "3"], "argument --checkpoint-every: checkpoints are "
+     "taken for --recovery restart alone"),
+    (["--", "--num-iters", "3"], "argument --recovery: a speed run times its steps, and "
+     "torchft's quorum would change the world size it times"),
+    (["--lighthouse", "http://127.0.0.1:1", "--", *TINY], "argument --lighthouse: nothing "
+     "answers at http://127.0.0.1:1"),
+])
+def test_what_no_group_could_run_is_refused_in_one_line_before_any_starts(args, message,
+                                                                          monkeypatch):
+    monkeypatch.setattr(subprocess, "Popen", None)  # a group started would fail the test
+    assert refused("torchft", "-n", "2", *args).startswith("commbench: error: " + message)
+
+
+def test_one_group_or_a_plain_launch_is_refused_in_one_line():
+    assert refused("torchft", "-n", "1", "--", *TINY) == (
+        "commbench: error: torchft: -n 1 leaves no peer to recover from; run 2 or more")
+    assert refused("run", *TINY, "--recovery", "torchft").startswith(
+        "commbench: error: argument --recovery: torchft runs each worker as a replica group "
+        "of its own, which `commbench torchft -n N -- RUN FLAGS` starts")
+    assert commbench("torchft", "--help").returncode == 0
