@@ -5,8 +5,10 @@ started again after its +REJOIN, a death nothing explains ends the job); the lig
 started and shut down, a given one that does not answer refused; what is refused in one
 line, before any group starts."""
 
+import copy
 import socket
 import subprocess
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
@@ -162,3 +164,40 @@ def test_one_group_or_a_plain_launch_is_refused_in_one_line():
         "commbench: error: argument --recovery: torchft runs each worker as a replica group "
         "of its own, which `commbench torchft -n N -- RUN FLAGS` starts")
     assert commbench("torchft", "--help").returncode == 0
+
+
+def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_stands(
+        tmp_path, monkeypatch):
+    import torch
+    from torch.distributed import TCPStore
+
+    from commbench.config.run_config import RunConfig
+    from commbench.faults.restart import Progress
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    with torchft_launch.lighthouse(None) as address:
+        for name, value in torchft_launch.group_env(0, 2, address, str(tmp_path), 0,
+                                                    store.port).items():
+            monkeypatch.setenv(name, value)
+        replica = torchft_group.Replica(RunConfig(timeout=30.0),
+                                        SimpleNamespace(rank=0, world_size=1), print, 8)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        step = replica.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        try:
+            before = model.weight.detach().clone()
+            step(torch.randn(8, 4), torch.randint(0, 3, (8,)))
+            assert replica.committed() and not torch.equal(before, model.weight)
+            assert [(s.participants, s.committed) for s in replica.log] == [(1, True)]
+            assert replica.manager.current_step() == 1
+            replica.after_step(1, 0.5, 0.75, [], [2.0])
+            served = copy.deepcopy(replica.state())  # as the transport sends it
+            trained = model.weight.detach().clone()
+            with torch.no_grad():
+                model.weight.zero_()
+            replica.load(served)  # as a group that heals from it would
+            assert torch.equal(model.weight, trained)
+            assert replica.healed() == Progress(1, 0.5, 0.75, [], [2.0])
+            assert replica.healed() is None  # taken up once
+        finally:
+            replica.close()

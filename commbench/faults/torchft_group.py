@@ -97,6 +97,7 @@ class Replica:
         self.log: List[StepRecord] = []
         self.began = time.time()
         self.manager = None
+        self.trained: Tuple[Any, Any] = (None, None)  # the model and optimizer it serves
         self._healed: Optional[Progress] = None
         self._committed = False
 
@@ -111,19 +112,10 @@ class Replica:
         from commbench.job.training_step import TrainingStep
 
         patience = timedelta(seconds=self.config.timeout)
-
-        def state() -> Dict[str, Any]:
-            return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "progress": json.dumps(asdict(self.progress))}
-
-        def load(found: Dict[str, Any]) -> None:
-            model.load_state_dict(found["model"])
-            optimizer.load_state_dict(found["optimizer"])
-            self._healed = Progress(**json.loads(found["progress"]))
-
+        self.trained = (model, optimizer)
         # Synchronous quorum: a group that heals loads its peer's state before the
         # forward pass, so that the step it then takes is the quorum's.
-        self.manager = Manager(ProcessGroupGloo(timeout=patience), load, state,
+        self.manager = Manager(ProcessGroupGloo(timeout=patience), self.load, self.state,
                                min_replica_size=1, use_async_quorum=False, timeout=patience,
                                quorum_timeout=patience, rank=0, world_size=1,
                                replica_id=f"commbench_{self.group}")
@@ -140,6 +132,20 @@ class Replica:
             return loss
 
         return logged
+
+    def state(self) -> Dict[str, Any]:
+        """What a peer that heals from this group loads: the model, the optimizer and
+        where training stood (as text: torchft's transport carries tensors and strings)."""
+        model, optimizer = self.trained
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "progress": json.dumps(asdict(self.progress))}
+
+    def load(self, found: Dict[str, Any]) -> None:
+        """A peer's state, as this group heals; the loop takes up its progress."""
+        model, optimizer = self.trained
+        model.load_state_dict(found["model"])
+        optimizer.load_state_dict(found["optimizer"])
+        self._healed = Progress(**json.loads(found["progress"]))
 
     def begin(self, fails, model, optimizer, skip: Callable[[], Any]) -> Progress:
         """Started again after a failure: this group's events that fired before are not
