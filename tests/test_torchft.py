@@ -6,6 +6,7 @@ started and shut down, a given one that does not answer refused; what is refused
 line, before any group starts."""
 
 import copy
+import re
 import socket
 import subprocess
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from commbench.errors import UsageError
 from commbench.faults import torchft_costs, torchft_group, torchft_launch
 from commbench.faults.fail_schedule import FailEvent
 from commbench.faults.torchft_costs import StepRecord
+from launchers import PYTHON, only_result, run
 from test_training_to_accuracy import TINY_TASK
 
 TINY = [*TINY_TASK, "--max-epochs", "2"]
@@ -201,3 +203,26 @@ def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_st
             assert replica.healed() is None  # taken up once
         finally:
             replica.close()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+def test_a_killed_group_is_started_again_heals_from_its_peer_and_both_reach_the_end(tmp_path):
+    """Two replica groups of a tiny allreduce run; group 1 killed at its third step. Group
+    0 goes on alone, group 1 is started again, heals from group 0 and rejoins, and group
+    0's result, written at --max-epochs, says what the failure cost."""
+    done = run([PYTHON, "-m", "commbench", "torchft", "-n", "2", "--", *TINY_TASK,
+                "--max-epochs", "30", "--eval-every", "50", "--timeout", "60",
+                "--fail", "1@step3", "--results-dir", str(tmp_path)], timeout=420)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "failure injected by --fail (1@step3:kill), not a bug" in done.stderr
+    doc = only_result(tmp_path)  # group 0's alone
+    assert doc["outcome"]["steps"] == 150  # 30 epochs of 5 steps: the planned end
+    recovery = doc["recovery"]
+    assert recovery["policy"] == "torchft" and recovery["replica_groups"] == 2
+    [cost] = recovery["costs"]
+    assert cost["event"] == "1@step3:kill" and cost["failed_after_step"] == 2
+    assert 0 <= cost["detection_seconds"] <= cost["recovery_seconds"] < 60
+    assert cost["rejoin_seconds"] is not None and cost["steps_with_fewer_groups"] > 0
+    assert re.search(r"Failure 1@step3:kill: detected after [\d.]+ s", done.stdout)
+    assert "Goodput: " in done.stdout

@@ -55,6 +55,10 @@ def main(args: argparse.Namespace) -> int:
     config = checked(flags, args.replica_groups)
     # SIGTERM ends the command through its finally blocks: no group, no lighthouse left.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    # torchft's Rust side logs every quorum at INFO, torch's C++ side warns of what
+    # torchft calls: the run's own lines are what the console is for.
+    os.environ.setdefault("RUST_LOG", "warn")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     with tempfile.TemporaryDirectory(prefix="commbench-torchft-") as records, \
             lighthouse(args.lighthouse) as address:
         groups = Groups(flags, args.replica_groups, address, records,
