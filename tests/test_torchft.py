@@ -217,7 +217,7 @@ def test_a_killed_group_is_started_again_heals_from_its_peer_and_both_reach_the_
     assert done.returncode == 0, done.stderr[-3000:]
     assert "failure injected by --fail (1@step3:kill), not a bug" in done.stderr
     doc = only_result(tmp_path)  # group 0's alone
-    assert doc["outcome"]["steps"] == 150  # 30 epochs of 5 steps: the planned end
+    assert doc["summary"]["steps"] == 150  # 30 epochs of 5 steps: the planned end
     recovery = doc["recovery"]
     assert recovery["policy"] == "torchft" and recovery["replica_groups"] == 2
     [cost] = recovery["costs"]

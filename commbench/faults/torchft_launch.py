@@ -162,6 +162,9 @@ class Groups:
         """A group's command line and environment."""
         env = dict(os.environ, **group_env(group, self.n, self.address, self.records,
                                            self.starts[group], free_port()))
+        # Each group is a world of one, which would take every core: a share each, as
+        # commbench gives the ranks of one machine (an explicit OMP_NUM_THREADS wins).
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.n)))
         return [sys.executable, "-m", "commbench", *self.flags], env
 
     def start(self, group: int) -> None:
@@ -204,7 +207,11 @@ class Groups:
             return (None if proc.returncode == 0 else
                     f"replica group {group} ended with exit status {proc.returncode} and no "
                     "failure of --fail left to explain it")
-        self.due[group] = now + (mine[self.starts[group] - 1].rejoin or 0.0)
+        event = mine[self.starts[group] - 1]
+        self.due[group] = now + (event.rejoin or 0.0)
+        print(f"commbench torchft: replica group {group} ended with exit status "
+              f"{proc.returncode} ({event}); starting it again in {event.rejoin or 0:g} s",
+              file=sys.stderr, flush=True)
         return None
 
     def watch_stopped(self, group: int, proc: subprocess.Popen, now: float) -> None:
