@@ -7,8 +7,10 @@ line, before any group starts."""
 
 import copy
 import re
+import signal
 import socket
 import subprocess
+import time
 from types import SimpleNamespace
 from urllib.parse import urlsplit
 
@@ -202,7 +204,7 @@ def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_st
             assert replica.healed() == Progress(1, 0.5, 0.75, [], [2.0])
             assert replica.healed() is None  # taken up once
         finally:
-            replica.close()
+            replica.manager.shutdown(wait=False)
 
 
 @pytest.mark.mpi
@@ -226,3 +228,18 @@ def test_a_killed_group_is_started_again_heals_from_its_peer_and_both_reach_the_
     assert cost["rejoin_seconds"] is not None and cost["steps_with_fewer_groups"] > 0
     assert re.search(r"Failure 1@step3:kill: detected after [\d.]+ s", done.stdout)
     assert "Goodput: " in done.stdout
+
+
+def test_a_stopped_group_is_killed_once_the_timeout_has_passed():
+    groups = torchft_launch.Groups([], 2, "http://h:1", "", (), timeout=0.0)
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert groups.watch_stopped(1, proc, 0.0) is None and 1 not in groups.stopped
+        proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while 1 not in groups.stopped and time.monotonic() < deadline:
+            groups.watch_stopped(1, proc, time.monotonic())
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()

@@ -188,7 +188,3 @@ class Replica:
                 "wall_seconds": wall, "goodput": samples / wall,
                 "wall_time_to_target": wall if outcome.get("reached") else None,
                 "final_model_sha256": checkpoint.digest(model)}
-
-    def close(self) -> None:
-        if self.manager is not None:
-            self.manager.shutdown(wait=False)
