@@ -16,12 +16,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from analysis_helpers import run_report
 from cli_helpers import commbench, refused
 from commbench.errors import UsageError
 from commbench.faults import torchft_costs, torchft_group, torchft_launch
 from commbench.faults.fail_schedule import FailEvent
 from commbench.faults.torchft_costs import StepRecord
 from launchers import PYTHON, only_result, run
+from test_accuracy_analysis import fixture, write_run
 from test_training_to_accuracy import TINY_TASK
 
 TINY = [*TINY_TASK, "--max-epochs", "2"]
@@ -243,3 +245,26 @@ def test_a_stopped_group_is_killed_once_the_timeout_has_passed():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_report_says_a_torchft_runs_groups_goodput_and_what_its_failures_cost(tmp_path):
+    path, doc = fixture("allreduce", 42)
+    doc = copy.deepcopy(doc)
+    doc["recovery"] = {
+        "policy": "torchft", "replica_groups": 3, "lighthouse": "http://h:1",
+        "wall_seconds": 40.0, "goodput": 20.25, "wall_time_to_target": 40.0,
+        "final_model_sha256": "0" * 64,
+        "costs": [{"event": "1@step6:kill", "rank": 1, "failed_after_step": 5,
+                   "detection_seconds": 0.5, "recovery_seconds": 5.25, "rejoin_seconds": 12.0,
+                   "steps_with_fewer_groups": 9, "samples_lost": 288},
+                  {"event": "2@30s:kill", "rank": 2, "failed_after_step": 80,
+                   "detection_seconds": None, "recovery_seconds": None,
+                   "rejoin_seconds": None, "steps_with_fewer_groups": 0, "samples_lost": 0}]}
+    written = write_run(tmp_path, path.name, doc)
+    code, text, err = run_report([tmp_path])
+    assert code == 0 and err == "", err
+    lines = [li for li in text.splitlines() if "--recovery torchft" in li]
+    assert len(lines) == 1 and lines[0].endswith(
+        ", seed 42: --recovery torchft, 3 replica groups; goodput 20.2 img/sec over 40.0 s of "
+        "wall time; 1@step6:kill: 5.2 s to the first step without it, 9 steps with fewer "
+        f"groups; 2@30s:kill: no step without it, 0 steps with fewer groups; {written}"), lines
