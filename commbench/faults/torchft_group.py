@@ -111,13 +111,19 @@ class Replica:
 
         from commbench.job.training_step import TrainingStep
 
+        from torch.distributed import TCPStore
+
         patience = timedelta(seconds=self.config.timeout)
         self.trained = (model, optimizer)
+        # The Manager's own store, served here: commbench's rendezvous store does not
+        # outlive the start-up, and the Manager connects to its store as a client.
+        self.store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         # Synchronous quorum: a group that heals loads its peer's state before the
         # forward pass, so that the step it then takes is the quorum's.
         self.manager = Manager(ProcessGroupGloo(timeout=patience), self.load, self.state,
                                min_replica_size=1, use_async_quorum=False, timeout=patience,
                                quorum_timeout=patience, rank=0, world_size=1,
+                               store_addr="127.0.0.1", store_port=self.store.port,
                                replica_id=f"commbench_{self.group}")
         ddp = DistributedDataParallel(self.manager, model)
         step = TrainingStep(ddp, OptimizerWrapper(self.manager, optimizer),
