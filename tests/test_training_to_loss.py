@@ -14,6 +14,7 @@ from commbench.data.language import MarkovLanguage
 from commbench.job.accuracy_loop import Point, outcome
 from commbench.job.stop_rule import StopRule
 from launchers import PYTHON, mpiexec, only_result, run
+from test_language_models import needs_transformers
 
 # A language lm-tiny learns in tens of steps: 16 tokens, an order-1 source; 40 steps per
 # epoch of one worker at batch 16.
@@ -98,6 +99,7 @@ def check_reached(done, doc, workers: int, target: float) -> None:
 @pytest.mark.job
 @pytest.mark.timeout(300)
 def test_one_worker_reaches_a_loss_near_the_floor_and_report_shows_its_time(tmp_path):
+    needs_transformers()
     target = round(FLOOR + 0.55, 2)
     done = run([PYTHON, "-m", "commbench", *TINY_LM, "--target-loss", str(target),
                 "--eval-every", "5", "--max-epochs", "4", "--results-dir", str(tmp_path)],
@@ -115,6 +117,7 @@ def test_one_worker_reaches_a_loss_near_the_floor_and_report_shows_its_time(tmp_
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_two_workers_allreduce_reach_a_loss_near_the_floor(tmp_path):
+    needs_transformers()
     target = round(FLOOR + 0.55, 2)
     done = mpiexec(2, ["-m", "commbench", "--dist-optimizer", "allreduce", *TINY_LM,
                        "--target-loss", str(target), "--eval-every", "5", "--max-epochs",

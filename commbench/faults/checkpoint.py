@@ -101,9 +101,12 @@ def digest(model) -> str:
 
     import torch
 
+    # Viewed as integers of the same width: torch before 2.0 cannot view a tensor as a
+    # type of another width, and numpy has no bfloat16.
+    same_width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     found = hashlib.sha256()
     for key, value in sorted(model.state_dict().items()):
         found.update(key.encode())
-        raw = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-        found.update(raw.numpy().tobytes())
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        found.update(flat.view(same_width[flat.element_size()]).numpy().tobytes())
     return found.hexdigest()

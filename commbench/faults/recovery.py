@@ -24,6 +24,7 @@ from commbench.config.flags import flag, one_of, positive_int
 from commbench.config.sections import Section
 from commbench.errors import UsageError
 from commbench.faults import fail_schedule
+from commbench.launch.gpus import torch_older_than
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.config.run_config import RunConfig
@@ -101,6 +102,12 @@ def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
                          f"job again {allowed} time{'s' if allowed != 1 else ''} at most "
                          "(torchrun --max-restarts, commbench supervise --restarts): allow "
                          "as many restarts")
+    if torch_older_than(2, 2):
+        import torch
+
+        raise UsageError("argument --recovery: restart checkpoints through torch.distributed."
+                         "checkpoint's state-dict API, which needs torch >= 2.2; this is "
+                         f"torch {torch.__version__}")
 
 
 def after_failure(policy: str) -> str:
