@@ -3,11 +3,14 @@ from two records: the failing replica group's, written as it fires its event (wh
 how many steps), and replica group 0's log of its own steps (when each ended, how many
 replica groups its quorum held, whether it committed).
 
-Survivors do not redo steps: they go on with fewer replica groups. So a failure costs
-- detection: from the failure to the end of the survivors' first step that knew of it
-  (a step not committed, its allreduce cut off, or one whose quorum had fewer groups);
-- recovery: from the failure to the end of the survivors' first committed step without
-  the lost group (issue 56's target: 5 s on CPU);
+Survivors do not redo steps: they go on with fewer replica groups, or wait for the
+quorum to re-form. The failing group's last step is the quorum's step number it had
+committed when it fired; every step of group 0 after that one needed a quorum that knew
+of the failure. So a failure costs
+- detection: from the failure to the end of the survivors' first step after it (its
+  allreduce cut off, or its quorum re-formed without the lost group or with it healed);
+- recovery: from the failure to the end of the survivors' first committed step after it
+  (issue 56's target: 5 s on CPU), waiting for the quorum included;
 - rejoin: from the failure to the end of the first committed step with as many groups
   as before it, the restarted group back from a peer's state (target: 30 s), or None;
 - steps taken by fewer groups, and the samples the missing groups did not learn from
@@ -21,10 +24,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One of replica group 0's steps: when it ended (wall clock), its quorum's size,
-    whether it committed."""
+    """One of replica group 0's steps: when it ended (wall clock), the quorum's step
+    number after it, its quorum's size, whether it committed."""
 
     ended: float
+    step: int
     participants: int
     committed: bool
 
@@ -32,16 +36,14 @@ class StepRecord:
 def cost(fired: Dict[str, Any], log: Sequence[StepRecord], batch: int) -> Dict[str, Any]:
     """What one fired event cost, from replica group 0's log (fired: the failing group's
     record, {"event", "rank", "steps", "at"})."""
-    at = fired["at"]
-    before = [s.participants for s in log if s.ended <= at and s.committed]
-    full = before[-1] if before else max((s.participants for s in log), default=0)
-    after = [s for s in log if s.ended > at]
-    noticed = next((s for s in after if not s.committed or s.participants < full), None)
-    recovered = next((s for s in after if s.committed and s.participants < full), None)
-    rejoined = None
-    if recovered is not None:
-        rejoined = next((s for s in after if s.ended > recovered.ended and s.committed
-                         and s.participants >= full), None)
+    at, last = fired["at"], fired["steps"]
+    before = [i for i, s in enumerate(log) if s.committed and s.step <= last]
+    full = log[before[-1]].participants if before else max(
+        (s.participants for s in log), default=0)
+    after = log[before[-1] + 1:] if before else list(log)
+    noticed = after[0] if after else None
+    recovered = next((s for s in after if s.committed), None)
+    rejoined = next((s for s in after if s.committed and s.participants >= full), None)
     fewer = [s for s in after if s.committed and s.participants < full
              and (rejoined is None or s.ended < rejoined.ended)]
     return {"event": fired["event"], "rank": fired["rank"],

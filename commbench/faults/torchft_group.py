@@ -133,8 +133,8 @@ class Replica:
             before = self.manager.current_step()
             loss = step(images, labels)
             self._committed = self.manager.current_step() > before
-            self.log.append(StepRecord(time.time(), self.manager.num_participants(),
-                                       self._committed))
+            self.log.append(StepRecord(time.time(), self.manager.current_step(),
+                                       self.manager.num_participants(), self._committed))
             return loss
 
         return logged
