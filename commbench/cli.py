@@ -34,6 +34,9 @@ SUBCOMMANDS = {
                 "(network namespaces): up, down, status"),
     "supervise": ("commbench.faults.supervise", "run a job's launcher command again after it "
                   "fails, up to N times (--recovery restart under an MPI launcher)"),
+    "torchft": ("commbench.faults.torchft_launch", "run a job as torchft replica groups "
+                "around a lighthouse (--recovery torchft): survivors go on, a failed group "
+                "heals from a peer"),
     "setup-mpirun": ("commbench.launch.mpirun_front.command", "let this environment's Open "
                      "MPI 5 mpirun take Open MPI 4's -bind-to/-map-by (horovodrun, bfrun)"),
 }

@@ -105,8 +105,11 @@ def diverged_line(row: AccuracyRow, run: AccuracyRun) -> str:
 
 
 def recovery_line(row: AccuracyRow, run: AccuracyRun) -> str:
-    """A run under --recovery restart: its goodput, failures and restarts included."""
+    """A run under --recovery restart: its goodput, failures and restarts included (or
+    under torchft's quorum: torchft_line)."""
     facts = run.recovery or {}
+    if facts.get("policy") == "torchft":
+        return torchft_line(row, run, facts)
     costs = "".join(f"; {c['event']}: {c['recovery_seconds']:.1f} s to the first step after "
                     f"it, {c['steps_lost']} steps redone" for c in facts.get("costs", ()))
     restarts = facts.get("restarts", 0)
@@ -115,6 +118,21 @@ def recovery_line(row: AccuracyRow, run: AccuracyRun) -> str:
             f"{facts['goodput']:.1f} img/sec "
             f"over {facts.get('wall_seconds', 0):.1f} s of wall time from the first start"
             f"{costs}; {run.path}")
+
+
+def torchft_line(row: AccuracyRow, run: AccuracyRun, facts: Dict[str, Any]) -> str:
+    """A run under --recovery torchft: its replica groups, goodput and what each failure
+    cost (the survivors go on: nothing is redone)."""
+    costs = "".join(
+        f"; {c['event']}: "
+        + ("no step without it" if c["recovery_seconds"] is None else
+           f"{c['recovery_seconds']:.1f} s to the first step without it")
+        + f", {c['steps_with_fewer_groups']} steps with fewer groups"
+        for c in facts.get("costs", ()))
+    return (f"{row.series.label()}, seed {run.seed}: --recovery torchft, "
+            f"{facts.get('replica_groups')} replica groups; goodput {facts['goodput']:.1f} "
+            f"img/sec over {facts.get('wall_seconds', 0):.1f} s of wall time{costs}; "
+            f"{run.path}")
 
 
 def row_record(row: AccuracyRow) -> Dict[str, Any]:

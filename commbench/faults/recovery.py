@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from commbench.config.run_config import RunConfig
     from commbench.launch.detect import LaunchInfo
 
-POLICIES = ("none", "restart")
+POLICIES = ("none", "restart", "torchft")
 CHECKPOINT_EVERY = 20
 # Set by `commbench supervise` for the launcher it runs (commbench.faults.supervise): the
 # restarts it allows, and when it saw the last attempt end (the failure's detection).
@@ -48,8 +48,10 @@ class RecoveryFlags(Section):
         "none", "what the job does when a rank fails: none (the job ends) or restart "
         "(checkpoints every --checkpoint-every steps; the launcher starts every rank again, "
         "torchrun --max-restarts N or `commbench supervise` around an MPI launcher, and "
-        "training resumes from the newest complete checkpoint)", one_of(POLICIES),
-        "{none,restart}")
+        "training resumes from the newest complete checkpoint) or torchft (each worker a "
+        "replica group of torchft's quorum, started by `commbench torchft -n N -- ...`; "
+        "survivors go on, a restarted group heals from a peer)", one_of(POLICIES),
+        "{none,restart,torchft}")
     checkpoint_every: int = flag(
         CHECKPOINT_EVERY, "--recovery restart: checkpoint every N training steps",
         positive_int, "STEPS")
@@ -59,20 +61,22 @@ class RecoveryFlags(Section):
 
     @classmethod
     def unread(cls, config) -> Dict[str, str]:
-        if config.recovery == "none":
-            return dict.fromkeys(("checkpoint_every", "checkpoint_dir"), (
-                "checkpoints are taken for --recovery restart alone: leave it out"))
-        if not config.trains_to_accuracy:
-            return {"recovery": "a speed run times its steps, and a restart would time the "
-                    "steps it redoes: restart a run trained to accuracy (--target-accuracy, "
-                    "--max-epochs, --time-budget or --eval-every)"}
-        return {}
+        moot = {} if config.recovery == "restart" else dict.fromkeys(
+            ("checkpoint_every", "checkpoint_dir"),
+            "checkpoints are taken for --recovery restart alone: leave it out")
+        if config.recovery == "none" or config.trains_to_accuracy:
+            return moot
+        why = ("a restart would time the steps it redoes: restart" if config.recovery == "restart"
+               else "torchft's quorum would change the world size it times: recover")
+        return {**moot, "recovery": f"a speed run times its steps, and {why} a run "
+                "trained to accuracy (--target-accuracy, --max-epochs, --time-budget or "
+                "--eval-every)"}
 
 
 def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
     """UsageError, before any communication, for a restart that could not resume the
     strategy exactly or that nothing would start again."""
-    if config.recovery == "none":
+    if config.recovery != "restart":  # torchft's are commbench.faults.torchft_group's
         return
     if not strategy_cls.restartable:
         raise UsageError(f"argument --recovery: {strategy_cls.name} keeps state of its own "
@@ -104,6 +108,15 @@ def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
         raise UsageError("argument --recovery: restart checkpoints through torch.distributed."
                          "checkpoint's state-dict API, which needs torch >= 2.2; this is "
                          f"torch {torch.__version__}")
+
+
+def after_failure(policy: str) -> str:
+    """What the console says the job does after each failure of --fail."""
+    return {"restart": "the job restarts from its newest checkpoint after each (--recovery "
+                       "restart)",
+            "torchft": "the others go on in torchft's quorum, and the failed replica group "
+                       "is started again and heals from a peer (--recovery torchft)"}.get(
+        policy, "with no recovery policy the first one ends the job")
 
 
 def job_dir(config: "RunConfig", world_size: int) -> Path:

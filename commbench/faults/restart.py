@@ -121,6 +121,14 @@ class Restart:
         wait = max(rejoins, default=0.0) - time.time()
         return (None if newest is None else str(newest[1]), sorted(fired), pending, wait)
 
+    def healed(self) -> None:
+        """A restarted job resumes from a checkpoint, never from a peer mid-run."""
+        return None
+
+    def committed(self) -> bool:
+        """Every step of a restarted job counts (those after a failure are redone)."""
+        return True
+
     def after_step(self, steps: int, training: float, wall: float, curve: List[Any],
                    losses: List[float]) -> None:
         """Every rank, after each step (and its evaluation): the first complete step

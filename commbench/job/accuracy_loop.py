@@ -159,15 +159,21 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
     on the recorder and so is every evaluation; the spans of the last `keep_steps` steps
     are kept, and what every step put on the wire is counted (unless counts_wire is
     False: an engine communicates out of sight). A restart (commbench.faults.restart)
-    resumes from its `start` and hears of every step, after its evaluation."""
-    start = restart.start if restart is not None else Progress()
-    curve, watch = [Point(**p) for p in start.curve], LossWatch()
-    training, losses, steps = start.training_seconds, list(start.losses), start.steps
-    started = time.perf_counter() - start.wall_seconds
+    resumes from its `start` and hears of every step, after its evaluation; a torchft
+    group (commbench.faults.torchft_group) takes up a peer's progress as it heals, and
+    counts only the steps its quorum committed."""
+    watch = LossWatch()
+    curve, training, losses, steps, started = resumed(
+        restart.start if restart is not None else Progress())
     while True:
         loss, seconds = timed_step(lambda: step(steps, training), sync, recorder)
+        healed = restart.healed() if restart is not None else None
+        if healed is not None:  # a torchft group took up a peer's state in this step
+            curve, training, losses, steps, started = resumed(healed)
         training += seconds
         losses.append(watch.see(loss))
+        if restart is not None and not restart.committed():
+            continue  # the quorum did not commit it: the model did not change
         steps += 1
         if not steps % rule.eval_every or steps == rule.max_steps:
             recorder.keep_last(keep_steps)
@@ -182,6 +188,13 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
                 return {**outcome(curve, rule, stopped_by, samples_per_step), "diverged": diverged}
         if restart is not None:
             restart.after_step(steps, training, time.perf_counter() - started, curve, losses)
+
+
+def resumed(start: Progress) -> Tuple[List[Point], float, List[float], int, float]:
+    """(curve, training seconds, losses since the last evaluation, steps, when the wall
+    clock started) of a loop taken up where `start` says training stood."""
+    return ([Point(**p) for p in start.curve], start.training_seconds, list(start.losses),
+            start.steps, time.perf_counter() - start.wall_seconds)
 
 
 def _evaluation(evaluate: Evaluator, model, ctx, recorder: spans.Recorder, rule: StopRule,

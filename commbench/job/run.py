@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Optional
 
-from commbench.faults import fail_inject
+from commbench.faults import fail_inject, recovery, torchft_costs, torchft_group
 from commbench.job import (accuracy_loop, console, language_models, per_iteration, precision,
                            recipe as recipes, stop_rule, straggler)
 from commbench.result import environment, record
@@ -55,7 +55,8 @@ def run(config: RunConfig) -> Dict[str, Any]:
     # result's write that could fail (a package's metadata, a git subprocess).
     machine = environment.collect(ctx) if ctx.rank == 0 else None
 
-    data = _batches(config, ctx)
+    worker = torchft_group.as_worker(ctx)  # a replica group's index and count under torchft
+    data = _batches(config, worker)
     # Recorded: what was used (a language model's vocabulary, its sequence length).
     config = dataclasses.replace(config, num_classes=data.classes,
                                  seq_len=config.per_sample if config.language_model else None)
@@ -74,13 +75,11 @@ def run(config: RunConfig) -> Dict[str, Any]:
         if warning:
             say(f"Warning: {warning}")
     slow = _slow_down(config, ctx, model, images, labels, sync, say)
-    fails = fail_inject.injector(config.fail, ctx.world_size, ctx.rank, config.timeout)
+    fails = fail_inject.injector(config.fail, worker.world_size, worker.rank, config.timeout)
     if config.fail != "none":
-        then = ("the job restarts from its newest checkpoint after each (--recovery restart)"
-                if config.recovery == "restart" else
-                "with no recovery policy the first one ends the job")
-        say(f"Failures on purpose (--fail): {fail_inject.describe(config.fail, ctx.world_size)}"
-            f"; {then}")
+        say(f"Failures on purpose (--fail): "
+            f"{fail_inject.describe(config.fail, worker.world_size)}; "
+            f"{recovery.after_failure(config.recovery)}")
     if "class_mix" in data.facts:
         augment = f", {data.facts['augment']} augmentation" if "augment" in data.facts else ""
         say(f"Data: {data.facts['data']}{augment}, {data.facts['steps_per_epoch']} steps per "
@@ -179,6 +178,8 @@ def _tell(say, config: RunConfig, ctx, unwritten: Optional[record.Unwritten], st
         print_summary(unwritten.doc["summary"])
         if unwritten.doc["strategy"].get("meetings") == 0:  # a periodic strategy's facts
             say(f"Warning: the models never met in {steps} steps; the workers trained alone")
+    if unwritten is None and ctx.world_size == 1:  # a torchft group but the first
+        return {}
     recorded = record.written_by_rank_0(ctx, lambda: record.write(config, *unwritten))
     if recorded is None:
         return {}
@@ -221,12 +222,14 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     per_epoch = data.facts["steps_per_epoch"]
     rule = stop_rule.StopRule.of(config, per_epoch)
     accuracy_loop.check_length(type(strategy), config, rule, per_epoch)
-    total_batch = config.batch_size * ctx.world_size
+    total_batch = config.batch_size * torchft_group.identity(ctx.rank, ctx.world_size)[1]
     recipe = recipes.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
     trained, optimizer = _trainable(model, config, ctx.device, recipe)
     schedule = recipe.scheduler(optimizer)
+    replica = torchft_group.Replica(config, ctx, say, config.batch_size * config.per_sample) \
+        if config.recovery == "torchft" else None
     with slowed_by(slow):  # the strategy's step owns this rank's straggler
-        step = strategy.wrap(trained, optimizer)
+        step = (replica or strategy).wrap(trained, optimizer)
 
     @fails.around
     def train_step(index: int, training_seconds: float):
@@ -241,9 +244,10 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         strategy.settle()  # before the evaluation's collectives
         return evaluator()
 
-    restart = None
+    restart = replica
     if config.recovery == "restart":  # last: the RNG state it restores is training's
         restart = Restart(config, ctx, say, total_batch)
+    if restart is not None:
         restart.begin(fails, model, optimizer, data.next)
     console.training_plan(say, rule, per_epoch, recipe)
     recorder = spans.Recorder()
@@ -251,16 +255,19 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         # a language model's samples are its tokens
         train_step, sync, rule, evaluate, model, ctx, total_batch * config.per_sample, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps, recorder,
-        strategy.sees_wire, restart)
+        strategy.sees_wire and replica is None, restart)
     unwritten = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine, recorder, slow)
+    if replica is not None and replica.group != 0:
+        unwritten = None  # torchft's group 0 writes the result (torchft_group)
     if unwritten is not None and restart is not None:  # rank 0's
         unwritten.doc["recovery"] = restart.facts(outcome, model)
 
     def print_summary(summary: Dict[str, Any]) -> None:
         console.print_outcome(say, summary)
         if restart is not None:
-            for line in cost_lines(unwritten.doc["recovery"], summary["img_sec"], config.unit):
+            lines = torchft_costs.lines if replica is not None else cost_lines
+            for line in lines(unwritten.doc["recovery"], summary["img_sec"], config.unit):
                 say(line)
         say(console.split_line(summary["step_split"], ctx.device.type))
 

@@ -11,7 +11,7 @@ import json
 from typing import Any, List
 
 from commbench import registry
-from commbench.faults import fail_schedule, recovery
+from commbench.faults import fail_schedule, recovery, torchft_group
 from commbench.job import language_models, straggler, training_checks
 from commbench.timing import trace_file
 from commbench.config.run_config import RunConfig
@@ -33,11 +33,14 @@ def validate(config: RunConfig, launch: LaunchInfo):
     registry.refuse_unread([config.dist_optimizer], config, launch=launch)
     strategy_cls.check(config, launch)
     straggler.check(config.slow_ranks, launch.world_size)
-    fail_schedule.check(config.fail, launch.world_size, last_step=None
-                        if config.trains_to_accuracy else config.num_warmup_batches
-                        + config.num_iters * config.num_batches_per_iter,
-                        restarts=config.recovery == "restart")
+    if config.recovery != "torchft":  # whose events fail replica groups (torchft_group)
+        fail_schedule.check(config.fail, launch.world_size, last_step=None
+                            if config.trains_to_accuracy else config.num_warmup_batches
+                            + config.num_iters * config.num_batches_per_iter,
+                            restarts=config.recovery == "restart")
     recovery.check(config, launch, strategy_cls)
+    if config.recovery == "torchft":
+        torchft_group.check(config, launch, strategy_cls)
     task = batches.parse(config.data, config.seed, config.augment)
     partition.parse(config.partition, config.data)
     if isinstance(task, TextCorpus):  # too little text for the run, before it starts

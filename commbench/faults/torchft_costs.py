@@ -1,0 +1,80 @@
+"""What each failure cost under `--recovery torchft` (commbench.faults.torchft_group),
+from two records: the failing replica group's, written as it fires its event (when, after
+how many steps), and replica group 0's log of its own steps (when each ended, how many
+replica groups its quorum held, whether it committed).
+
+Survivors do not redo steps: they go on with fewer replica groups, or wait for the
+quorum to re-form. The failing group's last step is the quorum's step number it had
+committed when it fired; every step of group 0 after that one needed a quorum that knew
+of the failure. So a failure costs
+- detection: from the failure to the end of the survivors' first step after it (its
+  allreduce cut off, or its quorum re-formed without the lost group or with it healed);
+- recovery: from the failure to the end of the survivors' first committed step after it
+  (issue 56's target: 5 s on CPU), waiting for the quorum included;
+- rejoin: from the failure to the end of the first committed step with as many groups
+  as before it, the restarted group back from a peer's state (target: 30 s), or None;
+- steps taken by fewer groups, and the samples the missing groups did not learn from
+  in them (batch size for each missing group in each such step)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One of replica group 0's steps: when it ended (wall clock), the quorum's step
+    number after it, its quorum's size, whether it committed."""
+
+    ended: float
+    step: int
+    participants: int
+    committed: bool
+
+
+def cost(fired: Dict[str, Any], log: Sequence[StepRecord], batch: int) -> Dict[str, Any]:
+    """What one fired event cost, from replica group 0's log (fired: the failing group's
+    record, {"event", "rank", "steps", "at"})."""
+    at, last = fired["at"], fired["steps"]
+    before = [i for i, s in enumerate(log) if s.committed and s.step <= last]
+    full = log[before[-1]].participants if before else max(
+        (s.participants for s in log), default=0)
+    after = log[before[-1] + 1:] if before else list(log)
+    noticed = after[0] if after else None
+    recovered = next((s for s in after if s.committed), None)
+    rejoined = next((s for s in after if s.committed and s.participants >= full), None)
+    fewer = [s for s in after if s.committed and s.participants < full
+             and (rejoined is None or s.ended < rejoined.ended)]
+    return {"event": fired["event"], "rank": fired["rank"],
+            "failed_after_step": fired["steps"],
+            "detection_seconds": _since(at, noticed),
+            "recovery_seconds": _since(at, recovered),
+            "rejoin_seconds": _since(at, rejoined),
+            "steps_with_fewer_groups": len(fewer),
+            "samples_lost": sum(full - s.participants for s in fewer) * batch}
+
+
+def _since(at: float, step: Optional[StepRecord]) -> Optional[float]:
+    return None if step is None else step.ended - at
+
+
+def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[str]:
+    """What replica group 0 prints of the failures and the goodput, after the outcome."""
+    said = []
+    for c in facts["costs"]:
+        times = ", ".join(f"{what} {_after(c[key])}" for what, key in (
+            ("detected", "detection_seconds"),
+            ("first complete step without it", "recovery_seconds"),
+            ("back in the quorum", "rejoin_seconds")))
+        said.append(f"Failure {c['event']}: {times}; {c['steps_with_fewer_groups']} steps "
+                    f"with fewer replica groups ({c['samples_lost']} {unit} not learnt from)")
+    plain = f" (during training: {img_sec:.1f})" if img_sec else ""
+    said.append(f"Goodput: {facts['goodput']:.1f} {unit}/sec over {facts['wall_seconds']:.1f} "
+                f"s of wall time, {facts['replica_groups']} replica groups, failures "
+                f"included{plain}")
+    return said
+
+
+def _after(value: Optional[float]) -> str:
+    return "not seen" if value is None else f"after {value:.1f} s"

@@ -1,0 +1,196 @@
+"""A replica group of `--recovery torchft` (issue 56), as `commbench torchft -n N`
+(commbench.faults.torchft_launch) starts each: one process, a torch.distributed world of
+its own (commbench's own collectives, evaluation and the result's gathering, stay
+inside it), joined to the other groups by torchft's Manager alone. The Manager asks the
+lighthouse for a quorum before every step, averages the gradients over the quorum's
+groups (torchft's DistributedDataParallel over its reconfigurable ProcessGroupGloo) and
+commits the step only where every group's allreduce went through; a group started again
+after a failure recovers the model, the optimizer and where training stood live from a
+peer (torchft's checkpoint transport) and takes up the loop there.
+
+Groups stay identical (the same averaged gradients, or a peer's state), so each scores
+its own model on the whole validation set and stops at the same step as the others;
+group 0 writes the result, and the schedule of --fail never fails it. --fail's RANK is a
+replica group: the schedule is expanded over the N groups, as over N ranks of mpiexec."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+from commbench.config.compression import parse as compression
+from commbench.errors import UsageError
+from commbench.faults import checkpoint, fail_schedule
+from commbench.faults.restart import RECORD, Progress, read, write
+from commbench.faults.torchft_costs import StepRecord, cost
+
+if TYPE_CHECKING:  # pragma: no cover
+    from commbench.config.run_config import RunConfig
+    from commbench.launch.detect import LaunchInfo
+
+# Set by `commbench torchft` for each group it starts.
+GROUP = "COMMBENCH_TORCHFT_GROUP"  # this group's index, the RANK of --fail
+GROUPS = "COMMBENCH_TORCHFT_GROUPS"  # how many groups the launcher runs
+STARTS = "COMMBENCH_TORCHFT_STARTS"  # how many times this group was started before
+RECORDS = "COMMBENCH_TORCHFT_RECORDS"  # where a failing group records its event
+# The strategies whose exchange torchft's Manager carries here: allreduce's gradient
+# average is torchft's DistributedDataParallel.
+STRATEGIES = ("allreduce",)
+
+
+def identity(rank: int, world_size: int) -> Tuple[int, int]:
+    """(this worker's index, how many workers): the replica group's under `commbench
+    torchft`, the launcher's rank otherwise."""
+    if GROUPS not in os.environ:
+        return rank, world_size
+    return int(os.environ[GROUP]), int(os.environ[GROUPS])
+
+
+def as_worker(ctx):
+    """ctx with the replica group's index and count as its rank and world size: what
+    splits the data among the workers and places --fail's events."""
+    rank, size = identity(ctx.rank, ctx.world_size)
+    return dataclasses.replace(ctx, launch=dataclasses.replace(ctx.launch, rank=rank,
+                                                               world_size=size))
+
+
+def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
+    """UsageError, before anything starts, for a torchft run that could not be one."""
+    if GROUPS not in os.environ or launch.world_size != 1:
+        raise UsageError("argument --recovery: torchft runs each worker as a replica group "
+                         "of its own, which `commbench torchft -n N -- RUN FLAGS` starts "
+                         "(a launcher's ranks share one job, which a lost rank ends)")
+    if strategy_cls.name not in STRATEGIES:
+        raise UsageError(f"argument --recovery: torchft carries {', '.join(STRATEGIES)} here "
+                         f"(torchft's DistributedDataParallel), not {strategy_cls.name}")
+    if compression(config.compression).on:
+        raise UsageError("argument --recovery: torchft's allreduce sends the gradients as they "
+                         "are: leave --compression out")
+    if config.cpu_transport == "mpi":
+        raise UsageError("argument --cpu-transport: torchft's process group is gloo's: leave "
+                         "--cpu-transport mpi out")
+    groups = int(os.environ[GROUPS])
+    fail_schedule.check(config.fail, groups, f"this job of {groups} replica groups",
+                        restarts=True)
+    first = next((e for e in fail_schedule.schedule(config.fail, groups) if e.rank == 0), None)
+    if first is not None:
+        raise UsageError(f"argument --fail: {first} fails replica group 0, which writes the "
+                         "result; fail another")
+
+
+class Replica:
+    """This replica group's part in the quorum: the Manager, the step it wraps, where
+    training stood (served to a peer that heals from it), and its steps' log."""
+
+    def __init__(self, config: "RunConfig", ctx, say: Callable[[str], None],
+                 samples_per_step: int) -> None:
+        self.group, self.groups = identity(ctx.rank, ctx.world_size)
+        self.config, self.say, self.samples_per_step = config, say, samples_per_step
+        self.records = Path(os.environ[RECORDS])
+        self.events = list(fail_schedule.schedule(config.fail, self.groups))
+        self.start, self.progress = Progress(), Progress()
+        self.log: List[StepRecord] = []
+        self.began = time.time()
+        self.manager = None
+        self.trained: Tuple[Any, Any] = (None, None)  # the model and optimizer it serves
+        self._healed: Optional[Progress] = None
+        self._committed = False
+
+    def wrap(self, model, optimizer):
+        """The training step, its gradients averaged over the quorum by torchft and its
+        update committed only where the quorum's allreduce went through."""
+        from datetime import timedelta
+
+        from torchft import DistributedDataParallel, Manager, ProcessGroupGloo
+        from torchft.optim import OptimizerWrapper
+
+        from commbench.job.training_step import TrainingStep
+
+        from torch.distributed import TCPStore
+
+        patience = timedelta(seconds=self.config.timeout)
+        self.trained = (model, optimizer)
+        # The Manager's own store, served here: commbench's rendezvous store does not
+        # outlive the start-up, and the Manager connects to its store as a client.
+        self.store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        # Synchronous quorum: a group that heals loads its peer's state before the
+        # forward pass, so that the step it then takes is the quorum's.
+        self.manager = Manager(ProcessGroupGloo(timeout=patience), self.load, self.state,
+                               min_replica_size=1, use_async_quorum=False, timeout=patience,
+                               quorum_timeout=patience, rank=0, world_size=1,
+                               store_addr="127.0.0.1", store_port=self.store.port,
+                               replica_id=f"commbench_{self.group}")
+        ddp = DistributedDataParallel(self.manager, model)
+        step = TrainingStep(ddp, OptimizerWrapper(self.manager, optimizer),
+                            waits_after_last_piece=True)
+
+        def logged(images, labels):
+            before = self.manager.current_step()
+            loss = step(images, labels)
+            self._committed = self.manager.current_step() > before
+            self.log.append(StepRecord(time.time(), self.manager.current_step(),
+                                       self.manager.num_participants(), self._committed))
+            return loss
+
+        return logged
+
+    def state(self) -> Dict[str, Any]:
+        """What a peer that heals from this group loads: the model, the optimizer and
+        where training stood (as text: torchft's transport carries tensors and strings)."""
+        model, optimizer = self.trained
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "progress": json.dumps(asdict(self.progress))}
+
+    def load(self, found: Dict[str, Any]) -> None:
+        """A peer's state, as this group heals; the loop takes up its progress."""
+        model, optimizer = self.trained
+        model.load_state_dict(found["model"])
+        optimizer.load_state_dict(found["optimizer"])
+        self._healed = Progress(**json.loads(found["progress"]))
+
+    def begin(self, fails, model, optimizer, skip: Callable[[], Any]) -> Progress:
+        """Started again after a failure: this group's events that fired before are not
+        fired again; each one that fires is recorded first. Training starts at step 0
+        here; a group that joins late takes up its peers' step as it heals."""
+        mine = [e for e in self.events if e.rank == self.group]
+        fails.forget(mine[:int(os.environ.get(STARTS, "0"))])
+        fails.record = self.fired
+        return self.start
+
+    def fired(self, event: fail_schedule.FailEvent, steps: int) -> None:
+        """The failing group, before it dies: its event, after how many steps, when."""
+        index = self.events.index(event)
+        write(self.records / f"fired-{index}{RECORD}", {
+            "event": str(event), "rank": event.rank, "steps": steps, "at": time.time()})
+
+    def healed(self) -> Optional[Progress]:
+        """Where training stood at the peer this group just healed from (once), or None."""
+        found, self._healed = self._healed, None
+        return found
+
+    def committed(self) -> bool:
+        """Whether the last step was committed by the quorum (else it changed nothing)."""
+        return self._committed
+
+    def after_step(self, steps: int, training: float, wall: float, curve: List[Any],
+                   losses: List[float]) -> None:
+        """After each committed step: where training stands, for a peer that heals."""
+        self.progress = Progress(steps, training, wall, [asdict(p) for p in curve],
+                                 list(losses))
+
+    def facts(self, outcome: Dict[str, Any], model) -> Dict[str, Any]:
+        """Group 0, once training ended: what the failures cost and the goodput."""
+        wall = time.time() - self.began
+        fired = [read(self.records / f"fired-{i}{RECORD}") for i in range(len(self.events))]
+        samples = self.manager.batches_committed() * self.samples_per_step
+        return {"policy": "torchft", "replica_groups": self.groups,
+                "lighthouse": os.environ.get("TORCHFT_LIGHTHOUSE"),
+                "costs": [cost(f, self.log, self.samples_per_step) for f in fired if f],
+                "wall_seconds": wall, "goodput": samples / wall,
+                "wall_time_to_target": wall if outcome.get("reached") else None,
+                "final_model_sha256": checkpoint.digest(model)}

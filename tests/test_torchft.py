@@ -1,0 +1,269 @@
+"""--recovery torchft (commbench.faults.torchft_launch, torchft_group, torchft_costs): what
+each failure cost, from the failing group's record and group 0's log of its steps; the
+replica groups' command lines and environment; the launcher's watch (a failed group
+started again after its +REJOIN, a death nothing explains ends the job); the lighthouse
+started and shut down, a given one that does not answer refused; what is refused in one
+line, before any group starts."""
+
+import copy
+import re
+import signal
+import socket
+import subprocess
+import time
+from types import SimpleNamespace
+from urllib.parse import urlsplit
+
+import pytest
+
+from analysis_helpers import run_report
+from cli_helpers import commbench, refused
+from commbench.errors import UsageError
+from commbench.faults import torchft_costs, torchft_group, torchft_launch
+from commbench.faults.fail_schedule import FailEvent
+from commbench.faults.torchft_costs import StepRecord
+from launchers import PYTHON, only_result, run
+from test_accuracy_analysis import fixture, write_run
+from test_training_to_accuracy import TINY_TASK
+
+TINY = [*TINY_TASK, "--max-epochs", "2"]
+
+
+def test_a_failure_costs_detection_recovery_rejoin_and_the_steps_taken_by_fewer_groups():
+    fired = {"event": "1@step3:kill", "rank": 1, "steps": 2, "at": 10.0}
+    log = [StepRecord(9.0, 1, 3, True), StepRecord(10.1, 2, 3, True),  # begun before it
+           StepRecord(10.4, 2, 3, False),  # the allreduce cut off: noticed
+           StepRecord(11.0, 3, 2, True), StepRecord(11.5, 4, 2, True),  # the survivors go on
+           StepRecord(13.0, 5, 3, True)]  # the restarted group is back
+    found = torchft_costs.cost(fired, log, batch=32)
+    assert found["detection_seconds"] == pytest.approx(0.4)
+    assert found["recovery_seconds"] == pytest.approx(1.0)
+    assert found["rejoin_seconds"] == pytest.approx(3.0)
+    assert (found["steps_with_fewer_groups"], found["samples_lost"]) == (2, 64)
+    assert found["failed_after_step"] == 2 and found["rank"] == 1
+
+
+def test_survivors_that_wait_for_the_quorum_until_the_group_is_back_lose_time_not_steps():
+    fired = {"event": "1@step3:kill", "rank": 1, "steps": 2, "at": 10.0}
+    log = [StepRecord(9.5, 2, 2, True), StepRecord(14.0, 3, 2, True),
+           StepRecord(14.5, 4, 2, True)]
+    found = torchft_costs.cost(fired, log, batch=32)
+    assert found["detection_seconds"] == found["recovery_seconds"] == pytest.approx(4.0)
+    assert found["rejoin_seconds"] == pytest.approx(4.0)
+    assert (found["steps_with_fewer_groups"], found["samples_lost"]) == (0, 0)
+
+
+def test_a_group_that_never_rejoins_costs_every_step_after_it():
+    fired = {"event": "2@5s:kill", "rank": 2, "steps": 1, "at": 1.0}
+    log = [StepRecord(0.5, 1, 4, True), StepRecord(1.5, 2, 3, True),
+           StepRecord(2.5, 3, 3, True)]
+def test_each_group_is_a_world_of_one_told_its_index_and_the_lighthouse(tmp_path):
+    flags = torchft_launch.replica_flags([*TINY, "--fail", "1@step20"])
+    assert flags[-2:] == ["--recovery", "torchft"]
+    assert torchft_launch.replica_flags(["--recovery", "torchft"]) == ["--recovery", "torchft"]
+    groups = torchft_launch.Groups(flags, 3, "http://h:1", str(tmp_path), (), 300.0)
+    groups.starts[2] = 1
+    argv, env = groups.command(2)
+    assert argv[1:3] == ["-m", "commbench"] and argv[3:] == flags
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                "TORCHFT_LIGHTHOUSE", torchft_group.GROUP,
+                                torchft_group.GROUPS, torchft_group.STARTS,
+                                torchft_group.RECORDS)} == {
+        "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+        "TORCHFT_LIGHTHOUSE": "http://h:1", torchft_group.GROUP: "2",
+        torchft_group.GROUPS: "3", torchft_group.STARTS: "1",
+        torchft_group.RECORDS: str(tmp_path)}
+    assert int(env["MASTER_PORT"]) > 0
+
+
+class Ended:
+    """A group's process that has ended with `code`."""
+
+    def __init__(self, code):
+        self.returncode, self.pid = code, 0
+
+    def poll(self):
+        return self.returncode
+
+
+def watched(events, code, starts=1):
+    groups = torchft_launch.Groups([], 3, "http://h:1", "", tuple(events), 300.0)
+    groups.procs[1], groups.starts[1] = Ended(code), starts
+    started = []
+    groups.start = started.append
+    return groups, started
+
+
+def test_a_group_killed_by_its_event_is_started_again_after_its_rejoin():
+    groups, started = watched([FailEvent(1, step=3, rejoin=60.0)], -9)
+    assert groups.look_at(1) is None and started == []
+    groups.due[1] = 0.0  # its +REJOIN has passed
+    assert groups.look_at(1) is None and started == [1]
+
+
+def test_a_death_no_event_explains_ends_the_job():
+    groups, _ = watched([FailEvent(1, step=3)], -9, starts=2)  # its one event fired already
+    assert "replica group 1 ended with exit status -9 and no failure of --fail" in \
+        groups.look_at(1)
+    groups, _ = watched([], 1)
+    assert groups.look_at(1) is not None
+    groups, _ = watched([], 2)
+    assert groups.look_at(1) == "replica group 1 refused its flags"
+    groups, started = watched([], 0)
+    assert groups.look_at(1) is None and started == []
+
+
+def connects(address: str) -> bool:
+    where = urlsplit(address)
+    try:
+        with socket.create_connection((where.hostname, where.port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def test_the_lighthouse_is_started_for_the_run_and_shut_down_after_it():
+    with torchft_launch.lighthouse(None) as address:
+        assert connects(address)
+        torchft_launch.answers(address)  # a given address that answers is taken
+    assert not connects(address)
+    with pytest.raises(UsageError, match="argument --lighthouse: nothing answers at "):
+        torchft_launch.answers(address, patience=2.0)
+
+
+def test_the_lighthouse_is_shut_down_when_the_run_fails():
+    with pytest.raises(RuntimeError), torchft_launch.lighthouse(None) as address:
+        raise RuntimeError("a group failed")
+    assert not connects(address)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--", *TINY, "--fail", "0@step3"], "argument --fail: 0@step3:kill fails replica group "
+     "0, which writes the result; fail another"),
+    (["--", *TINY, "--fail", "3@step3"], "argument --fail: rank 3 does not exist; this job of "
+     "2 replica groups has ranks 0 to 1"),
+    (["--", *TINY, "--dist-optimizer", "local_sgd"], "argument --recovery: torchft carries "
+     "allreduce here (torchft's DistributedDataParallel), not local_sgd"),
+    (["--", *TINY, "--recovery", "restart"], "argument --recovery: commbench torchft runs "
+     "--recovery torchft, not restart"),
+    (["--", *TINY, "--compression", "fp16"], "argument --recovery: torchft's allreduce sends "
+     "the gradients as they are"),
+    (["--", *TINY, "--checkpoint-every", "3"], "argument --checkpoint-every: checkpoints are "
+     "taken for --recovery restart alone"),
+    (["--", "--num-iters", "3"], "argument --recovery: a speed run times its steps, and "
+     "torchft's quorum would change the world size it times"),
+    (["--lighthouse", "http://127.0.0.1:1", "--", *TINY], "argument --lighthouse: nothing "
+     "answers at http://127.0.0.1:1"),
+])
+def test_what_no_group_could_run_is_refused_in_one_line_before_any_starts(args, message,
+                                                                          monkeypatch):
+    monkeypatch.setattr(subprocess, "Popen", None)  # a group started would fail the test
+    assert refused("torchft", "-n", "2", *args).startswith("commbench: error: " + message)
+
+
+def test_one_group_or_a_plain_launch_is_refused_in_one_line():
+    assert refused("torchft", "-n", "1", "--", *TINY) == (
+        "commbench: error: torchft: -n 1 leaves no peer to recover from; run 2 or more")
+    assert refused("run", *TINY, "--recovery", "torchft").startswith(
+        "commbench: error: argument --recovery: torchft runs each worker as a replica group "
+        "of its own, which `commbench torchft -n N -- RUN FLAGS` starts")
+    assert commbench("torchft", "--help").returncode == 0
+
+
+def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_stands(
+        tmp_path, monkeypatch):
+    import torch
+    from torch.distributed import TCPStore
+
+    from commbench.config.run_config import RunConfig
+    from commbench.faults.restart import Progress
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    with torchft_launch.lighthouse(None) as address:
+        for name, value in torchft_launch.group_env(0, 2, address, str(tmp_path), 0,
+                                                    store.port).items():
+            monkeypatch.setenv(name, value)
+        replica = torchft_group.Replica(RunConfig(timeout=30.0),
+                                        SimpleNamespace(rank=0, world_size=1), print, 8)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        step = replica.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        try:
+            before = model.weight.detach().clone()
+            step(torch.randn(8, 4), torch.randint(0, 3, (8,)))
+            assert replica.committed() and not torch.equal(before, model.weight)
+            assert [(s.participants, s.committed) for s in replica.log] == [(1, True)]
+            assert replica.manager.current_step() == 1
+            replica.after_step(1, 0.5, 0.75, [], [2.0])
+            served = copy.deepcopy(replica.state())  # as the transport sends it
+            trained = model.weight.detach().clone()
+            with torch.no_grad():
+                model.weight.zero_()
+            replica.load(served)  # as a group that heals from it would
+            assert torch.equal(model.weight, trained)
+            assert replica.healed() == Progress(1, 0.5, 0.75, [], [2.0])
+            assert replica.healed() is None  # taken up once
+        finally:
+            replica.manager.shutdown(wait=False)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+def test_a_killed_group_is_started_again_heals_from_its_peer_and_both_reach_the_end(tmp_path):
+    """Two replica groups of a tiny allreduce run; group 1 killed at its 20th step and
+    started again 8 s later. Group 0 goes on alone once the lighthouse has given group 1
+    up, group 1 heals from group 0 and rejoins, and group 0's result, written at
+    --max-epochs, says what the failure cost."""
+    done = run([PYTHON, "-m", "commbench", "torchft", "-n", "2", "--", *TINY_TASK,
+                "--max-epochs", "30", "--eval-every", "50", "--timeout", "60",
+                "--fail", "1@step20+8s", "--results-dir", str(tmp_path)], timeout=420)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "failure injected by --fail (1@step20:kill+8s), not a bug" in done.stderr
+    doc = only_result(tmp_path)  # group 0's alone
+    assert doc["summary"]["steps"] == 150  # 30 epochs of 5 steps: the planned end
+    recovery = doc["recovery"]
+    assert recovery["policy"] == "torchft" and recovery["replica_groups"] == 2
+    [cost] = recovery["costs"]
+    assert cost["event"] == "1@step20:kill+8s" and cost["failed_after_step"] == 19
+    assert 0 <= cost["detection_seconds"] <= cost["recovery_seconds"] < 60
+    assert 8 < cost["rejoin_seconds"] < 120 and cost["steps_with_fewer_groups"] > 0
+    assert re.search(r"Failure 1@step20:kill\+8s: detected after [\d.]+ s", done.stdout)
+    assert "Goodput: " in done.stdout
+
+
+def test_a_stopped_group_is_killed_once_the_timeout_has_passed():
+    groups = torchft_launch.Groups([], 2, "http://h:1", "", (), timeout=0.0)
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert groups.watch_stopped(1, proc, 0.0) is None and 1 not in groups.stopped
+        proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while 1 not in groups.stopped and time.monotonic() < deadline:
+            groups.watch_stopped(1, proc, time.monotonic())
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_report_says_a_torchft_runs_groups_goodput_and_what_its_failures_cost(tmp_path):
+    path, doc = fixture("allreduce", 42)
+    doc = copy.deepcopy(doc)
+    doc["recovery"] = {
+        "policy": "torchft", "replica_groups": 3, "lighthouse": "http://h:1",
+        "wall_seconds": 40.0, "goodput": 20.25, "wall_time_to_target": 40.0,
+        "final_model_sha256": "0" * 64,
+        "costs": [{"event": "1@step6:kill", "rank": 1, "failed_after_step": 5,
+                   "detection_seconds": 0.5, "recovery_seconds": 5.25, "rejoin_seconds": 12.0,
+                   "steps_with_fewer_groups": 9, "samples_lost": 288},
+                  {"event": "2@30s:kill", "rank": 2, "failed_after_step": 80,
+                   "detection_seconds": None, "recovery_seconds": None,
+                   "rejoin_seconds": None, "steps_with_fewer_groups": 0, "samples_lost": 0}]}
+    written = write_run(tmp_path, path.name, doc)
+    code, text, err = run_report([tmp_path])
+    assert code == 0 and err == "", err
+    lines = [li for li in text.splitlines() if "--recovery torchft" in li]
+    assert len(lines) == 1 and lines[0].endswith(
+        ", seed 42: --recovery torchft, 3 replica groups; goodput 20.2 img/sec over 40.0 s of "
+        "wall time; 1@step6:kill: 5.2 s to the first step without it, 9 steps with fewer "
+        f"groups; 2@30s:kill: no step without it, 0 steps with fewer groups; {written}"), lines
