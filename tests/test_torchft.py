@@ -57,6 +57,19 @@ def test_a_group_that_never_rejoins_costs_every_step_after_it():
     fired = {"event": "2@5s:kill", "rank": 2, "steps": 1, "at": 1.0}
     log = [StepRecord(0.5, 1, 4, True), StepRecord(1.5, 2, 3, True),
            StepRecord(2.5, 3, 3, True)]
+    found = torchft_costs.cost(fired, log, batch=10)
+    assert found["detection_seconds"] == found["recovery_seconds"] == pytest.approx(0.5)
+    assert found["rejoin_seconds"] is None
+    assert (found["steps_with_fewer_groups"], found["samples_lost"]) == (2, 20)
+    facts = {"costs": [found], "goodput": 12.5, "wall_seconds": 8.0, "replica_groups": 4}
+    said = torchft_costs.lines(facts, 20.0, "img")
+    assert said[0] == ("Failure 2@5s:kill: detected after 0.5 s, first complete step after "
+                       "it after 0.5 s, back in the quorum not seen; 2 steps with fewer "
+                       "replica groups (20 img not learnt from)")
+    assert said[1] == ("Goodput: 12.5 img/sec over 8.0 s of wall time, 4 replica groups, "
+                       "failures included (during training: 20.0)")
+
+
 def test_each_group_is_a_world_of_one_told_its_index_and_the_lighthouse(tmp_path):
     flags = torchft_launch.replica_flags([*TINY, "--fail", "1@step20"])
     assert flags[-2:] == ["--recovery", "torchft"]
@@ -265,5 +278,6 @@ def test_report_says_a_torchft_runs_groups_goodput_and_what_its_failures_cost(tm
     lines = [li for li in text.splitlines() if "--recovery torchft" in li]
     assert len(lines) == 1 and lines[0].endswith(
         ", seed 42: --recovery torchft, 3 replica groups; goodput 20.2 img/sec over 40.0 s of "
-        "wall time; 1@step6:kill: 5.2 s to the first step without it, 9 steps with fewer "
-        f"groups; 2@30s:kill: no step without it, 0 steps with fewer groups; {written}"), lines
+        "wall time; 1@step6:kill: 5.2 s to the first complete step after it, 9 steps with "
+        f"fewer groups; 2@30s:kill: no complete step after it, 0 steps with fewer groups; "
+        f"{written}"), lines

@@ -125,8 +125,8 @@ def torchft_line(row: AccuracyRow, run: AccuracyRun, facts: Dict[str, Any]) -> s
     cost (the survivors go on: nothing is redone)."""
     costs = "".join(
         f"; {c['event']}: "
-        + ("no step without it" if c["recovery_seconds"] is None else
-           f"{c['recovery_seconds']:.1f} s to the first step without it")
+        + ("no complete step after it" if c["recovery_seconds"] is None else
+           f"{c['recovery_seconds']:.1f} s to the first complete step after it")
         + f", {c['steps_with_fewer_groups']} steps with fewer groups"
         for c in facts.get("costs", ()))
     return (f"{row.series.label()}, seed {run.seed}: --recovery torchft, "

@@ -65,7 +65,7 @@ def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[st
     for c in facts["costs"]:
         times = ", ".join(f"{what} {_after(c[key])}" for what, key in (
             ("detected", "detection_seconds"),
-            ("first complete step without it", "recovery_seconds"),
+            ("first complete step after it", "recovery_seconds"),
             ("back in the quorum", "rejoin_seconds")))
         said.append(f"Failure {c['event']}: {times}; {c['steps_with_fewer_groups']} steps "
                     f"with fewer replica groups ({c['samples_lost']} {unit} not learnt from)")
