@@ -69,7 +69,8 @@ engines: $(ENGINES_DONE)
 # the tests itself: then `make test` runs that one selection instead of the tiers.
 FAST := -m "not job and not mpi"
 JOB := -m "job and not mpi"
-MPI := -m mpi
+# The slowest launcher tests are listed at the tier's end: what a cold CI run spends.
+MPI := -m mpi --durations=20
 TIER := bash scripts/tier.sh
 PYTEST := $(BIN)/python -m pytest $(PYTEST_ARGS)
 OWN_SELECTION := $(filter -m -m%,$(PYTEST_ARGS))
