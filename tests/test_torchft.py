@@ -30,7 +30,7 @@ TINY = [*TINY_TASK, "--max-epochs", "2"]
 
 
 def test_a_failure_costs_detection_recovery_rejoin_and_the_steps_taken_by_fewer_groups():
-    fired = {"event": "1@step3:kill", "rank": 1, "steps": 2, "at": 10.0}
+    fired = {"event": "1@step3:kill", "rank": 1, "steps": 2, "at": 10.0, "quorum_step": 2}
     log = [StepRecord(9.0, 1, 3, True), StepRecord(10.1, 2, 3, True),  # begun before it
            StepRecord(10.4, 2, 3, False),  # the allreduce cut off: noticed
            StepRecord(11.0, 3, 2, True), StepRecord(11.5, 4, 2, True),  # the survivors go on
@@ -44,7 +44,8 @@ def test_a_failure_costs_detection_recovery_rejoin_and_the_steps_taken_by_fewer_
 
 
 def test_survivors_that_wait_for_the_quorum_until_the_group_is_back_lose_time_not_steps():
-    fired = {"event": "1@step3:kill", "rank": 1, "steps": 2, "at": 10.0}
+    # its loop's count is not the quorum's (it healed from a peer): the quorum's is used
+    fired = {"event": "1@step3:kill", "rank": 1, "steps": 7, "at": 10.0, "quorum_step": 2}
     log = [StepRecord(9.5, 2, 2, True), StepRecord(14.0, 3, 2, True),
            StepRecord(14.5, 4, 2, True)]
     found = torchft_costs.cost(fired, log, batch=32)
@@ -54,20 +55,35 @@ def test_survivors_that_wait_for_the_quorum_until_the_group_is_back_lose_time_no
 
 
 def test_a_group_that_never_rejoins_costs_every_step_after_it():
-    fired = {"event": "2@5s:kill", "rank": 2, "steps": 1, "at": 1.0}
+    fired = {"event": "2@5s:kill", "rank": 2, "steps": 1, "at": 1.0, "quorum_step": 1}
     log = [StepRecord(0.5, 1, 4, True), StepRecord(1.5, 2, 3, True),
            StepRecord(2.5, 3, 3, True)]
     found = torchft_costs.cost(fired, log, batch=10)
     assert found["detection_seconds"] == found["recovery_seconds"] == pytest.approx(0.5)
     assert found["rejoin_seconds"] is None
     assert (found["steps_with_fewer_groups"], found["samples_lost"]) == (2, 20)
-    facts = {"costs": [found], "goodput": 12.5, "wall_seconds": 8.0, "replica_groups": 4}
+    assert torchft_costs.short_quorums([fired], log, 4) == 0
+    facts = {"costs": [found], "goodput": 12.5, "wall_seconds": 8.0, "replica_groups": 4,
+             "short_quorums_before_failures": 0}
     said = torchft_costs.lines(facts, 20.0, "img")
     assert said[0] == ("Failure 2@5s:kill: detected after 0.5 s, first complete step after "
                        "it after 0.5 s, back in the quorum not seen; 2 steps with fewer "
                        "replica groups (20 img not learnt from)")
     assert said[1] == ("Goodput: 12.5 img/sec over 8.0 s of wall time, 4 replica groups, "
                        "failures included (during training: 20.0)")
+
+
+def test_costs_read_from_a_quorum_that_was_short_before_any_failure_say_they_are_not_exact():
+    fired = {"event": "2@5s:kill", "rank": 2, "steps": 3, "at": 4.0, "quorum_step": 3}
+    log = [StepRecord(1.0, 1, 4, True), StepRecord(2.0, 2, 3, True),  # a group fell behind
+           StepRecord(3.0, 3, 4, True), StepRecord(5.0, 4, 3, True)]
+    assert torchft_costs.short_quorums([fired], log, 4) == 1
+    facts = {"costs": [torchft_costs.cost(fired, log, 8)], "goodput": 1.0, "wall_seconds": 6.0,
+             "replica_groups": 4, "short_quorums_before_failures": 1}
+    said = torchft_costs.lines(facts, None, "img")
+    assert said[1] == ("  (not exact: 1 steps before the first failure had a quorum of fewer "
+                       "than 4 replica groups, groups falling behind and healing; the costs "
+                       "above count quorum sizes)")
 
 
 def test_each_group_is_a_world_of_one_told_its_index_and_the_lighthouse(tmp_path):

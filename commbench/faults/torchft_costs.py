@@ -35,8 +35,10 @@ class StepRecord:
 
 def cost(fired: Dict[str, Any], log: Sequence[StepRecord], batch: int) -> Dict[str, Any]:
     """What one fired event cost, from replica group 0's log (fired: the failing group's
-    record, {"event", "rank", "steps", "at"})."""
-    at, last = fired["at"], fired["steps"]
+    record, {"event", "rank", "steps", "at", "quorum_step"}: the steps its loop counted,
+    the quorum's step number it had committed; a group that healed from a peer counts
+    the peer's steps from then on, but only the quorum's number is group 0's too)."""
+    at, last = fired["at"], fired["quorum_step"]
     before = [i for i, s in enumerate(log) if s.committed and s.step <= last]
     full = log[before[-1]].participants if before else max(
         (s.participants for s in log), default=0)
@@ -55,6 +57,15 @@ def cost(fired: Dict[str, Any], log: Sequence[StepRecord], batch: int) -> Dict[s
             "samples_lost": sum(full - s.participants for s in fewer) * batch}
 
 
+def short_quorums(fired: Sequence[Dict[str, Any]], log: Sequence[StepRecord],
+                  groups: int) -> int:
+    """Committed steps before the first failure whose quorum held fewer than all the
+    replica groups: a group that fell behind healing from a peer. Where there are any,
+    quorum sizes tell failures from lag less well, and the costs say so."""
+    first = min((f["at"] for f in fired), default=float("inf"))
+    return sum(1 for s in log if s.committed and s.ended <= first and s.participants < groups)
+
+
 def _since(at: float, step: Optional[StepRecord]) -> Optional[float]:
     return None if step is None else step.ended - at
 
@@ -69,6 +80,11 @@ def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[st
             ("back in the quorum", "rejoin_seconds")))
         said.append(f"Failure {c['event']}: {times}; {c['steps_with_fewer_groups']} steps "
                     f"with fewer replica groups ({c['samples_lost']} {unit} not learnt from)")
+    short = facts.get("short_quorums_before_failures", 0)
+    if short and facts["costs"]:
+        said.append(f"  (not exact: {short} steps before the first failure had a quorum of "
+                    f"fewer than {facts['replica_groups']} replica groups, groups falling "
+                    "behind and healing; the costs above count quorum sizes)")
     plain = f" (during training: {img_sec:.1f})" if img_sec else ""
     said.append(f"Goodput: {facts['goodput']:.1f} {unit}/sec over {facts['wall_seconds']:.1f} "
                 f"s of wall time, {facts['replica_groups']} replica groups, failures "

@@ -27,7 +27,7 @@ from commbench.config.compression import parse as compression
 from commbench.errors import UsageError
 from commbench.faults import checkpoint, fail_schedule
 from commbench.faults.restart import RECORD, Progress, read, write
-from commbench.faults.torchft_costs import StepRecord, cost
+from commbench.faults.torchft_costs import StepRecord, cost, short_quorums
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.config.run_config import RunConfig
@@ -166,7 +166,8 @@ class Replica:
         """The failing group, before it dies: its event, after how many steps, when."""
         index = self.events.index(event)
         write(self.records / f"fired-{index}{RECORD}", {
-            "event": str(event), "rank": event.rank, "steps": steps, "at": time.time()})
+            "event": str(event), "rank": event.rank, "steps": steps, "at": time.time(),
+            "quorum_step": self.manager.current_step()})
 
     def healed(self) -> Optional[Progress]:
         """Where training stood at the peer this group just healed from (once), or None."""
@@ -186,11 +187,13 @@ class Replica:
     def facts(self, outcome: Dict[str, Any], model) -> Dict[str, Any]:
         """Group 0, once training ended: what the failures cost and the goodput."""
         wall = time.time() - self.began
-        fired = [read(self.records / f"fired-{i}{RECORD}") for i in range(len(self.events))]
+        fired = [f for f in (read(self.records / f"fired-{i}{RECORD}")
+                             for i in range(len(self.events))) if f]
         samples = self.manager.batches_committed() * self.samples_per_step
         return {"policy": "torchft", "replica_groups": self.groups,
                 "lighthouse": os.environ.get("TORCHFT_LIGHTHOUSE"),
-                "costs": [cost(f, self.log, self.samples_per_step) for f in fired if f],
+                "costs": [cost(f, self.log, self.samples_per_step) for f in fired],
+                "short_quorums_before_failures": short_quorums(fired, self.log, self.groups),
                 "wall_seconds": wall, "goodput": samples / wall,
                 "wall_time_to_target": wall if outcome.get("reached") else None,
                 "final_model_sha256": checkpoint.digest(model)}

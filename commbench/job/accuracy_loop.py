@@ -170,6 +170,7 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
         healed = restart.healed() if restart is not None else None
         if healed is not None:  # a torchft group took up a peer's state in this step
             curve, training, losses, steps, started = resumed(healed)
+            started -= seconds  # this step, counted in training, on the wall clock too
         training += seconds
         losses.append(watch.see(loss))
         if restart is not None and not restart.committed():
