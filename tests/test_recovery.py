@@ -148,7 +148,7 @@ def test_what_a_failure_cost_is_read_from_its_records(tmp_path):
                                                    "resumed_from": 3, "recovered": now - 45})
     facts = job.facts({"steps": 10, "reached": True}, tiny_model(1)[0])
     assert facts["costs"] == [{
-        "event": "1@step6:kill", "rank": 1, "failed_after_step": 5,
+        "event": "1@step6:kill", "rank": 1, "failed_after_step": 5, "failed_at": now - 60,
         "detection_seconds": pytest.approx(0.5), "recovery_seconds": pytest.approx(15),
         "resumed_from_step": 3, "steps_lost": 2, "samples_lost": 128}]
     assert facts["restarts"] == 1 and facts["wall_seconds"] == pytest.approx(100, abs=1)
