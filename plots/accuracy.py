@@ -8,7 +8,9 @@ commbench.analysis.accuracy):
 - the time to target per strategy and worker count: the combined time (MLPerf's rule;
   hollow where too few runs made it the median) with whiskers from the fastest to the
   slowest run that reached the target, each such run a small tick; runs that missed it
-  are said in words beside the row, never placed on the time axis.
+  are said in words beside the row, never placed on the time axis, and so is a failure
+  schedule (--fail, --recovery) the row's runs ran under;
+- where runs ran under failures, their goodput beside their throughput during training.
 
 Built like commbench.plots.scaling: matplotlib's object API, saved by its save_named.
 """
@@ -133,6 +135,8 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
             words += f"; {missed} missed (best {row.best_missed:.3f})"
         if combined.value is None:
             words += f"; no time: {combined.label()}"
+        if row.failures:  # its time is under failures, not alike with one without
+            words += f"; under {row.failures}"
         ax.annotate(words, (max(times) if times else 0.0, y), textcoords="offset points",
                     xytext=(8, 0), va="center", fontsize=7.5, color=style["color"])
     # wrapped, so that a long strategy name leaves the axes their width
@@ -149,6 +153,51 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
     fig.suptitle(wrapped("Time to target", group.key.heading(), group.key.details(),
                          width=100), fontsize=9)
     return fig
+
+
+def goodput_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
+    """Per strategy and worker count, the throughput during training (solid) and, where
+    its runs ran under a recovery policy, the goodput (hatched: useful samples per
+    second of wall time, failures and recoveries included), with the failure schedule
+    said beside the row."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    rows = group.rows
+    fig = Figure(figsize=(9.0, 2.2 + 0.6 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    unit = "tokens" if group.key.by_loss else "images"
+    for y, row in enumerate(rows):
+        color = styles[(row.series, row.workers)]["color"]
+        if row.img_sec is not None:
+            ax.barh(y - 0.2, row.img_sec, height=0.4, color=color)
+        if row.goodput is not None:
+            ax.barh(y + 0.2, row.goodput, height=0.4, color="white", edgecolor=color,
+                    hatch="//")
+        ax.annotate(f"under {row.failures}" if row.failures else "no failures",
+                    (max(row.img_sec or 0.0, row.goodput or 0.0), y),
+                    textcoords="offset points", xytext=(8, 0), va="center", fontsize=7.5,
+                    color=color)
+    ax.set_yticks(range(len(rows)), [wrapped(label(r), width=48) for r in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
+    widest = max([v for r in rows for v in (r.img_sec, r.goodput) if v is not None],
+                 default=1.0)
+    ax.set_xlim(0, widest * 1.8)  # room on the right for the words
+    ax.set_xlabel(f"{unit}/sec, all workers", fontsize=8)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.legend(handles=[Patch(color="0.4", label="during training (the steps alone)"),
+                        Patch(facecolor="white", edgecolor="0.4", hatch="//",
+                              label="goodput: useful samples per second of wall time, "
+                              "failures and recoveries included")],
+               loc="outside lower center", ncol=1, fontsize=8, frameon=False)
+    fig.suptitle(wrapped("Goodput under failures", group.key.heading(), group.key.details(),
+                         width=100), fontsize=9)
+    return fig
+
+
+def has_failures(group: "AccuracyGroup") -> bool:
+    """Whether any of its runs ran under --fail or a recovery policy."""
+    return any(r.failures for r in group.rows)
 
 
 def wrapped(*lines: str, width: int) -> str:

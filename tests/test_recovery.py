@@ -148,7 +148,7 @@ def test_what_a_failure_cost_is_read_from_its_records(tmp_path):
                                                    "resumed_from": 3, "recovered": now - 45})
     facts = job.facts({"steps": 10, "reached": True}, tiny_model(1)[0])
     assert facts["costs"] == [{
-        "event": "1@step6:kill", "rank": 1, "failed_after_step": 5,
+        "event": "1@step6:kill", "rank": 1, "failed_after_step": 5, "failed_at": now - 60,
         "detection_seconds": pytest.approx(0.5), "recovery_seconds": pytest.approx(15),
         "resumed_from_step": 3, "steps_lost": 2, "samples_lost": 128}]
     assert facts["restarts"] == 1 and facts["wall_seconds"] == pytest.approx(100, abs=1)
@@ -311,9 +311,28 @@ def check_recovered(done, results, reference, launcher, event="1@step6:kill",
 @pytest.mark.timeout(600)
 def test_torchrun_restarts_a_killed_job_which_resumes_from_its_checkpoint(tmp_path,
                                                                         without_failure):
+    results, trace = tmp_path / "results", tmp_path / "trace.json"
+    results.mkdir()
     done = torchrun(2, ["--max-restarts", "1", "-m", "commbench", *TINY, *RESTART,
-                        "--fail", "1@step6", "--results-dir", str(tmp_path)], timeout=300)
-    check_recovered(done, tmp_path, without_failure[0], "torchrun")
+                        "--fail", "1@step6", "--results-dir", str(results), "--timeline",
+                        str(trace)], timeout=300)
+    check_recovered(done, results, without_failure[0], "torchrun")
+    # the timeline of the last start: the failure on rank 1's track before its first
+    # step, its recovery ending in that step (commbench.timing.failure_track)
+    events = json.loads(trace.read_text())["traceEvents"]
+    [cost] = only_result(results)["recovery"]["costs"]
+    fired = [e for e in events if e.get("cat") == "failure"]
+    assert [(e["ph"], e["name"], e["pid"]) for e in fired] == [
+        ("i", "failure 1@step6:kill", 1),
+        ("X", "recovery: to the first complete step after it", 1), ("X", "detection", 1)]
+    assert fired[1]["dur"] == pytest.approx(cost["recovery_seconds"] * 1e6)
+    steps = [e for e in events if e.get("cat") == "step"]
+    first, end = min(e["ts"] for e in steps), fired[1]["ts"] + fired[1]["dur"]
+    assert fired[0]["ts"] == 0 < first
+    # rank 0's first step after the restart ends with the recovery (wall clock and span
+    # clock put together: within half a second)
+    ends = sorted(e["ts"] + e["dur"] for e in steps if e["pid"] == 0)
+    assert abs(ends[0] - end) < 0.5e6, (end, ends[:3])
 
 
 def supervised(tmp_path, *args):

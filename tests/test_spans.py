@@ -4,7 +4,7 @@ to the step, a late peer seen as waiting, overlap, the trace-event format."""
 
 import pytest
 
-from commbench.timing import spans, trace_file
+from commbench.timing import failure_track, spans, trace_file
 from commbench.timing.spans import Span
 from commbench.timing.step_split import PARTS, split_steps, summarize
 from commbench.timing.trace_file import trace_events
@@ -152,3 +152,61 @@ def test_work_between_steps_is_recorded_from_the_first_step_and_a_window_is_kept
 def test_a_timeline_path_that_cannot_be_written_is_refused(tmp_path, make, message):
     with pytest.raises(OSError, match=message):
         trace_file.check_writable(str(make(tmp_path)))
+
+
+def test_a_failure_and_its_recovery_are_spans_of_their_own_on_the_failing_ranks_track():
+    # rank 1 fired 1@step3:kill at 2.5 s on rank 0's clock (wall 1002.5, clock 1000 behind)
+    events = [[e for s in range(5) for e in step_events(s, s, 0.01, 0.02, 0.07, 0.005)]] * 2
+    costs = [{"event": "1@step3:kill", "rank": 1, "failed_after_step": 2, "failed_at": 1002.5,
+              "detection_seconds": 0.5, "recovery_seconds": 1.25, "steps_lost": 1},
+             {"event": "2@1s:kill", "rank": 2, "failed_after_step": 0}]  # no failed_at
+    failures = failure_track.from_costs(costs, -1000.0)
+    assert [f.event for f in failures] == ["1@step3:kill"]
+    trace = trace_events(events, [0.0, 0.0], ["rank 0", "rank 1"], failures=failures)
+    check_trace(trace, 2)
+    mine = [e for e in trace if e.get("cat") == "failure"]
+    assert [(e["ph"], e["name"], e["pid"], e["ts"], e.get("dur")) for e in mine] == [
+        ("i", "failure 1@step3:kill", 1, 2.5e6, None),
+        ("X", "recovery: to the first complete step after it", 1, 2.5e6, 1.25e6),
+        ("X", "detection", 1, 2.5e6, 0.5e6)]  # nested in the recovery
+    assert {e["tid"] for e in mine} == {failure_track.TID}
+    assert {"name": failure_track.TRACK} in [e["args"] for e in trace
+                                             if e["name"] == "thread_name" and e["pid"] == 1]
+    assert mine[1]["args"] == {"event": "1@step3:kill", "failed_after_step": 2, "seconds": 1.25}
+    # before the first span, it moves the origin; outside the steps kept, it is left out
+    early = failure_track.from_costs([dict(costs[0], failed_at=999.0)], -1000.0)
+    moved = trace_events(events, [0.0, 0.0], ["rank 0", "rank 1"], failures=early)
+    assert min(e["ts"] for e in moved if "ts" in e) == 0
+    assert min(e["ts"] for e in moved if e.get("cat") == "step") == 1e6
+    kept = trace_events(events, [0.0, 0.0], ["rank 0", "rank 1"], steps=1, failures=failures)
+    assert not [e for e in kept if e.get("cat") == "failure"]
+    # a torchft replica group outside the trace's world: a process of its own
+    group = failure_track.from_costs([dict(costs[0], rank=2, rejoin_seconds=9.0)], -1000.0)
+    alone = trace_events(events[:1], [0.0], ["rank 0"], failures=group)
+    assert {"name": "replica group 2"} in [e["args"] for e in alone
+                                           if e["name"] == "process_name"]
+    assert [e["name"] for e in alone if e.get("cat") == "failure"][1] == \
+        "rejoin: back in the quorum"
+
+
+def test_the_timeline_file_holds_the_failures_whose_costs_the_result_records(tmp_path):
+    import json
+    import time
+    from types import SimpleNamespace
+
+    from commbench.result import record
+
+    now = spans.now()
+    events = [step_events(s, now - 3 + s, 0.01, 0.02, 0.07, 0.005) for s in range(3)]
+    doc = {"schema_version": 1, "config": {}, "recovery": {"costs": [
+        {"event": "1@step2:kill", "rank": 1, "failed_after_step": 1,
+         "failed_at": time.time() - 1.5, "detection_seconds": 0.25,
+         "recovery_seconds": 0.75}]}}
+    path = tmp_path / "trace.json"
+    record.write_timeline(SimpleNamespace(timeline=str(path), timeline_steps=200), doc,
+                          [[e for step in events for e in step]] * 2, ["h", "h"],
+                          {"seconds": [0.0, 0.0]})
+    trace = json.loads(path.read_text())["traceEvents"]
+    fired = next(e for e in trace if e.get("cat") == "failure" and e["ph"] == "i")
+    first = next(e for e in trace if e.get("cat") == "step")
+    assert fired["pid"] == 1 and fired["ts"] - first["ts"] == pytest.approx(1.5e6, abs=0.1e6)

@@ -75,3 +75,25 @@ def test_plot_draws_the_split_beside_the_scaling_chart_and_a_timeline(tmp_path):
     only_trace = io.StringIO()
     assert plot.plot([trace], tmp_path / "alone", out=only_trace) == 0
     assert only_trace.getvalue().strip().endswith("timeline-trace.png")
+
+
+def test_the_timeline_picture_marks_a_failure_among_its_steps(tmp_path):
+    from commbench.plots import timeline
+    from commbench.timing import failure_track
+
+    events = [e for s in range(5) for e in step_events(s, s, 0.01, 0.02, 0.07, 0.005)]
+    cost = {"event": "1@step4:kill", "rank": 1, "failed_after_step": 3, "failed_at": 13.05,
+            "detection_seconds": 0.5, "recovery_seconds": 1.5}
+    trace = tmp_path / "trace.json"
+    trace_file.write_trace(str(trace), trace_file.trace_events(
+        [events, events], [0.0, 0.0], ["rank 0", "rank 1"],
+        failures=failure_track.from_costs([cost], -10.0)), {"commbench": 1})
+    fig = timeline.figure(json.loads(trace.read_text()))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["failure 1@step4:kill"]
+    assert [line.get_linestyle() for line in ax.get_lines()].count("--") == 1
+    # its spans are not drawn as a rank's compute
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "rank 0 compute", "rank 0 communication", "rank 1 compute", "rank 1 communication"]
+    out = io.StringIO()
+    assert plot.plot([trace], tmp_path / "charts", out=out) == 0

@@ -100,6 +100,14 @@ class AccuracyRun(ResultRun):
     # --recovery restart's facts (goodput, restarts, each failure's costs); None without
     recovery: Optional[Dict[str, Any]] = None
 
+    @property
+    def failures(self) -> str:
+        """The --fail schedule and --recovery policy it ran under, as given ("" for a run
+        with neither): runs under different ones did not face the same failures."""
+        config = self.doc["config"]
+        fail, policy = str(config.get("fail") or "none"), str(config.get("recovery") or "none")
+        return "" if fail == policy == "none" else f"--fail {fail} --recovery {policy}"
+
 
 @dataclass
 class AccuracyRow:
@@ -142,6 +150,19 @@ class AccuracyRow:
     def img_sec(self) -> Optional[float]:
         known = [r.img_sec for r in self.runs if r.img_sec is not None]
         return sum(known) / len(known) if known else None
+
+    @property
+    def goodput(self) -> Optional[float]:
+        """The median goodput of its runs that recorded one (a recovery policy's: useful
+        samples per second of wall time, failures included); None where none did."""
+        return ttt.median([r.recovery["goodput"] for r in self.runs if r.recovery])
+
+    @property
+    def failures(self) -> str:
+        """Its runs' --fail schedules and recovery policies (AccuracyRun.failures), "" for
+        runs with none; several (repeats that differ in them) are joined by " | "."""
+        found = sorted({r.failures or "no --fail" for r in self.runs})
+        return "" if found == ["no --fail"] else " | ".join(found)
 
     @property
     def split(self) -> Optional[Dict[str, float]]:

@@ -1,6 +1,7 @@
 """`compare`'s part for runs trained to accuracy: the two arms' rows matched on
 configuration (group key without hardware and tag, strategy, workers), their times to
-the target side by side, and whether the difference is real.
+the target side by side, and whether the difference is real; where the runs ran under
+failures, their goodput beside their throughput (commbench.analysis.compare_failures).
 
 The test is the Mann-Whitney U test on the runs' times to the target, two-sided, exact
 for small arms (commbench.analysis.time_to_target): it needs no normal distribution and
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from commbench.analysis import tables
+from commbench.analysis import compare_failures, tables
 from commbench.analysis import time_to_target as ttt
 from commbench.analysis.accuracy import AccuracyRow, AccuracyRun, rows_by_match
 from commbench.analysis.runs import given
@@ -56,11 +57,15 @@ class AccuracyComparison:
         ratio = None if before is None or after is None else after / before
         # accuracy_reading.read refuses a time that is not finite: every time ranks
         p = ttt.mann_whitney_p(base.times(), new.times()) if base.has_target else None
-        return {"group": title(key[0]), "strategy": base.series.strategy,
+        pair = {"group": title(key[0]), "strategy": base.series.strategy,
                 "topology": base.series.settings(), "workers": base.workers,
                 "base": base, "new": new, "ratio": ratio,
                 "delta": None if ratio is None else ratio - 1, "p": p,
                 "result": self._verdict(base, new, ratio, p)}
+        failures = compare_failures.facts(base, new)
+        if failures is not None:  # only then: a pair without failures reads as before
+            pair["failures"] = failures
+        return pair
 
     def _verdict(self, base: AccuracyRow, new: AccuracyRow, ratio: Optional[float],
                  p: Optional[float]) -> str:
@@ -88,6 +93,7 @@ class AccuracyComparison:
         lines += tables.by_group(self.pairs, _row, HEADERS, ALIGN, fmt)
         if not self.pairs:
             lines += ["No configuration trained to accuracy is in both BASE and NEW.", ""]
+        lines += compare_failures.lines(self.pairs, fmt)
         for name, cells in (("Only in BASE", self.only_base), ("Only in NEW", self.only_new)):
             if cells:
                 lines += [f"{h}{name}, trained to accuracy (not compared):"]
@@ -97,10 +103,12 @@ class AccuracyComparison:
     def summary(self) -> str:
         counts = {r: sum(p["result"] == r for p in self.pairs) for r in ("faster", "SLOWER")}
         short = sum(p["result"].startswith("not enough") for p in self.pairs)
+        differ = sum(compare_failures.differ(p) for p in self.pairs)
         return (f"Time to accuracy: {len(self.pairs)} compared: {counts['faster']} faster, "
                 f"{counts['SLOWER']} slower, {short} with not enough runs, "
                 f"{len(self.pairs) - sum(counts.values()) - short} unchanged or undecided; "
-                f"{len(self.only_base) + len(self.only_new)} unmatched.")
+                f"{len(self.only_base) + len(self.only_new)} unmatched"
+                + (f"; {differ} under different failure schedules." if differ else "."))
 
     def record(self) -> Dict[str, Any]:
         def row(r: AccuracyRow) -> Dict[str, Any]:
@@ -143,7 +151,8 @@ def _row(p: Dict[str, Any]) -> List[str]:
             _reached(base), _median(new), _reached(new),
             "-" if p["ratio"] is None else f"{p['ratio']:.3f}",
             "-" if p["delta"] is None else f"{100 * p['delta']:+.1f}%",
-            "-" if p["p"] is None else f"{p['p']:.3g}", p["result"]]
+            "-" if p["p"] is None else f"{p['p']:.3g}",
+            p["result"] + (f"; {compare_failures.DIFFER}" if compare_failures.differ(p) else "")]
 
 
 def _unmatched(cells, fmt: str) -> List[str]:

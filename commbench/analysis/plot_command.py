@@ -1,7 +1,8 @@
 """`commbench plot PATH...`: one scaling chart per group of comparable runs
 (rendering in commbench.plots.scaling) and, where the runs recorded it, where their
 steps' time went (commbench.plots.step_split); for runs trained to accuracy, their
-curves and their time to target (commbench.plots.accuracy); a `--timeline` trace file
+curves and their time to target, and under failures their goodput
+(commbench.plots.accuracy); a `--timeline` trace file
 given as a PATH is drawn as a picture of its last steps (commbench.plots.timeline).
 PNG, plus SVG or PDF on request.
 """
@@ -88,8 +89,9 @@ def write_charts(groups: List[Group], out_dir: Union[str, Path],
 def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path],
                           formats: Sequence[str] = (), projections: List = ()) -> List[Path]:
     """accuracy-<group>: the curves; time-to-target-<group>: the time to the target per
-    strategy (groups trained without a target have no such chart); the winner maps with
-    the projections of their workload beside them."""
+    strategy (groups trained without a target have no such chart); goodput-<group>, where
+    runs ran under --fail or a recovery policy: their goodput beside their throughput;
+    the winner maps with the projections of their workload beside them."""
     from commbench.plots import accuracy, scaling
 
     styles = accuracy.palette(groups)
@@ -101,6 +103,9 @@ def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path]
         if accuracy.has_times(group):
             written += scaling.save_named(accuracy.time_figure(group, styles), out_dir,
                                           f"time-to-target-{name}", formats)
+        if accuracy.has_failures(group):
+            written += scaling.save_named(accuracy.goodput_figure(group, styles), out_dir,
+                                          f"goodput-{name}", formats)
     return written + write_winner_maps(groups, out_dir, formats, projections=projections)
 
 

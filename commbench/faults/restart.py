@@ -168,7 +168,7 @@ class Restart:
             return None
         lost = max(0, fired["steps"] - recovered["resumed_from"])
         return {"event": fired["event"], "rank": fired["rank"],
-                "failed_after_step": fired["steps"],
+                "failed_after_step": fired["steps"], "failed_at": fired["at"],
                 "detection_seconds": recovered["detected"] - fired["at"],
                 "recovery_seconds": recovered["recovered"] - fired["at"],
                 "resumed_from_step": recovered["resumed_from"],

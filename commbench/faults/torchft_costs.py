@@ -1,7 +1,8 @@
 """What each failure cost under `--recovery torchft` (commbench.faults.torchft_group),
 from two records: the failing replica group's, written as it fires its event (when, after
 how many steps), and replica group 0's log of its own steps (when each ended, how many
-replica groups its quorum held, whether it committed).
+replica groups its quorum held, whether it committed). When it fired (`failed_at`, on
+the wall clock) places it on the timeline (commbench.timing.failure_track).
 
 Survivors do not redo steps: they go on with fewer replica groups, or wait for the
 quorum to re-form. The failing group's last step is the quorum's step number it had
@@ -49,7 +50,7 @@ def cost(fired: Dict[str, Any], log: Sequence[StepRecord], batch: int) -> Dict[s
     fewer = [s for s in after if s.committed and s.participants < full
              and (rejoined is None or s.ended < rejoined.ended)]
     return {"event": fired["event"], "rank": fired["rank"],
-            "failed_after_step": fired["steps"],
+            "failed_after_step": fired["steps"], "failed_at": at,
             "detection_seconds": _since(at, noticed),
             "recovery_seconds": _since(at, recovered),
             "rejoin_seconds": _since(at, rejoined),

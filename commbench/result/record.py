@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, TypeVar, Union
 
 from commbench.job import straggler
 from commbench.result import metrics, store
-from commbench.timing import gpu_kernels, spans, trace_file, wire
+from commbench.timing import failure_track, gpu_kernels, spans, trace_file, wire
 from commbench.timing.clock_alignment import clock_offsets
 from commbench.config.run_config import RunConfig
 from commbench.errors import NotRecorded
@@ -241,11 +242,16 @@ def measured_split(strategy, ctx, events, offsets) -> Optional[List[List[Row]]]:
 
 def write_timeline(config: RunConfig, doc: Dict[str, Any], events, hosts: List[str],
                    clocks: Clocks) -> None:
-    """The --timeline file (when asked for): every rank's spans on rank 0's clock."""
+    """The --timeline file (when asked for): every rank's spans on rank 0's clock, and
+    the failures of --fail that the result records the costs of."""
     if config.timeline is None:
         return
     names = [f"rank {r} ({host})" for r, host in enumerate(hosts)]
-    trace = trace_file.trace_events(events, clocks["seconds"], names, config.timeline_steps)
+    # the failures' wall-clock times on rank 0's span clock (this is rank 0)
+    failures = failure_track.from_costs((doc.get("recovery") or {}).get("costs", ()),
+                                        spans.now() - time.time())
+    trace = trace_file.trace_events(events, clocks["seconds"], names, config.timeline_steps,
+                                    failures)
     trace_file.write_trace(config.timeline, trace,
                            {"commbench": doc["schema_version"], "config": doc["config"],
                             "clock_offsets": clocks})

@@ -14,6 +14,7 @@ from commbench.config.flags import flag, positive_int
 from commbench.config.sections import Section
 from commbench.errors import UsageError
 from commbench.result.store import write_new_file
+from commbench.timing import failure_track
 
 if TYPE_CHECKING:
     from commbench.timing.spans import Span
@@ -48,18 +49,24 @@ class TimelineFlags(Section):
 
 
 def trace_events(events: Sequence[Sequence["Span"]], offsets: Sequence[float],
-                 names: Sequence[str], steps: Optional[int] = None) -> List[Dict[str, Any]]:
+                 names: Sequence[str], steps: Optional[int] = None,
+                 failures: Sequence[failure_track.Failure] = ()) -> List[Dict[str, Any]]:
     """Chrome trace events: one process per rank named names[rank], a compute track
     (steps, their phases and waits), communication tracks (pieces; a second track only
-    where pieces overlap) and on GPUs the device's kernels (device_time). Times in
-    microseconds from the earliest span; only the last `steps` steps when given."""
+    where pieces overlap), on GPUs the device's kernels (device_time) and the failures
+    of --fail with their recoveries (on rank 0's clock). Times in microseconds from the
+    earliest span or failure; only the last `steps` steps, and the failures that end in
+    them, when given."""
     first_step = 0
     if steps is not None:
         last = max((span.step for mine in events for span in mine), default=0)
         first_step = max(0, last + 1 - steps)
     shown = [(rank, span) for rank, mine in enumerate(events) for span in mine
              if span.end is not None and span.step >= first_step]
-    origin = min((span.start + offsets[rank] for rank, span in shown), default=0.0)
+    first = min((span.start + offsets[rank] for rank, span in shown), default=0.0)
+    since = first if first_step > 0 else None
+    failures = [f for f in failures if since is None or f.end >= since]
+    origin = min([first] + [f.at for f in failures])
     out = [meta for rank, name in enumerate(names) for meta in process_metadata(rank, name)]
     lanes: Dict[Tuple[int, str], List[float]] = {}  # (rank, kind) -> each track's last end
     for rank, span in sorted(shown, key=by_rank_and_time):
@@ -73,7 +80,7 @@ def trace_events(events: Sequence[Sequence["Span"]], offsets: Sequence[float],
             event["args"].update(bytes=span.nbytes,
                                  peers="all" if span.peers is None else span.peers)
         out.append(event)
-    return out
+    return out + failure_track.trace_events(failures, origin, len(names))
 
 
 def by_rank_and_time(ranked: Tuple[int, "Span"]) -> Tuple[int, float, float]:
