@@ -233,7 +233,7 @@ def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_st
             assert replica.healed() == Progress(1, 0.5, 0.75, [], [2.0])
             assert replica.healed() is None  # taken up once
         finally:
-            replica.manager.shutdown(wait=False)
+            replica.manager.shutdown(wait=True)  # its threads gone before the lighthouse
 
 
 @pytest.mark.mpi
@@ -297,3 +297,22 @@ def test_report_says_a_torchft_runs_groups_goodput_and_what_its_failures_cost(tm
         "wall time; 1@step6:kill: 5.2 s to the first complete step after it, 9 steps with "
         f"fewer groups; 2@30s:kill: no complete step after it, 0 steps with fewer groups; "
         f"{written}"), lines
+
+
+def test_a_bucket_the_manager_no_longer_reduces_is_completed_with_its_own_buffer():
+    """torchft #304: after a failed allreduce the Manager answers with a work whose
+    future holds no inner future; torchft's own hook asserts there, ending the survivor."""
+    torch = pytest.importorskip("torch")
+    work = pytest.importorskip("torchft.work")
+    from commbench.faults.torchft_fixes import completed_bucket
+
+    buffer = torch.arange(4.0)
+    manager = SimpleNamespace(allreduce=work._DummyWork)
+    bucket = SimpleNamespace(buffer=lambda: buffer)
+    done = completed_bucket(manager, bucket)
+    assert done.done() and done.value() is buffer
+    reduced = torch.futures.Future()
+    reduced.set_result(buffer * 2)
+    managed = SimpleNamespace(wait=lambda: True,
+                              get_future=lambda: SimpleNamespace(_fut=reduced))
+    assert completed_bucket(SimpleNamespace(allreduce=lambda t: managed), bucket) is reduced

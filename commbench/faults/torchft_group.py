@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.config.compression import parse as compression
 from commbench.errors import UsageError
-from commbench.faults import checkpoint, fail_schedule
+from commbench.faults import checkpoint, fail_schedule, torchft_fixes
 from commbench.faults.restart import RECORD, Progress, read, write
 from commbench.faults.torchft_costs import StepRecord, cost, short_quorums
 
@@ -106,7 +106,7 @@ class Replica:
         update committed only where the quorum's allreduce went through."""
         from datetime import timedelta
 
-        from torchft import DistributedDataParallel, Manager, ProcessGroupGloo
+        from torchft import Manager, ProcessGroupGloo
         from torchft.optim import OptimizerWrapper
 
         from commbench.job.training_step import TrainingStep
@@ -125,7 +125,7 @@ class Replica:
                                quorum_timeout=patience, rank=0, world_size=1,
                                store_addr="127.0.0.1", store_port=self.store.port,
                                replica_id=f"commbench_{self.group}")
-        ddp = DistributedDataParallel(self.manager, model)
+        ddp = torchft_fixes.distributed_data_parallel(self.manager, model)
         step = TrainingStep(ddp, OptimizerWrapper(self.manager, optimizer),
                             waits_after_last_piece=True)
 
