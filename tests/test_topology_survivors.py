@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from commbench.topology import build_schedule, build_topology
-from commbench.topology.survivors import (survivors_at, survivors_topology, survivors_weights,
-                                          surviving_ranks)
+from commbench.topology.survivors import (survivors_at, survivors_schedule, survivors_topology,
+                                          survivors_weights, surviving_ranks)
 from test_topology import CIRCULANT, STATIC
 
 DYNAMIC = [name for name in CIRCULANT]  # every family with a one-peer schedule
@@ -149,6 +149,16 @@ def test_a_one_peer_schedule_around_the_hole_still_reaches_the_mean():
     for step in range(600):
         x = survivors_at(schedule, [5], step).weights @ x
     np.testing.assert_allclose(x, np.broadcast_to(mean, x.shape), rtol=0, atol=1e-8)
+
+
+def test_the_survivors_schedule_mixes_each_step_as_survivors_at_does():
+    schedule = build_schedule("exponential-2", 8, dynamic=True)
+    survived = survivors_schedule(schedule, [5, 2])
+    assert (survived.name, survived.size, survived.kind, survived.period) == (
+        schedule.name, 6, schedule.kind, schedule.period)
+    for step in range(2 * schedule.period):
+        np.testing.assert_array_equal(survived.at(step).weights,
+                                      survivors_at(schedule, [5, 2], step).weights)
 
 
 @pytest.mark.parametrize("lost, message", [([0, 1, 2], "every one of the 3 workers is lost"),

@@ -1,6 +1,7 @@
 """The survivors' mixing matrix after ranks are lost: the mathematics of a gossip
 recovery (issue 56), where the workers that remain average around the hole instead of
-ending the job. Pure: weights in, weights out; no strategy uses it yet.
+ending the job. Pure: weights in, weights out; commbench.faults.gossip_survival
+is its runtime half, and no strategy uses either yet.
 
 A lost rank's links are dropped and the weight a survivor gave it goes back to the
 survivor's own self-loop, so each row still sums to one. Where the lost rank's links
@@ -73,6 +74,15 @@ def survivors_at(schedule: Schedule, lost: Iterable[int], step: int) -> Topology
     """The survivors' topology at training step `step` of a (static or dynamic) schedule
     with `lost` gone: each step's matrix re-weighted alone, as each step mixes alone."""
     return Topology(schedule.name, survivors_weights(schedule.at(step).weights, lost))
+
+
+def survivors_schedule(schedule: Schedule, lost: Iterable[int]) -> Schedule:
+    """The schedule the survivors mix along from here on: each step's matrix of
+    `schedule` with `lost` gone (survivors_at), node k the k-th surviving rank."""
+    lost = tuple(lost)
+    kept = surviving_ranks(schedule.size, lost)
+    return Schedule(schedule.name, len(kept), schedule.kind, schedule.period,
+                    lambda phase: survivors_weights(schedule.at(phase).weights, lost))
 
 
 def _self_looped(w: np.ndarray) -> np.ndarray:
