@@ -57,6 +57,21 @@ LAUNCHER_VARIABLES: Tuple[Tuple[str, Tuple[Names, ...]], ...] = (
 )
 
 
+# Set by `commbench torchft` for each replica group it starts: a world of one, whose
+# only rank is 0 in every group (commbench.faults.torchft_group).
+REPLICA_GROUP = "COMMBENCH_TORCHFT_GROUP"
+
+
+def who(environ: Mapping[str, str] = os.environ) -> str:
+    """How this process's lines name it: `rank R`, or `replica group G` under torchft."""
+    if environ.get(REPLICA_GROUP):
+        return f"replica group {environ[REPLICA_GROUP]}"
+    try:
+        return f"rank {detect_launch(environ).rank}"
+    except Exception:
+        return "rank ?"
+
+
 def detect_launch(environ: Mapping[str, str] = os.environ) -> LaunchInfo:
     for launcher, names in LAUNCHER_VARIABLES:
         rank_var, size_var = names[0], names[1]

@@ -115,16 +115,21 @@ class Ended:
         return self.returncode
 
 
-def watched(events, code, starts=1):
-    groups = torchft_launch.Groups([], 3, "http://h:1", "", tuple(events), 300.0)
+def watched(events, code, starts=1, records=""):
+    groups = torchft_launch.Groups([], 3, "http://h:1", str(records), tuple(events), 300.0)
     groups.procs[1], groups.starts[1] = Ended(code), starts
     started = []
     groups.start = started.append
     return groups, started
 
 
-def test_a_group_killed_by_its_event_is_started_again_after_its_rejoin():
-    groups, started = watched([FailEvent(1, step=3, rejoin=60.0)], -9)
+def test_a_group_killed_by_its_event_is_started_again_after_its_rejoin(tmp_path):
+    events = [FailEvent(1, step=3, rejoin=60.0)]
+    groups, started = watched(events, 1, records=tmp_path)  # dead before its event fired
+    assert groups.look_at(1) == ("replica group 1 ended with exit status 1 before its "
+                                 "failure of --fail (1@step3:kill+60s) fired")
+    torchft_group.fired_record(tmp_path, 0).write_text("{}")  # as the group does, first
+    groups, started = watched(events, -9, records=tmp_path)
     assert groups.look_at(1) is None and started == []
     groups.due[1] = 0.0  # its +REJOIN has passed
     assert groups.look_at(1) is None and started == [1]
@@ -316,3 +321,14 @@ def test_a_bucket_the_manager_no_longer_reduces_is_completed_with_its_own_buffer
     managed = SimpleNamespace(wait=lambda: True,
                               get_future=lambda: SimpleNamespace(_fut=reduced))
     assert completed_bucket(SimpleNamespace(allreduce=lambda t: managed), bucket) is reduced
+
+
+def test_a_replica_groups_error_line_names_the_group_not_its_rank_0(monkeypatch, capsys):
+    from commbench.job import failure
+
+    monkeypatch.setenv(torchft_group.GROUP, "2")
+    monkeypatch.setattr(failure, "launcher_first", lambda error: 0.0)
+    monkeypatch.setattr(failure, "_abort", lambda code: None)
+    failure.describe_and_abort(RuntimeError("http2 error\nmore"))
+    assert capsys.readouterr().err == "commbench: error: replica group 2: RuntimeError: " \
+        "http2 error\n"

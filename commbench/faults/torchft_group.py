@@ -27,6 +27,7 @@ from commbench.config.compression import parse as compression
 from commbench.errors import UsageError
 from commbench.faults import checkpoint, fail_schedule, torchft_fixes
 from commbench.faults.restart import RECORD, Progress, read, write
+from commbench.launch.detect import REPLICA_GROUP
 from commbench.faults.torchft_costs import StepRecord, cost, short_quorums
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from commbench.launch.detect import LaunchInfo
 
 # Set by `commbench torchft` for each group it starts.
-GROUP = "COMMBENCH_TORCHFT_GROUP"  # this group's index, the RANK of --fail
+GROUP = REPLICA_GROUP  # this group's index, the RANK of --fail
 GROUPS = "COMMBENCH_TORCHFT_GROUPS"  # how many groups the launcher runs
 STARTS = "COMMBENCH_TORCHFT_STARTS"  # how many times this group was started before
 RECORDS = "COMMBENCH_TORCHFT_RECORDS"  # where a failing group records its event
@@ -81,6 +82,11 @@ def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
     if first is not None:
         raise UsageError(f"argument --fail: {first} fails replica group 0, which writes the "
                          "result; fail another")
+
+
+def fired_record(records: Path, index: int) -> Path:
+    """Where the group failing by the schedule's event `index` records it, first."""
+    return records / f"fired-{index}{RECORD}"
 
 
 class Replica:
@@ -165,7 +171,7 @@ class Replica:
     def fired(self, event: fail_schedule.FailEvent, steps: int) -> None:
         """The failing group, before it dies: its event, after how many steps, when."""
         index = self.events.index(event)
-        write(self.records / f"fired-{index}{RECORD}", {
+        write(fired_record(self.records, index), {
             "event": str(event), "rank": event.rank, "steps": steps, "at": time.time(),
             "quorum_step": self.manager.current_step()})
 
@@ -187,7 +193,7 @@ class Replica:
     def facts(self, outcome: Dict[str, Any], model) -> Dict[str, Any]:
         """Group 0, once training ended: what the failures cost and the goodput."""
         wall = time.time() - self.began
-        fired = [f for f in (read(self.records / f"fired-{i}{RECORD}")
+        fired = [f for f in (read(fired_record(self.records, i))
                              for i in range(len(self.events))) if f]
         samples = self.manager.batches_committed() * self.samples_per_step
         return {"policy": "torchft", "replica_groups": self.groups,

@@ -208,6 +208,9 @@ class Groups:
                     f"replica group {group} ended with exit status {proc.returncode} and no "
                     "failure of --fail left to explain it")
         event = mine[self.starts[group] - 1]
+        if not torchft_group.fired_record(Path(self.records), self.events.index(event)).exists():
+            return (f"replica group {group} ended with exit status {proc.returncode} before "
+                    f"its failure of --fail ({event}) fired")
         self.due[group] = now + (event.rejoin or 0.0)
         print(f"commbench torchft: replica group {group} ended with exit status "
               f"{proc.returncode} ({event}); starting it again in {event.rejoin or 0:g} s",

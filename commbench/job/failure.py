@@ -28,13 +28,9 @@ ROLL_CALL_GRACE = 10.0
 
 
 def describe_and_abort(error: BaseException) -> None:
-    from commbench.launch.detect import detect_launch
+    from commbench.launch.detect import who
 
-    try:
-        rank = detect_launch().rank
-    except Exception:
-        rank = "?"
-    print(f"commbench: error: rank {rank}: {what_failed(error)}", file=sys.stderr, flush=True)
+    print(f"commbench: error: {who()}: {what_failed(error)}", file=sys.stderr, flush=True)
     if os.environ.get("COMMBENCH_DEBUG"):
         traceback.print_exception(type(error), error, error.__traceback__)
     time.sleep(launcher_first(error))
