@@ -355,13 +355,16 @@ def test_a_diloco_sync_not_committed_undoes_its_steps_where_local_sgds_stand(
 def test_the_launcher_says_whether_the_groups_ended_with_the_same_parameters(tmp_path):
     from commbench.faults.restart import write
 
-    write(tmp_path / "ended-0.json", {"steps": 150, "parameters_sha256": "ab" * 32})
+    def ended(group):
+        return tmp_path / f"ended-{group}.record"
+
+    write(ended(0), {"steps": 150, "parameters_sha256": "ab" * 32})
     assert torchft_group.ended_alike(tmp_path, 2) is None  # group 1 did not end its run
-    write(tmp_path / "ended-1.json", {"steps": 150, "parameters_sha256": "ab" * 32})
+    write(ended(1), {"steps": 150, "parameters_sha256": "ab" * 32})
     assert torchft_group.ended_alike(tmp_path, 2) == (
         "the 2 replica groups ended at step 150 with the same parameters (sha256 "
         "abababababababab)")
-    write(tmp_path / "ended-1.json", {"steps": 149, "parameters_sha256": "cd" * 32})
+    write(ended(1), {"steps": 149, "parameters_sha256": "cd" * 32})
     assert torchft_group.ended_alike(tmp_path, 2).startswith(
         "the 2 replica groups ended at step 149, 150 with 2 different parameters")
 
