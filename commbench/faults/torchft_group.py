@@ -209,10 +209,12 @@ class Replica:
         if self._quorum:
             self.synced = self.progress
 
-    def ended(self, steps: int, model) -> None:
-        """Every group, at its run's end: its parameters, for the launcher to compare."""
+    def ended(self, steps: int, model) -> bool:
+        """Every group, at its run's end: its parameters recorded, for the launcher to
+        compare. Whether this group writes the result (group 0 alone)."""
         write(self.records / f"{ENDED}{self.group}{RECORD}",
               {"steps": steps, "parameters_sha256": checkpoint.parameters_digest(model)})
+        return self.group == 0
 
     def facts(self, outcome: Dict[str, Any], model) -> Dict[str, Any]:
         """Group 0, once training ended: what the failures cost and the goodput."""

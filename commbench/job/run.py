@@ -258,9 +258,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         strategy.sees_wire and replica is None, restart)
     unwritten = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine, recorder, slow)
-    if replica is not None:
-        replica.ended(outcome["steps"], model)
-    if replica is not None and replica.group != 0:
+    if replica is not None and not replica.ended(outcome["steps"], model):
         unwritten = None  # torchft's group 0 writes the result (torchft_group)
     if unwritten is not None and restart is not None:  # rank 0's
         unwritten.doc["recovery"] = restart.facts(outcome, model)
