@@ -179,6 +179,7 @@ class Replica:
         mine = [e for e in self.events if e.rank == self.group]
         fails.forget(mine[:int(os.environ.get(STARTS, "0"))])
         fails.record = self.fired
+        self._taken = time.perf_counter()  # the loop's wall clock starts now
         return self.start
 
     def fired(self, event: fail_schedule.FailEvent, steps: int) -> None:
