@@ -12,7 +12,9 @@ steps, are averaged at each meeting as local_sgd averages them, so that with
 Written on torch primitives rather than on torchft's DiLoCo: that one steps through
 torchft's Manager, whose quorum needs torchft's lighthouse server and process groups of
 its own beside the launcher's, for the fault tolerance a benchmark does not ask of it.
-Its update is this one (tests/test_diloco.py runs both on one model).
+Its update is this one (tests/test_diloco.py runs both on one model); under
+--recovery torchft, where the fault tolerance is the point, a run is torchft's DiLoCo
+(commbench.faults.torchft_exchange).
 """
 
 from __future__ import annotations

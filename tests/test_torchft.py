@@ -1,5 +1,7 @@
-"""--recovery torchft (commbench.faults.torchft_launch, torchft_group, torchft_costs): what
-each failure cost, from the failing group's record and group 0's log of its steps; the
+"""--recovery torchft (commbench.faults.torchft_launch, torchft_group, torchft_exchange,
+torchft_costs): what
+each failure cost, from the failing group's record and group 0's log of its quorum's
+steps; allreduce, local_sgd and diloco mapped onto torchft's classes; the
 replica groups' command lines and environment; the launcher's watch (a failed group
 started again after its +REJOIN, a death nothing explains ends the job); the lighthouse
 started and shut down, a given one that does not answer refused; what is refused in one
@@ -19,7 +21,7 @@ import pytest
 from analysis_helpers import run_report
 from cli_helpers import commbench, refused
 from commbench.errors import UsageError
-from commbench.faults import torchft_costs, torchft_group, torchft_launch
+from commbench.faults import torchft_costs, torchft_exchange, torchft_group, torchft_launch
 from commbench.faults.fail_schedule import FailEvent
 from commbench.faults.torchft_costs import StepRecord
 from launchers import PYTHON, only_result, run
@@ -84,6 +86,19 @@ def test_costs_read_from_a_quorum_that_was_short_before_any_failure_say_they_are
     assert said[1] == ("  (not exact: 1 steps before the first failure had a quorum of fewer "
                        "than 4 replica groups, groups falling behind and healing; the costs "
                        "above count quorum sizes)")
+
+
+def test_a_sync_with_fewer_groups_costs_the_h_training_steps_it_stands_for():
+    """local_sgd and diloco: group 0's log holds its syncs, every H-th step; the failing
+    group fired after 12 of its own steps, its quorum at sync 2."""
+    fired = {"event": "1@step13:kill", "rank": 1, "steps": 12, "quorum_step": 2, "at": 10.0}
+    log = [StepRecord(9.0, 2, 2, True), StepRecord(15.0, 3, 1, True),
+           StepRecord(16.0, 4, 1, True), StepRecord(30.0, 5, 2, True)]
+    found = torchft_costs.cost(fired, log, batch=32, every=5)
+    assert found["failed_after_step"] == 12
+    assert found["detection_seconds"] == found["recovery_seconds"] == pytest.approx(5.0)
+    assert found["rejoin_seconds"] == pytest.approx(20.0)
+    assert (found["steps_with_fewer_groups"], found["samples_lost"]) == (10, 320)
 
 
 def test_each_group_is_a_world_of_one_told_its_index_and_the_lighthouse(tmp_path):
@@ -176,8 +191,21 @@ def test_the_lighthouse_is_shut_down_when_the_run_fails():
      "0, which writes the result; fail another"),
     (["--", *TINY, "--fail", "3@step3"], "argument --fail: rank 3 does not exist; this job of "
      "2 replica groups has ranks 0 to 1"),
-    (["--", *TINY, "--dist-optimizer", "local_sgd"], "argument --recovery: torchft carries "
-     "allreduce here (torchft's DistributedDataParallel), not local_sgd"),
+    (["--", *TINY, "--dist-optimizer", "neighbor_allreduce"], "argument --recovery: torchft "
+     "carries allreduce, local_sgd, diloco here (torchft's DistributedDataParallel, LocalSGD, "
+     "DiLoCo), not neighbor_allreduce"),
+    (["--", *TINY, "--dist-optimizer", "local_sgd", "--average-every", "5",
+      "--local-warmup-steps", "2"], "argument --local-warmup-steps: torchft's LocalSGD syncs "
+     "every H steps from the first: leave it out"),
+    (["--", *TINY, "--dist-optimizer", "local_sgd", "--average-every", "5,10",
+      "--machine-size", "1"], "argument --average-every: torchft's LocalSGD syncs over all "
+     "replica groups alone: give one H"),
+    (["--", *TINY, "--dist-optimizer", "diloco", "--average-every", "5", "--outer-dtype",
+      "bf16"], "argument --outer-dtype: torchft's DiLoCo sends the pseudo-gradients in the "
+     "parameters' own type: leave it out"),
+    (["--", *TINY, "--dist-optimizer", "diloco", "--average-every", "8"], "argument "
+     "--eval-every: under --recovery torchft the replica groups of diloco hold the same "
+     "parameters only after a sync: evaluate every multiple of --average-every 8"),
     (["--", *TINY, "--recovery", "restart"], "argument --recovery: commbench torchft runs "
      "--recovery torchft, not restart"),
     (["--", *TINY, "--compression", "fp16"], "argument --recovery: torchft's allreduce sends "
@@ -191,7 +219,9 @@ def test_the_lighthouse_is_shut_down_when_the_run_fails():
 ])
 def test_what_no_group_could_run_is_refused_in_one_line_before_any_starts(args, message,
                                                                           monkeypatch):
-    monkeypatch.setattr(subprocess, "Popen", None)  # a group started would fail the test
+    # A group started would fail the test (not Popen itself, which torch's first import
+    # may call to find its libraries).
+    monkeypatch.setattr(torchft_launch.Groups, "start", None)
     assert refused("torchft", "-n", "2", *args).startswith("commbench: error: " + message)
 
 
@@ -218,7 +248,8 @@ def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_st
                                                     store.port).items():
             monkeypatch.setenv(name, value)
         replica = torchft_group.Replica(RunConfig(timeout=30.0),
-                                        SimpleNamespace(rank=0, world_size=1), print, 8)
+                                        SimpleNamespace(rank=0, world_size=1), print, 8,
+                                        SimpleNamespace(name="allreduce"))
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 3)
         step = replica.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
@@ -239,6 +270,124 @@ def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_st
             assert replica.healed() is None  # taken up once
         finally:
             replica.manager.shutdown(wait=True)  # its threads gone before the lighthouse
+
+
+def test_local_sgd_and_diloco_map_their_flags_onto_torchfts_classes():
+    from commbench.optimizers.diloco import DilocoOptions
+    from commbench.optimizers.local_sgd import LocalSgdOptions
+
+    allreduce = torchft_exchange.of(SimpleNamespace(name="allreduce"))
+    local = torchft_exchange.of(SimpleNamespace(name="local_sgd",
+                                                options=LocalSgdOptions(average_every=4)))
+    diloco = torchft_exchange.of(SimpleNamespace(name="diloco",
+                                                 options=DilocoOptions(average_every=6)))
+    assert (allreduce.every, allreduce.keeps_own, allreduce.meets) == (1, False, False)
+    assert (local.every, local.keeps_own, local.meets) == (4, True, True)
+    assert (diloco.every, diloco.keeps_own, diloco.meets) == (6, False, True)
+
+
+@pytest.fixture
+def quorum_of_one(tmp_path, monkeypatch):
+    """A Replica of `strategy` in a quorum of its own, its lighthouse started here."""
+    from torch.distributed import TCPStore
+
+    from commbench.config.run_config import RunConfig
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    made = []
+    with torchft_launch.lighthouse(None) as address:
+        for name, value in torchft_launch.group_env(0, 2, address, str(tmp_path), 0,
+                                                    store.port).items():
+            monkeypatch.setenv(name, value)
+
+        def make(strategy):
+            made.append(torchft_group.Replica(RunConfig(timeout=30.0),
+                                              SimpleNamespace(rank=0, world_size=1), print,
+                                              8, strategy))
+            return made[-1]
+
+        yield make
+        for replica in made:
+            replica.manager.shutdown(wait=False)
+
+
+def steps(replica, model, optimizer, n):
+    import torch
+
+    step = replica.wrap(model, optimizer)
+    for _ in range(n):
+        step(torch.randn(8, 4), torch.randint(0, 3, (8,)))
+        yield replica.committed()
+
+
+def test_diloco_syncs_every_h_steps_and_serves_its_outer_optimizer_and_last_sync(
+        quorum_of_one):
+    import torch
+
+    from commbench.optimizers.diloco import DilocoOptions
+
+    diloco = SimpleNamespace(name="diloco", meetings=0, options=DilocoOptions(
+        average_every=2, outer_lr=0.5, outer_momentum=0.8))
+    replica = quorum_of_one(diloco)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    assert all(steps(replica, model, torch.optim.SGD(model.parameters(), lr=0.1), 4))
+    # One quorum step per sync, after the 2nd and the 4th step: each a meeting.
+    assert [(s.step, s.participants, s.committed) for s in replica.log] == [
+        (1, 1, True), (2, 1, True)]
+    assert diloco.meetings == 2 and replica.manager.current_step() == 2
+    served = copy.deepcopy(replica.manager._manager_state_dict()["user"])
+    fragment = served["StreamingDiLoCoFragment_0"]  # torchft's DiLoCo's own, beside ours
+    outer = fragment["outer_optimizer"]["param_groups"][0]
+    assert (outer["lr"], outer["momentum"], outer["nesterov"]) == (0.5, 0.8, True)
+    assert fragment["outer_optimizer"]["state"]  # its momentum, which a healing group takes
+    assert torch.equal(fragment["original_parameters"]["weight"], model.weight)
+    assert set(served["default"]) == {"model", "optimizer", "progress"}
+
+
+@pytest.mark.parametrize("name, undone", [("diloco", True), ("local_sgd", False)])
+def test_a_diloco_sync_not_committed_undoes_its_steps_where_local_sgds_stand(
+        name, undone, quorum_of_one, monkeypatch):
+    import torch
+    from torchft import Manager
+
+    from commbench.faults.restart import Progress
+    from commbench.optimizers.diloco import DilocoOptions
+    from commbench.optimizers.local_sgd import LocalSgdOptions
+
+    monkeypatch.setattr(Manager, "should_commit", lambda self, timeout=None: False)
+    options = (DilocoOptions if undone else LocalSgdOptions)(average_every=2)
+    replica = quorum_of_one(SimpleNamespace(name=name, meetings=0, options=options))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    first = model.weight.detach().clone()
+    taken = steps(replica, model, torch.optim.SGD(model.parameters(), lr=0.1), 2)
+    assert next(taken)  # a step of its own, before the sync
+    replica.after_step(1, 0.5, 0.75, [], [2.0])
+    assert next(taken) is not undone  # the sync, not committed
+    assert torch.equal(model.weight, first) is undone
+    found = replica.healed()
+    if undone:  # back to the last committed sync, the start: its time spent
+        assert found == Progress(0, 0.5, found.wall_seconds) and found.wall_seconds >= 0.75
+    else:
+        assert found is None
+
+
+def test_the_launcher_says_whether_the_groups_ended_with_the_same_parameters(tmp_path):
+    from commbench.faults.restart import write
+
+    def ended(group):
+        return tmp_path / f"ended-{group}.record"
+
+    write(ended(0), {"steps": 150, "parameters_sha256": "ab" * 32})
+    assert torchft_group.ended_alike(tmp_path, 2) is None  # group 1 did not end its run
+    write(ended(1), {"steps": 150, "parameters_sha256": "ab" * 32})
+    assert torchft_group.ended_alike(tmp_path, 2) == (
+        "the 2 replica groups ended at step 150 with the same parameters (sha256 "
+        "abababababababab)")
+    write(ended(1), {"steps": 149, "parameters_sha256": "cd" * 32})
+    assert torchft_group.ended_alike(tmp_path, 2).startswith(
+        "the 2 replica groups ended at step 149, 150 with 2 different parameters")
 
 
 @pytest.mark.mpi
@@ -263,6 +412,35 @@ def test_a_killed_group_is_started_again_heals_from_its_peer_and_both_reach_the_
     assert 8 < cost["rejoin_seconds"] < 120 and cost["steps_with_fewer_groups"] > 0
     assert re.search(r"Failure 1@step20:kill\+8s: detected after [\d.]+ s", done.stdout)
     assert "Goodput: " in done.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(600)
+def test_a_killed_diloco_group_heals_from_its_peer_and_both_end_with_the_same_parameters(
+        tmp_path):
+    """diloco under torchft: the quorum forms at each sync, every 5th step. Group 1 is
+    killed before its 20th step and started again 8 s later; group 0's sync at step 20
+    goes on alone once the lighthouse has given group 1 up, and group 1 heals at a
+    later sync (the model, both optimizers, the last sync's parameters). Both reach the
+    planned end, a sync, with the same parameters."""
+    done = run([PYTHON, "-m", "commbench", "torchft", "-n", "2", "--", *TINY_TASK,
+                "--max-epochs", "30", "--eval-every", "50", "--timeout", "60",
+                "--dist-optimizer", "diloco", "--average-every", "5",
+                "--fail", "1@step20+8s", "--results-dir", str(tmp_path)], timeout=420)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = only_result(tmp_path)
+    assert doc["summary"]["steps"] == 150 and doc["strategy"]["meetings"] == 30
+    recovery = doc["recovery"]
+    [cost] = recovery["costs"]
+    assert cost["event"] == "1@step20:kill+8s" and cost["failed_after_step"] == 19
+    assert 0 <= cost["detection_seconds"] <= cost["recovery_seconds"] < 60
+    assert 8 < cost["rejoin_seconds"] < 120
+    # Syncs with group 0 alone, each the 5 training steps it stands for.
+    assert cost["steps_with_fewer_groups"] > 0 and cost["steps_with_fewer_groups"] % 5 == 0
+    assert cost["samples_lost"] == cost["steps_with_fewer_groups"] * 32
+    digest = recovery["final_parameters_sha256"]
+    assert (f"commbench torchft: the 2 replica groups ended at step 150 with the same "
+            f"parameters (sha256 {digest[:16]})") in done.stdout
 
 
 def test_a_stopped_group_is_killed_once_the_timeout_has_passed():

@@ -97,6 +97,16 @@ def load(path: Path, model, optimizer, rank: int) -> Dict[str, Any]:
 def digest(model) -> str:
     """sha256 of the model's parameters and buffers, bit for bit: two runs that trained
     the same model have the same digest."""
+    return _digest(model.state_dict().items())
+
+
+def parameters_digest(model) -> str:
+    """sha256 of the model's parameters alone (what torchft's local SGD and DiLoCo
+    average; BatchNorm's statistics stay each worker's)."""
+    return _digest(model.named_parameters())
+
+
+def _digest(named) -> str:
     import hashlib
 
     import torch
@@ -105,7 +115,7 @@ def digest(model) -> str:
     # type of another width, and numpy has no bfloat16.
     same_width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     found = hashlib.sha256()
-    for key, value in sorted(model.state_dict().items()):
+    for key, value in sorted(named, key=lambda item: item[0]):
         found.update(key.encode())
         flat = value.detach().cpu().contiguous().reshape(-1)
         found.update(flat.view(same_width[flat.element_size()]).numpy().tobytes())

@@ -14,8 +14,9 @@ of the failure. So a failure costs
   (issue 56's target: 5 s on CPU), waiting for the quorum included;
 - rejoin: from the failure to the end of the first committed step with as many groups
   as before it, the restarted group back from a peer's state (target: 30 s), or None;
-- steps taken by fewer groups, and the samples the missing groups did not learn from
-  in them (batch size for each missing group in each such step)."""
+- training steps taken by fewer groups (H for each such sync), and the samples the
+  missing groups did not learn from in them (batch size for each missing group in
+  each such training step)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One of replica group 0's steps: when it ended (wall clock), the quorum's step
-    number after it, its quorum's size, whether it committed."""
+    """One of replica group 0's quorum steps: when it ended (wall clock), the quorum's
+    step number after it, its quorum's size, whether it committed."""
 
     ended: float
     step: int
@@ -34,11 +35,13 @@ class StepRecord:
     committed: bool
 
 
-def cost(fired: Dict[str, Any], log: Sequence[StepRecord], batch: int) -> Dict[str, Any]:
+def cost(fired: Dict[str, Any], log: Sequence[StepRecord], batch: int,
+         every: int = 1) -> Dict[str, Any]:
     """What one fired event cost, from replica group 0's log (fired: the failing group's
     record, {"event", "rank", "steps", "at", "quorum_step"}: the steps its loop counted,
     the quorum's step number it had committed; a group that healed from a peer counts
-    the peer's steps from then on, but only the quorum's number is group 0's too)."""
+    the peer's steps from then on, but only the quorum's number is group 0's too), each
+    quorum step of which stands for `every` training steps."""
     at, last = fired["at"], fired["quorum_step"]
     before = [i for i, s in enumerate(log) if s.committed and s.step <= last]
     full = log[before[-1]].participants if before else max(
@@ -54,8 +57,8 @@ def cost(fired: Dict[str, Any], log: Sequence[StepRecord], batch: int) -> Dict[s
             "detection_seconds": _since(at, noticed),
             "recovery_seconds": _since(at, recovered),
             "rejoin_seconds": _since(at, rejoined),
-            "steps_with_fewer_groups": len(fewer),
-            "samples_lost": sum(full - s.participants for s in fewer) * batch}
+            "steps_with_fewer_groups": len(fewer) * every,
+            "samples_lost": sum(full - s.participants for s in fewer) * batch * every}
 
 
 def short_quorums(fired: Sequence[Dict[str, Any]], log: Sequence[StepRecord],

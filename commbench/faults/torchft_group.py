@@ -1,16 +1,18 @@
 """A replica group of `--recovery torchft` (issue 56), as `commbench torchft -n N`
 (commbench.faults.torchft_launch) starts each: one process, a torch.distributed world of
 its own (commbench's own collectives, evaluation and the result's gathering, stay
-inside it), joined to the other groups by torchft's Manager alone. The Manager asks the
-lighthouse for a quorum before every step, averages the gradients over the quorum's
-groups (torchft's DistributedDataParallel over its reconfigurable ProcessGroupGloo) and
-commits the step only where every group's allreduce went through; a group started again
-after a failure recovers the model, the optimizer and where training stood live from a
-peer (torchft's checkpoint transport) and takes up the loop there.
+inside it), joined to the other groups by torchft's Manager alone. The strategy's
+exchange is torchft's (commbench.faults.torchft_exchange): allreduce's quorum is formed
+before every step, local_sgd's and diloco's at every H-th step's sync; the Manager
+commits a quorum step only where every group's allreduce went through, and a group
+started again after a failure recovers the model, the optimizers (DiLoCo's outer one
+and its last sync's parameters too) and where training stood live from a peer
+(torchft's checkpoint transport) as it joins a quorum, and takes up the loop there.
 
-Groups stay identical (the same averaged gradients, or a peer's state), so each scores
-its own model on the whole validation set and stops at the same step as the others;
-group 0 writes the result, and the schedule of --fail never fails it. --fail's RANK is a
+Each group scores its own model on the whole validation set: the groups hold the same
+parameters after every committed quorum step (the same averages, or a peer's state),
+where the evaluations fall (torchft_exchange), so they stop at the same step. Group 0
+writes the result, and the schedule of --fail never fails it. --fail's RANK is a
 replica group: the schedule is expanded over the N groups, as over N ranks of mpiexec."""
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.config.compression import parse as compression
 from commbench.errors import UsageError
-from commbench.faults import checkpoint, fail_schedule, torchft_fixes
+from commbench.faults import checkpoint, fail_schedule, torchft_exchange
 from commbench.faults.restart import RECORD, Progress, read, write
 from commbench.launch.detect import REPLICA_GROUP
 from commbench.faults.torchft_costs import StepRecord, cost, short_quorums
@@ -39,9 +41,7 @@ GROUP = REPLICA_GROUP  # this group's index, the RANK of --fail
 GROUPS = "COMMBENCH_TORCHFT_GROUPS"  # how many groups the launcher runs
 STARTS = "COMMBENCH_TORCHFT_STARTS"  # how many times this group was started before
 RECORDS = "COMMBENCH_TORCHFT_RECORDS"  # where a failing group records its event
-# The strategies whose exchange torchft's Manager carries here: allreduce's gradient
-# average is torchft's DistributedDataParallel.
-STRATEGIES = ("allreduce",)
+ENDED = "ended-"  # + group + RECORD: a group's parameters' digest at its end
 
 
 def identity(rank: int, world_size: int) -> Tuple[int, int]:
@@ -66,9 +66,7 @@ def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
         raise UsageError("argument --recovery: torchft runs each worker as a replica group "
                          "of its own, which `commbench torchft -n N -- RUN FLAGS` starts "
                          "(a launcher's ranks share one job, which a lost rank ends)")
-    if strategy_cls.name not in STRATEGIES:
-        raise UsageError(f"argument --recovery: torchft carries {', '.join(STRATEGIES)} here "
-                         f"(torchft's DistributedDataParallel), not {strategy_cls.name}")
+    torchft_exchange.check(config, strategy_cls)
     if compression(config.compression).on:
         raise UsageError("argument --recovery: torchft's allreduce sends the gradients as they "
                          "are: leave --compression out")
@@ -91,63 +89,84 @@ def fired_record(records: Path, index: int) -> Path:
 
 class Replica:
     """This replica group's part in the quorum: the Manager, the step it wraps, where
-    training stood (served to a peer that heals from it), and its steps' log."""
+    training stood (served to a peer that heals from it), and its log of the quorum's
+    steps (one per step under allreduce, one per sync under local_sgd and diloco)."""
 
     def __init__(self, config: "RunConfig", ctx, say: Callable[[str], None],
-                 samples_per_step: int) -> None:
+                 samples_per_step: int, strategy) -> None:
         self.group, self.groups = identity(ctx.rank, ctx.world_size)
         self.config, self.say, self.samples_per_step = config, say, samples_per_step
+        self.strategy, self.exchange = strategy, torchft_exchange.of(strategy)
         self.records = Path(os.environ[RECORDS])
         self.events = list(fail_schedule.schedule(config.fail, self.groups))
         self.start, self.progress = Progress(), Progress()
+        self.synced = Progress()  # where training stood after the last committed sync
+        self._taken = time.perf_counter()  # when `progress` was taken
         self.log: List[StepRecord] = []
         self.began = time.time()
         self.manager = None
         self.trained: Tuple[Any, Any] = (None, None)  # the model and optimizer it serves
         self._healed: Optional[Progress] = None
-        self._committed = False
+        self._quorum: Optional[bool] = None  # whether this step's sync committed; None: none
 
     def wrap(self, model, optimizer):
-        """The training step, its gradients averaged over the quorum by torchft and its
-        update committed only where the quorum's allreduce went through."""
+        """The training step, its exchange torchft's (commbench.faults.torchft_exchange),
+        each of its quorum's steps logged."""
         from datetime import timedelta
 
-        from torchft import Manager, ProcessGroupGloo
-        from torchft.optim import OptimizerWrapper
-
-        from commbench.job.training_step import TrainingStep
-
         from torch.distributed import TCPStore
+        from torchft import Manager, ProcessGroupGloo
 
         patience = timedelta(seconds=self.config.timeout)
         self.trained = (model, optimizer)
         # The Manager's own store, served here: commbench's rendezvous store does not
         # outlive the start-up, and the Manager connects to its store as a client.
         self.store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-        # Synchronous quorum: a group that heals loads its peer's state before the
-        # forward pass, so that the step it then takes is the quorum's.
+        # Synchronous quorum: a group that heals loads its peer's state as the quorum
+        # forms, so that the step (or the sync) it then takes is the quorum's.
         self.manager = Manager(ProcessGroupGloo(timeout=patience), self.load, self.state,
                                min_replica_size=1, use_async_quorum=False, timeout=patience,
                                quorum_timeout=patience, rank=0, world_size=1,
                                store_addr="127.0.0.1", store_port=self.store.port,
                                replica_id=f"commbench_{self.group}")
-        ddp = torchft_fixes.distributed_data_parallel(self.manager, model)
-        step = TrainingStep(ddp, OptimizerWrapper(self.manager, optimizer),
-                            waits_after_last_piece=True)
+        # Every torchft class ends its quorum's step with should_commit: the one place
+        # that sees each, whichever class asked for the quorum.
+        self.manager.should_commit = self._logged(self.manager.should_commit)
+        step = torchft_exchange.wrap(self.manager, model, optimizer, self.strategy)
 
-        def logged(images, labels):
-            before = self.manager.current_step()
+        def stepped(images, labels):
+            self._quorum = None
             loss = step(images, labels)
-            self._committed = self.manager.current_step() > before
-            self.log.append(StepRecord(time.time(), self.manager.current_step(),
-                                       self.manager.num_participants(), self._committed))
+            if self._quorum is False and not self.exchange.keeps_own and self._healed is None:
+                self._healed = self._undone()
             return loss
+
+        return stepped
+
+    def _logged(self, should_commit: Callable[..., bool]) -> Callable[..., bool]:
+        def logged(timeout=None) -> bool:
+            committed = should_commit(timeout)
+            self._quorum = committed
+            self.log.append(StepRecord(time.time(), self.manager.current_step(),
+                                       self.manager.num_participants(), committed))
+            if committed and self.exchange.meets:
+                self.strategy.meetings += 1  # recorded as the strategy's own meetings are
+            return committed
 
         return logged
 
+    def _undone(self) -> Progress:
+        """Where training stands once a sync that was not committed has put the
+        parameters back to the last committed one's: its steps undone, its time spent."""
+        wall = self.progress.wall_seconds + time.perf_counter() - self._taken
+        return Progress(self.synced.steps, self.progress.training_seconds, wall,
+                        self.synced.curve, self.synced.losses)
+
     def state(self) -> Dict[str, Any]:
-        """What a peer that heals from this group loads: the model, the optimizer and
-        where training stood (as text: torchft's transport carries tensors and strings)."""
+        """What a peer that heals from this group loads (beside what torchft's DiLoCo
+        serves of its own: its outer optimizer and the last sync's parameters): the
+        model, the optimizer and where training stood (as text: torchft's transport
+        carries tensors and strings)."""
         model, optimizer = self.trained
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "progress": json.dumps(asdict(self.progress))}
@@ -166,40 +185,73 @@ class Replica:
         mine = [e for e in self.events if e.rank == self.group]
         fails.forget(mine[:int(os.environ.get(STARTS, "0"))])
         fails.record = self.fired
+        self._taken = time.perf_counter()  # the loop's wall clock starts now
         return self.start
 
     def fired(self, event: fail_schedule.FailEvent, steps: int) -> None:
-        """The failing group, before it dies: its event, after how many steps, when."""
+        """The failing group, before it dies: its event, after how many steps (its own,
+        and the quorum's step number), when."""
         index = self.events.index(event)
         write(fired_record(self.records, index), {
             "event": str(event), "rank": event.rank, "steps": steps, "at": time.time(),
             "quorum_step": self.manager.current_step()})
 
     def healed(self) -> Optional[Progress]:
-        """Where training stood at the peer this group just healed from (once), or None."""
+        """Where training stood at the peer this group just healed from, or after a sync
+        that undid its steps (once); or None."""
         found, self._healed = self._healed, None
         return found
 
     def committed(self) -> bool:
-        """Whether the last step was committed by the quorum (else it changed nothing)."""
-        return self._committed
+        """Whether the last step changed the model (a step whose quorum did not commit
+        changed nothing, except local_sgd's, whose own update stands)."""
+        return self._quorum is not False or self.exchange.keeps_own
 
     def after_step(self, steps: int, training: float, wall: float, curve: List[Any],
                    losses: List[float]) -> None:
-        """After each committed step: where training stands, for a peer that heals."""
+        """After each step that counts: where training stands, for a peer that heals."""
         self.progress = Progress(steps, training, wall, [asdict(p) for p in curve],
                                  list(losses))
+        self._taken = time.perf_counter()
+        if self._quorum:
+            self.synced = self.progress
+
+    def ended(self, steps: int, model) -> bool:
+        """Every group, at its run's end: its parameters recorded, for the launcher to
+        compare. Whether this group writes the result (group 0 alone)."""
+        write(self.records / f"{ENDED}{self.group}{RECORD}",
+              {"steps": steps, "parameters_sha256": checkpoint.parameters_digest(model)})
+        return self.group == 0
 
     def facts(self, outcome: Dict[str, Any], model) -> Dict[str, Any]:
         """Group 0, once training ended: what the failures cost and the goodput."""
         wall = time.time() - self.began
         fired = [f for f in (read(fired_record(self.records, i))
                              for i in range(len(self.events))) if f]
-        samples = self.manager.batches_committed() * self.samples_per_step
+        per_quorum_step = self.samples_per_step * self.exchange.every
+        samples = self.manager.batches_committed() * per_quorum_step
         return {"policy": "torchft", "replica_groups": self.groups,
                 "lighthouse": os.environ.get("TORCHFT_LIGHTHOUSE"),
-                "costs": [cost(f, self.log, self.samples_per_step) for f in fired],
+                "costs": [cost(f, self.log, self.samples_per_step, self.exchange.every)
+                          for f in fired],
                 "short_quorums_before_failures": short_quorums(fired, self.log, self.groups),
                 "wall_seconds": wall, "goodput": samples / wall,
                 "wall_time_to_target": wall if outcome.get("reached") else None,
-                "final_model_sha256": checkpoint.digest(model)}
+                "final_model_sha256": checkpoint.digest(model),
+                "final_parameters_sha256": checkpoint.parameters_digest(model)}
+
+
+def ended_alike(records: Path, groups: int) -> Optional[str]:
+    """What the launcher says of the groups' parameters once every group ended its run
+    (None where one did not)."""
+    ended = [read(records / f"{ENDED}{g}{RECORD}") for g in range(groups)]
+    if not all(ended):
+        return None
+    digests = {e["parameters_sha256"] for e in ended}
+    steps = sorted({e["steps"] for e in ended})
+    if len(digests) == 1:
+        return (f"the {groups} replica groups ended at step {steps[0]} with the same "
+                f"parameters (sha256 {digests.pop()[:16]})")
+    return (f"the {groups} replica groups ended at step {', '.join(map(str, steps))} with "
+            f"{len(digests)} different parameters (local_sgd's and diloco's agree right "
+            "after a committed sync alone)")

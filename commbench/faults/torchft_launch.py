@@ -11,7 +11,8 @@ once --timeout has passed, then started again. A group that dies with no event o
 --fail left to explain it ends the job, as a lost rank does; so does group 0 (which
 writes the result) ending, whatever its status. The lighthouse is shut down and no
 group is left running, however the command ends. Only group 0's output is shown, and
-every group's errors."""
+every group's errors; once every group has ended its run, whether their parameters
+are the same."""
 
 from __future__ import annotations
 
@@ -64,9 +65,13 @@ def main(args: argparse.Namespace) -> int:
         groups = Groups(flags, args.replica_groups, address, records,
                         schedule(config.fail, args.replica_groups), config.timeout)
         try:
-            return groups.run()
+            code = groups.run()
         finally:
             groups.end()
+        alike = torchft_group.ended_alike(Path(records), args.replica_groups)
+        if alike is not None:
+            print(f"commbench torchft: {alike}", flush=True)
+        return code
 
 
 def replica_flags(flags: List[str]) -> List[str]:

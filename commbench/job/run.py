@@ -226,8 +226,8 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     recipe = recipes.for_accuracy(config, total_batch, per_epoch, rule.max_steps)
     trained, optimizer = _trainable(model, config, ctx.device, recipe)
     schedule = recipe.scheduler(optimizer)
-    replica = torchft_group.Replica(config, ctx, say, config.batch_size * config.per_sample) \
-        if config.recovery == "torchft" else None
+    replica = torchft_group.Replica(config, ctx, say, config.batch_size * config.per_sample,
+                                    strategy) if config.recovery == "torchft" else None
     with slowed_by(slow):  # the strategy's step owns this rank's straggler
         step = (replica or strategy).wrap(trained, optimizer)
 
@@ -258,7 +258,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         strategy.sees_wire and replica is None, restart)
     unwritten = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine, recorder, slow)
-    if replica is not None and replica.group != 0:
+    if replica is not None and not replica.ended(outcome["steps"], model):
         unwritten = None  # torchft's group 0 writes the result (torchft_group)
     if unwritten is not None and restart is not None:  # rank 0's
         unwritten.doc["recovery"] = restart.facts(outcome, model)
