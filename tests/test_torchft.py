@@ -510,3 +510,11 @@ def test_a_replica_groups_error_line_names_the_group_not_its_rank_0(monkeypatch,
     failure.describe_and_abort(RuntimeError("http2 error\nmore"))
     assert capsys.readouterr().err == "commbench: error: replica group 2: RuntimeError: " \
         "http2 error\n"
+
+
+def test_a_group_that_lagged_behind_group_0_fires_at_an_older_step_and_costs_no_time_back():
+    fired = {"event": "3@58s:kill", "rank": 3, "steps": 40, "at": 10.0, "quorum_step": 4}
+    log = [StepRecord(8.0, 4, 4, True), StepRecord(9.0, 5, 4, True),  # before it fired
+           StepRecord(12.0, 6, 3, True)]
+    found = torchft_costs.cost(fired, log, batch=8)
+    assert found["detection_seconds"] == found["recovery_seconds"] == pytest.approx(2.0)

@@ -46,7 +46,9 @@ def cost(fired: Dict[str, Any], log: Sequence[StepRecord], batch: int,
     before = [i for i, s in enumerate(log) if s.committed and s.step <= last]
     full = log[before[-1]].participants if before else max(
         (s.participants for s in log), default=0)
-    after = log[before[-1] + 1:] if before else list(log)
+    # A group that lagged fires behind group 0's step number: a step that ended before
+    # the failure is never one after it.
+    after = [s for s in (log[before[-1] + 1:] if before else log) if s.ended > at]
     noticed = after[0] if after else None
     recovered = next((s for s in after if s.committed), None)
     rejoined = next((s for s in after if s.committed and s.participants >= full), None)
