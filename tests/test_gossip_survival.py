@@ -113,6 +113,9 @@ def test_news_is_of_more_lost_ranks_than_this_one_knows():
     assert not survival.news()
 
 
+@pytest.mark.skipif(not hasattr(__import__("torch").distributed.HashStore, "check"),
+                    reason="this torch's stores cannot check a key (torch 1.10: the Bluefog "
+                    "environment); gossip recovery needs a current torch")
 @pytest.mark.parametrize("rank, message", [
     (0, "gossip recovery: ranks [1] did not come to the survivors' meeting within 0.2 s "
         "(--timeout)"),

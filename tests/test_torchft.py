@@ -8,6 +8,7 @@ started and shut down, a given one that does not answer refused; what is refused
 line, before any group starts."""
 
 import copy
+import importlib.util
 import re
 import signal
 import socket
@@ -29,6 +30,9 @@ from test_accuracy_analysis import fixture, write_run
 from test_training_to_accuracy import TINY_TASK
 
 TINY = [*TINY_TASK, "--max-epochs", "2"]
+needs_torchft = pytest.mark.skipif(
+    importlib.util.find_spec("torchft") is None,
+    reason="torchft is not installed here (it needs Python >= 3.10: not the Bluefog environment)")
 
 
 def test_a_failure_costs_detection_recovery_rejoin_and_the_steps_taken_by_fewer_groups():
@@ -171,6 +175,7 @@ def connects(address: str) -> bool:
         return False
 
 
+@needs_torchft
 def test_the_lighthouse_is_started_for_the_run_and_shut_down_after_it():
     with torchft_launch.lighthouse(None) as address:
         assert connects(address)
@@ -180,6 +185,7 @@ def test_the_lighthouse_is_started_for_the_run_and_shut_down_after_it():
         torchft_launch.answers(address, patience=2.0)
 
 
+@needs_torchft
 def test_the_lighthouse_is_shut_down_when_the_run_fails():
     with pytest.raises(RuntimeError), torchft_launch.lighthouse(None) as address:
         raise RuntimeError("a group failed")
@@ -234,6 +240,7 @@ def test_one_group_or_a_plain_launch_is_refused_in_one_line():
     assert commbench("torchft", "--help").returncode == 0
 
 
+@needs_torchft
 def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_stands(
         tmp_path, monkeypatch):
     import torch
@@ -320,6 +327,7 @@ def steps(replica, model, optimizer, n):
         yield replica.committed()
 
 
+@needs_torchft
 def test_diloco_syncs_every_h_steps_and_serves_its_outer_optimizer_and_last_sync(
         quorum_of_one):
     import torch
@@ -345,6 +353,7 @@ def test_diloco_syncs_every_h_steps_and_serves_its_outer_optimizer_and_last_sync
     assert set(served["default"]) == {"model", "optimizer", "progress"}
 
 
+@needs_torchft
 @pytest.mark.parametrize("name, undone", [("diloco", True), ("local_sgd", False)])
 def test_a_diloco_sync_not_committed_undoes_its_steps_where_local_sgds_stand(
         name, undone, quorum_of_one, monkeypatch):
