@@ -49,8 +49,9 @@ def print_fits(overlaps, calibrated) -> None:
           f"{calibrated.exchange_inter.describe()}; intra {calibrated.intra.describe()}")
 
 
-def draw(table, path: Path, calibration_rate: str, held_out_rate: str) -> None:
-    """Projected against measured img/sec, without and with the straggler term: one
+def draw(table, path: Path, calibration_rate: str, held_out_rate: str,
+         workload: str = "resnet18 32 px", rate: str = "img/sec") -> None:
+    """Projected against measured throughput (`rate`), without and with the straggler term: one
     marker per strategy, hollow at the calibration point, a colour per network; the
     measurement's 95% interval as bars."""
     from matplotlib.figure import Figure
@@ -77,8 +78,8 @@ def draw(table, path: Path, calibration_rate: str, held_out_rate: str) -> None:
             ax.plot([0, top], [0, bound * top], ":", color="0.7", linewidth=0.8)
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
-        ax.set_xlabel("measured total img/sec (bars: 95% CI over repeats)")
-        ax.set_ylabel("projected total img/sec")
+        ax.set_xlabel(f"measured total {rate} (bars: 95% CI over repeats)")
+        ax.set_ylabel(f"projected total {rate}")
         ax.set_title(title, fontsize=9)
     for name, marker in markers.items():
         ax.plot([], [], marker, color="0.3", label=name)
@@ -87,6 +88,6 @@ def draw(table, path: Path, calibration_rate: str, held_out_rate: str) -> None:
     ax.plot([], [], "o", mfc="none", color="0.3", label="calibration point")
     ax.legend(fontsize=7, loc="upper left")
     fig.suptitle("commbench simulate against emulated-cluster and shared-memory runs "
-                 "(resnet18 32 px, CPU workers on 2 host cores; dotted: ±20%)", fontsize=9)
+                 f"({workload}, CPU workers on 2 host cores; dotted: ±20%)", fontsize=9)
     fig.savefig(path, dpi=110)
     print(f"chart: {path}")
