@@ -28,10 +28,11 @@ def start(config: "RunConfig", check: Callable[[LaunchInfo], Checked]
     launch = detect_launch()
     checked = check(launch)
     store.ensure_writable(config.results_dir)
-    # The summary after the job needs scipy's statistics: loaded now, a failure to load
-    # them (its shared objects mapped into a process the engines have grown) cannot
-    # lose a finished measurement.
-    metrics.load_statistics()
+    # The summary after the job, rank 0's, needs scipy's statistics: loaded now, a
+    # failure to load them (its shared objects mapped into a process the engines have
+    # grown) cannot lose a finished measurement. The other ranks never load them.
+    if launch.rank == 0:
+        metrics.load_statistics()
 
     from commbench.launch.distributed import init_distributed
 
