@@ -83,13 +83,9 @@ class Evaluator:
     """Scores the averaged model and this worker's own on the validation set."""
 
     def __init__(self, model, twin, validation, ctx):
-        import torch
-
         self.model, self.twin, self.ctx = model, twin, ctx
         images, labels = validation
         self.images, self.labels = images.to(ctx.device), labels.to(ctx.device)
-        share = torch.arange(ctx.rank, len(labels), ctx.world_size)  # this rank's share
-        self.share = share.to(ctx.device)
 
     def __call__(self):
         """(averaged model's accuracy, every worker's own accuracy, averaged model's mean
@@ -98,7 +94,10 @@ class Evaluator:
         import torch.distributed as dist
 
         average_into(self.twin, self.model, self.ctx.world_size)
-        correct, loss = score(self.twin, self.images[self.share], self.labels[self.share])
+        # this rank's share, taken now: gossip's survivors are fewer ranks than started
+        share = torch.arange(self.ctx.rank, len(self.labels), self.ctx.world_size,
+                             device=self.ctx.device)
+        correct, loss = score(self.twin, self.images[share], self.labels[share])
         own = torch.zeros(self.ctx.world_size + 2, dtype=torch.float64, device=self.ctx.device)
         total = self.labels.numel()
         own[self.ctx.rank] = score(self.model, self.images, self.labels)[0] / total
