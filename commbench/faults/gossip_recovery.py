@@ -251,9 +251,22 @@ class SurvivingExchange(NeighborExchange):
         self.messages = []
         for messages in chunks:
             for kind, tensor, peer, tag in messages:
-                work = (dist.irecv if kind == "recv" else dist.isend)(tensor, peer, tag=tag)
+                try:
+                    work = (dist.irecv if kind == "recv" else dist.isend)(tensor, peer, tag=tag)
+                except RuntimeError as closed:  # the peer's connection closed already
+                    work = _Failed(closed)
                 self.messages.append((self.gossip.survivors[peer], work))
         return [Handle(lambda: None) for _ in chunks]
+
+
+class _Failed:
+    """The Work of a message gloo refused as it was posted: its wait fails alike."""
+
+    def __init__(self, error: RuntimeError):
+        self.error = error
+
+    def wait(self, timeout=None) -> None:
+        raise self.error
 
 
 def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[str]:
