@@ -6,11 +6,13 @@ every mixing step after a loss keeps the survivors' mean, against a dense refere
 tests/test_gossip_survival.py's (the same schedule, commbench.topology.survivors)."""
 
 import copy
+import json
 
 import pytest
 
 from analysis_helpers import run_report
 from cli_helpers import commbench, refused
+from commbench.timing import failure_track
 from launchers import PYTHON, mpiexec_path, only_result, run
 from test_accuracy_analysis import fixture, write_run
 from test_training_to_accuracy import TINY_TASK
@@ -69,15 +71,25 @@ def test_report_says_what_a_gossip_runs_failures_cost(tmp_path):
         f"the survivors, 9 steps with fewer workers; {written}"), lines
 
 
+def test_the_timeline_numbers_the_survivors_as_the_job_started_them():
+    events, offsets, names = failure_track.as_started(
+        [0, 1, 3], [["a"], ["b"], ["d"]], [0.0, 0.5, 0.25], ["h0", "h1", "h3"])
+    assert events == [["a"], ["b"], [], ["d"]]
+    assert offsets == [0.0, 0.5, 0.0, 0.25]
+    assert names == ["rank 0 (h0)", "rank 1 (h1)", "rank 2 (lost)", "rank 3 (h3)"]
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(400)
 def test_survivors_of_a_killed_rank_train_on_to_the_planned_end(tmp_path):
     """Rank 2 killed as its 8th step begins: the others find it, meet, mix around it and
     train the 16 steps; the front's --enable-recovery is given by hand, as mpiexec here
     may be Open MPI's own."""
+    trace = tmp_path / "timeline" / "trace.json"
+    trace.parent.mkdir()
     cmd = [mpiexec_path(), "-n", "4", "--oversubscribe", "--bind-to", "none",
            "--enable-recovery", PYTHON, "-m", "commbench", *TINY, *GOSSIP, "--fail", "2@step8",
-           "--timeout", "10", "--results-dir", str(tmp_path)]
+           "--timeout", "10", "--results-dir", str(tmp_path), "--timeline", str(trace)]
     done = run(cmd, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = only_result(tmp_path)
@@ -92,3 +104,8 @@ def test_survivors_of_a_killed_rank_train_on_to_the_planned_end(tmp_path):
     curve = doc["curve"]
     before = [p for p in curve if p["step"] <= 7][-1]["consensus_distance"]
     assert curve[-1]["consensus_distance"] < before
+    # the timeline numbers the ranks as the job started them, the failure on rank 2's
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names[2] == "rank 2 (lost)" and names[3].startswith("rank 3 (")
+    assert {e["pid"] for e in events if e.get("cat") == "failure"} == {2}
