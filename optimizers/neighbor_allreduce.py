@@ -58,7 +58,7 @@ class NeighborAllreduce(MixingStrategy):
         from commbench.comm.neighbor_exchange import NeighborExchange
 
         if self.gossip is not None:
-            from commbench.faults.gossip_recovery import SurvivingExchange
+            from commbench.faults.gossip_exchange import SurvivingExchange
 
             return SurvivingExchange(buffers, self.schedule, self.ctx.rank, self.gossip,
                                      narrow=self.codec.wire_dtype())

@@ -102,6 +102,7 @@ def test_survivors_of_a_killed_rank_train_on_to_the_planned_end(tmp_path):
     assert cost["steps_with_fewer_workers"] == 16 - 7
     assert cost["samples_lost"] == 9 * 32
     curve = doc["curve"]
+    assert curve[-1]["samples"] == 16 * 32 * 4 - 9 * 32  # the lost rank's steps not counted
     before = [p for p in curve if p["step"] <= 7][-1]["consensus_distance"]
     assert curve[-1]["consensus_distance"] < before
     # the timeline numbers the ranks as the job started them, the failure on rank 2's

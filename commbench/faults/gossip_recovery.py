@@ -1,6 +1,7 @@
 """`--recovery gossip` (issue 56): neighbor_allreduce's survivors go on around a lost
-rank. Each neighbor exchange waits through commbench.faults.gossip_survival (one Work
-per peer, heartbeats in the store); the survivors meet there, and then
+rank. Each neighbor exchange (commbench.faults.gossip_exchange) waits through
+commbench.faults.gossip_survival (one Work per peer, heartbeats in the store), and before
+each evaluation the survivors gather in the store; they meet where a loss is found, then
 - the job's process group is made again among the survivors alone, renumbered in rank
   order (rank 0 serves the store and never fails, so it stays rank 0): every collective
   the loop, the evaluation and the result take afterwards runs among them unchanged,
@@ -25,10 +26,8 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from commbench.comm.neighbor_exchange import NeighborExchange
 from commbench.errors import UsageError
-from commbench.faults.gossip_survival import (NEWS_EVERY, POLL_SECONDS, PREFIX, Meeting,
-                                              Survival, waited)
+from commbench.faults.gossip_survival import NEWS_EVERY, POLL_SECONDS, PREFIX, Meeting, Survival
 from commbench.faults.restart import Progress
 
 
@@ -45,6 +44,7 @@ class Gossip:
         self.ctx, self.timeout, self.samples_per_step = ctx, timeout, samples_per_step
         self.store = dist.distributed_c10d._get_default_store()
         self.me = ctx.rank  # this rank's number in the job as started: the store's keys
+        self.started = ctx.world_size
         self.survivors: List[int] = list(range(ctx.world_size))
         self.survival = Survival(self.store, ctx.rank, ctx.world_size, timeout)
         self.start = Progress()
@@ -93,7 +93,9 @@ class Gossip:
             f"{PREFIX}/group-{len(met.lost)}", self.store), rank=rank,
             world_size=len(self.survivors), timeout=timedelta(seconds=self.timeout))
         _renumber(self.ctx, self.survivors, rank)
-        self.meetings.append({"lost": list(met.lost), "resume_step": met.resume_step,
+        known = {r for m in self.meetings for r in m["lost"]}
+        self.meetings.append({"lost": [r for r in met.lost if r not in known],
+                              "resume_step": met.resume_step,
                               "recovered_at": None})
         return met
 
@@ -129,11 +131,24 @@ class Gossip:
         wall = time.time() - self.began
         costs = [c for c in (self._cost(r, outcome["steps"]) for r in
                              sorted({r for m in self.meetings for r in m["lost"]})) if c]
-        samples = outcome["steps"] * self.samples_per_step * len(self.survivors) + sum(
-            c["failed_after_step"] * self.samples_per_step for c in costs)
+        samples = outcome["steps"] * self.samples_per_step * self.started - \
+            self.samples_missed(outcome["steps"])
         return {"policy": "gossip", "survivors": list(self.survivors),
                 "costs": costs, "wall_seconds": wall, "goodput": samples / wall,
                 "wall_time_to_target": wall if outcome.get("reached") else None}
+
+    def samples_missed(self, steps: int) -> int:
+        """Of `steps` steps of every worker that started, the samples of the steps the
+        lost ranks did not take: after the step each fired at (its record), or, found
+        silent without --fail, the exchange the survivors resumed at."""
+        missed = 0
+        for meeting in self.meetings:
+            for rank in meeting["lost"]:
+                key = f"{PREFIX}/fired/{rank}"
+                last = json.loads(self.store.get(key))["steps"] if self.store.check([key]) \
+                    else meeting["resume_step"] - 1
+                missed += max(0, steps - last)
+        return missed * self.samples_per_step
 
     def _cost(self, rank: int, steps: int) -> Optional[Dict[str, Any]]:
         key = f"{PREFIX}/fired/{rank}"
@@ -159,7 +174,7 @@ class Gossip:
         if not self.meetings:
             return
         if self.me == 0:
-            for rank in self.meetings[-1]["lost"]:
+            for rank in self.survival.lost:
                 try:
                     os.kill(int(self.store.get(f"{PREFIX}/pid/{rank}")), signal.SIGKILL)
                 except (OSError, ValueError):
@@ -180,93 +195,6 @@ def _renumber(ctx, survivors: List[int], rank: int) -> None:
         else 0
     for name, value in {"launch": launch, "machine_size": size, **keep}.items():
         object.__setattr__(ctx, name, value)
-
-
-class SurvivingExchange(NeighborExchange):
-    """A neighbor exchange over gloo whose wait a lost peer cannot hang: each message
-    is its own Work, waited on through gossip_survival.waited; on a loss the survivors
-    meet (Gossip.lost) and mix along their own schedule from the exchange they agreed
-    on, the exchanges before it skipped (this rank's parameters left as they are)."""
-
-    def __init__(self, buffers, schedule, node: int, gossip: Gossip, narrow=None):
-        super().__init__(buffers, schedule, node, narrow=narrow, transport="gloo")
-        self.full, self.gossip = schedule, gossip
-        self.resume = 0
-        self.messages: List[Tuple[int, Any]] = []
-
-    def start(self) -> None:
-        if self.step < self.resume:
-            self._pending = (None, [])
-            return
-        super().start()
-
-    def finish(self) -> None:
-        if self._pending is not None and self._pending[0] is None:  # skipped
-            self._pending = None
-            self.step += 1
-            return
-        ended = waited(self.messages, self.gossip.survival)
-        if ended.lost or ended.news:
-            self._pending = None
-            self._mix_among(self.gossip.lost(self.step, ended.lost))
-            self.step += 1
-            return
-        super().finish()
-        self.gossip.exchanged()
-
-    def peers(self) -> None:
-        """Every rank: the timeline's pieces from before a loss would name peers in the
-        numbering of a group that is gone."""
-        return None
-
-    def gather(self) -> None:
-        """Before the evaluation's collectives: every survivor here, or a loss met."""
-        met = self.gossip.gathered(self.step - 1)
-        if met is not None:
-            self._mix_among(met)
-
-    def _mix_among(self, met: Meeting) -> None:
-        from commbench.topology.survivors import survivors_schedule
-
-        self.schedule = survivors_schedule(self.full, met.lost)
-        self.node = self.gossip.survivors.index(self.gossip.me)
-        self.ranks = list(range(len(self.gossip.survivors)))
-        self._plans, self._received = {}, {}
-        self.resume = met.resume_step
-
-    @property
-    def transport(self):
-        return self
-
-    @transport.setter
-    def transport(self, value) -> None:
-        pass  # always its own post: one Work per message
-
-    def post(self, chunks: List[list]) -> list:
-        """Each message on its own, remembered with its peer (as the job started)."""
-        import torch.distributed as dist
-
-        from commbench.comm.transport import Handle
-
-        self.messages = []
-        for messages in chunks:
-            for kind, tensor, peer, tag in messages:
-                try:
-                    work = (dist.irecv if kind == "recv" else dist.isend)(tensor, peer, tag=tag)
-                except RuntimeError as closed:  # the peer's connection closed already
-                    work = _Failed(closed)
-                self.messages.append((self.gossip.survivors[peer], work))
-        return [Handle(lambda: None) for _ in chunks]
-
-
-class _Failed:
-    """The Work of a message gloo refused as it was posted: its wait fails alike."""
-
-    def __init__(self, error: RuntimeError):
-        self.error = error
-
-    def wait(self, timeout=None) -> None:
-        raise self.error
 
 
 def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.timing import spans
@@ -179,6 +179,9 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
             recorder.keep_last(keep_steps)
             point = _evaluation(evaluate, model, ctx, recorder, rule, steps, training, started,
                                 losses, samples_per_step, steps_per_epoch, counts_wire)
+            missed = getattr(restart, "samples_missed", None)
+            if missed is not None:  # gossip's lost ranks took no steps after they failed
+                point = replace(point, samples=point.samples - missed(steps))
             curve.append(point)
             report(point)
             losses = []
