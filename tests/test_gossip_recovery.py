@@ -12,6 +12,7 @@ import pytest
 
 from analysis_helpers import run_report
 from cli_helpers import commbench, refused
+from commbench.faults import gossip_recovery
 from commbench.timing import failure_track
 from launchers import PYTHON, mpiexec_path, only_result, run
 from test_accuracy_analysis import fixture, write_run
@@ -69,6 +70,21 @@ def test_report_says_what_a_gossip_runs_failures_cost(tmp_path):
         ", seed 42: --recovery gossip, 3 survivors; goodput 116.4 img/sec over 15.0 s of "
         "wall time; 2@step8:kill: detected after 0.4 s, 2.2 s to the first exchange among "
         f"the survivors, 9 steps with fewer workers; {written}"), lines
+
+
+def test_the_console_says_what_each_failure_cost_and_the_goodput():
+    facts = {"survivors": [0], "goodput": 46.25, "wall_seconds": 23.5, "costs": [
+        {"event": "1@step4:kill", "detection_seconds": 0.4, "recovery_seconds": 3.4,
+         "steps_with_fewer_workers": 13, "samples_lost": 416},
+        {"event": "3@step6:stop", "detection_seconds": 6.1, "recovery_seconds": None,
+         "steps_with_fewer_workers": 11, "samples_lost": 352}]}
+    assert gossip_recovery.lines(facts, 68.3, "images") == [
+        "Failure 1@step4:kill: detected after 0.4 s, first exchange among the survivors 3.4 "
+        "s after it; 13 steps with fewer workers (416 images not learnt from)",
+        "Failure 3@step6:stop: detected after 6.1 s, first exchange among the survivors not "
+        "seen; 11 steps with fewer workers (352 images not learnt from)",
+        "Goodput: 46.2 images/sec over 23.5 s of wall time, 1 survivor, failures included "
+        "(during training: 68.3)"]
 
 
 def test_the_timeline_numbers_the_survivors_as_the_job_started_them():

@@ -146,8 +146,9 @@ def gossip_line(row: AccuracyRow, run: AccuracyRun, facts: Dict[str, Any]) -> st
            f"{c['recovery_seconds']:.1f} s to the first exchange among the survivors")
         + f", {c['steps_with_fewer_workers']} steps with fewer workers"
         for c in facts.get("costs", ()))
-    return (f"{row.series.label()}, seed {run.seed}: --recovery gossip, "
-            f"{len(facts.get('survivors', ()))} survivors; goodput {facts['goodput']:.1f} "
+    survivors = len(facts.get("survivors", ()))
+    return (f"{row.series.label()}, seed {run.seed}: --recovery gossip, {survivors} "
+            f"survivor{'' if survivors == 1 else 's'}; goodput {facts['goodput']:.1f} "
             f"img/sec over {facts.get('wall_seconds', 0):.1f} s of wall time{costs}; "
             f"{run.path}")
 

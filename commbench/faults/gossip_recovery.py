@@ -209,6 +209,11 @@ def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[st
                     f"({c['samples_lost']} {unit} not learnt from)")
     plain = f" (during training: {img_sec:.1f})" if img_sec else ""
     said.append(f"Goodput: {facts['goodput']:.1f} {unit}/sec over {facts['wall_seconds']:.1f} "
-                f"s of wall time, {len(facts['survivors'])} survivors, failures "
+                f"s of wall time, {_survivors(facts)}, failures "
                 f"included{plain}")
     return said
+
+
+def _survivors(facts: Dict[str, Any]) -> str:
+    count = len(facts.get("survivors", ()))
+    return f"{count} survivor{'' if count == 1 else 's'}"

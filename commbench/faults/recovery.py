@@ -148,8 +148,8 @@ def after_failure(policy: str) -> str:
                        "restart)",
             "torchft": "the others go on in torchft's quorum, and the failed replica group "
                        "is started again and heals from a peer (--recovery torchft)",
-            "gossip": "its neighbors mix around it and the others go on (--recovery "
-                      "gossip)"}.get(
+            "gossip": "after each, the lost rank's neighbors mix around it and the others "
+                      "go on (--recovery gossip)"}.get(
         policy, "with no recovery policy the first one ends the job")
 
 
