@@ -42,6 +42,11 @@ class NeighborAllreduce(MixingStrategy):
         self.codec = compression.of(config)
         self.transport = choose_transport(config.cpu_transport, ctx)
         self.small_messages = small_messages(config.cpu_transport, ctx, point_to_point=True)
+        self.gossip = None  # --recovery gossip: the survivors' side (gossip_recovery)
+        if config.recovery == "gossip":
+            from commbench.faults.gossip_recovery import Gossip
+
+            self.gossip = Gossip(ctx, config.timeout, config.batch_size * config.per_sample)
         if self.transport == "nccl" and torch_older_than(1, 12):
             # Batched point-to-point with more than 2 ranks hangs NCCL before torch 1.12
             # (pytorch/pytorch#73960); every rank stops here alike.
@@ -52,9 +57,18 @@ class NeighborAllreduce(MixingStrategy):
     def build_mixer(self, buffers):
         from commbench.comm.neighbor_exchange import NeighborExchange
 
+        if self.gossip is not None:
+            from commbench.faults.gossip_exchange import SurvivingExchange
+
+            return SurvivingExchange(buffers, self.schedule, self.ctx.rank, self.gossip,
+                                     narrow=self.codec.wire_dtype())
         return NeighborExchange(buffers, self.schedule, self.ctx.rank,
                                 narrow=self.codec.wire_dtype(),
                                 transport=self.transport_for(buffers))
+
+    def settle(self) -> None:
+        if self.gossip is not None:  # a lost rank would fail the collectives that follow
+            self.mixer.gather()
 
     def transport_for(self, buffers) -> str:
         """The transport of an exchange of `buffers`: latency binds a small model's. The

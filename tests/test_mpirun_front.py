@@ -34,6 +34,19 @@ def test_only_open_mpi_4_spellings_before_the_program_are_rewritten(typed, meant
     assert rewrite(typed) == meant
 
 
+@pytest.mark.parametrize("typed, meant", [
+    (["-n", "4", "python", "-m", "commbench", "--recovery", "gossip"],
+     ["--enable-recovery", "-n", "4", "python", "-m", "commbench", "--recovery", "gossip"]),
+    (["-n", "4", "--with-ft", "ulfm", "prog", "--recovery=gossip"],
+     ["-n", "4", "--with-ft", "ulfm", "prog", "--recovery=gossip"]),
+    (["-n", "4", "prog", "--recovery", "restart", "gossip"],
+     ["-n", "4", "prog", "--recovery", "restart", "gossip"]),
+])
+def test_a_job_that_asks_for_gossips_survivors_gets_prrtes_recovery_unless_it_asked(
+        typed, meant):
+    assert rewrite(typed) == meant
+
+
 def fake_mpi(bin_dir: Path, version_line: str) -> None:
     """A bin/ with an mpirun and mpiexec that print a version or the arguments they got."""
     bin_dir.mkdir()

@@ -110,6 +110,8 @@ def recovery_line(row: AccuracyRow, run: AccuracyRun) -> str:
     facts = run.recovery or {}
     if facts.get("policy") == "torchft":
         return torchft_line(row, run, facts)
+    if facts.get("policy") == "gossip":
+        return gossip_line(row, run, facts)
     costs = "".join(f"; {c['event']}: {c['recovery_seconds']:.1f} s to the first step after "
                     f"it, {c['steps_lost']} steps redone" for c in facts.get("costs", ()))
     restarts = facts.get("restarts", 0)
@@ -131,6 +133,22 @@ def torchft_line(row: AccuracyRow, run: AccuracyRun, facts: Dict[str, Any]) -> s
         for c in facts.get("costs", ()))
     return (f"{row.series.label()}, seed {run.seed}: --recovery torchft, "
             f"{facts.get('replica_groups')} replica groups; goodput {facts['goodput']:.1f} "
+            f"img/sec over {facts.get('wall_seconds', 0):.1f} s of wall time{costs}; "
+            f"{run.path}")
+
+
+def gossip_line(row: AccuracyRow, run: AccuracyRun, facts: Dict[str, Any]) -> str:
+    """A run under --recovery gossip: its survivors, goodput and what each failure cost
+    (the survivors mix around the lost rank: nothing is redone)."""
+    costs = "".join(
+        f"; {c['event']}: detected after {c['detection_seconds']:.1f} s, "
+        + ("no exchange among the survivors after it" if c["recovery_seconds"] is None else
+           f"{c['recovery_seconds']:.1f} s to the first exchange among the survivors")
+        + f", {c['steps_with_fewer_workers']} steps with fewer workers"
+        for c in facts.get("costs", ()))
+    survivors = len(facts.get("survivors", ()))
+    return (f"{row.series.label()}, seed {run.seed}: --recovery gossip, {survivors} "
+            f"survivor{'' if survivors == 1 else 's'}; goodput {facts['goodput']:.1f} "
             f"img/sec over {facts.get('wall_seconds', 0):.1f} s of wall time{costs}; "
             f"{run.path}")
 

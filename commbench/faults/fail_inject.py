@@ -40,6 +40,8 @@ class Injector:
         # Under --recovery restart (commbench.faults.restart): told of each event as it
         # fires, before the rank dies, so that the job started again never fires it.
         self.record: Optional[Callable[[FailEvent, int], None]] = None
+        # Under --recovery gossip (commbench.faults.gossip_recovery): the others go on.
+        self.survived = False
 
     def forget(self, fired: Sequence[FailEvent]) -> None:
         """Events that fired in an earlier attempt of the job: never again."""
@@ -83,12 +85,15 @@ class Injector:
     def line(self, event: FailEvent, elapsed: float) -> str:
         """What the rank says as it fails: that --fail did it, at which step and when."""
         at = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
-        ends = ("the launcher starts the job again" if self.record is not None else
+        ends = ("the others go on without it" if self.survived else
+                "the launcher starts the job again" if self.record is not None else
                 "the job ends")
         what = (f"kills itself (SIGKILL); {ends} now" if event.kind == "kill" else
-                "stops itself (SIGSTOP) and answers no one; the others end the job after "
-                f"--timeout ({self.timeout:g} s)"
-                + (" and the launcher starts it again" if self.record is not None else ""))
+                "stops itself (SIGSTOP) and answers no one; "
+                + (f"after --timeout ({self.timeout:g} s) the others go on without it"
+                   if self.survived else "the others end the job after "
+                   f"--timeout ({self.timeout:g} s)"
+                   + (" and the launcher starts it again" if self.record is not None else "")))
         return (f"failure injected by --fail ({event}), not a bug: it {what}; at step "
                 f"{self.steps}, {elapsed:.2f} s into training, {at} UTC")
 

@@ -1,6 +1,6 @@
 """How gossip's survivors learn of a lost rank and agree on what follows (issue 56,
-`--recovery gossip`, not yet offered by the CLI): the runtime half of a recovery whose
-mathematics is commbench.topology.survivors.
+`--recovery gossip`, which commbench.faults.gossip_recovery makes of it): the runtime
+half of a recovery whose mathematics is commbench.topology.survivors.
 
 Measured on this project's launcher (Open MPI 5.0.11's PRRTE, torch 2.14's gloo; the
 findings are in docs/run.md, "Surviving a lost rank at run time"):

@@ -4,6 +4,9 @@ checkpoints every --checkpoint-every steps (commbench.faults.checkpoint), and wh
 fails the launcher starts every rank again — torchrun's elastic agent (`torchrun
 --max-restarts N`) or, under an MPI launcher, `commbench supervise` — and training
 resumes from the newest complete checkpoint of this job (commbench.faults.restart).
+`torchft` (commbench.faults.torchft_group): survivors go on in torchft's quorum.
+`gossip` (commbench.faults.gossip_recovery): neighbor_allreduce's survivors mix around
+a lost rank and go on.
 
 A job's checkpoints live in a directory named for its identity, the digest of its flags
 (the output locations aside) and world size, so that a run never resumes another run's
@@ -30,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from commbench.config.run_config import RunConfig
     from commbench.launch.detect import LaunchInfo
 
-POLICIES = ("none", "restart", "torchft")
+POLICIES = ("none", "restart", "torchft", "gossip")
 CHECKPOINT_EVERY = 20
 # Set by `commbench supervise` for the launcher it runs (commbench.faults.supervise): the
 # restarts it allows, and when it saw the last attempt end (the failure's detection).
@@ -50,8 +53,9 @@ class RecoveryFlags(Section):
         "torchrun --max-restarts N or `commbench supervise` around an MPI launcher, and "
         "training resumes from the newest complete checkpoint) or torchft (each worker a "
         "replica group of torchft's quorum, started by `commbench torchft -n N -- ...`; "
-        "survivors go on, a restarted group heals from a peer)", one_of(POLICIES),
-        "{none,restart,torchft}")
+        "survivors go on, a restarted group heals from a peer) or gossip (neighbor_allreduce "
+        "under mpiexec: survivors mix around a lost rank and go on)", one_of(POLICIES),
+        "{none,restart,torchft,gossip}")
     checkpoint_every: int = flag(
         CHECKPOINT_EVERY, "--recovery restart: checkpoint every N training steps",
         positive_int, "STEPS")
@@ -66,8 +70,10 @@ class RecoveryFlags(Section):
             "checkpoints are taken for --recovery restart alone: leave it out")
         if config.recovery == "none" or config.trains_to_accuracy:
             return moot
-        why = ("a restart would time the steps it redoes: restart" if config.recovery == "restart"
-               else "torchft's quorum would change the world size it times: recover")
+        why = {"restart": "a restart would time the steps it redoes: restart",
+               "torchft": "torchft's quorum would change the world size it times: recover",
+               "gossip": "gossip's survivors would change the world size it times: recover"}[
+            config.recovery]
         return {**moot, "recovery": f"a speed run times its steps, and {why} a run "
                 "trained to accuracy (--target-accuracy, --max-epochs, --time-budget or "
                 "--eval-every)"}
@@ -75,7 +81,7 @@ class RecoveryFlags(Section):
 
 def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
     """UsageError, before any communication, for a restart that could not resume the
-    strategy exactly or that nothing would start again."""
+    strategy exactly or that nothing would start again (gossip's: check_gossip)."""
     if config.recovery != "restart":  # torchft's are commbench.faults.torchft_group's
         return
     if not strategy_cls.restartable:
@@ -110,12 +116,40 @@ def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
                          f"torch {torch.__version__}")
 
 
+def check_gossip(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
+    """What --recovery gossip needs: neighbor averaging over gloo, under an MPI launcher
+    that keeps the others running (the mpirun front adds --enable-recovery), and a
+    schedule that leaves rank 0, which serves the store the survivors meet in."""
+    if strategy_cls.name != "neighbor_allreduce":
+        raise UsageError(f"argument --recovery: gossip needs a strategy that averages with "
+                         f"neighbors, --dist-optimizer neighbor_allreduce; {strategy_cls.name} "
+                         "cannot go on around a lost rank")
+    if config.cpu_transport != "gloo":
+        raise UsageError("argument --recovery: gossip's survivors wait on each message "
+                         "through gloo (an MPI message to a lost rank ends the job): pass "
+                         "--cpu-transport gloo")
+    events = fail_schedule.schedule(config.fail, launch.world_size)
+    if any(e.rank == 0 for e in events):
+        raise UsageError("argument --fail: rank 0 serves the store gossip's survivors meet "
+                         "in and never fails under --recovery gossip; fail another rank")
+    rejoins = next((e for e in events if e.rejoin is not None), None)
+    if rejoins is not None:
+        raise UsageError(f"argument --fail: {rejoins}: a rejoining rank is not supported under "
+                         "gossip yet; leave +REJOIN out")
+    if not launch.mpi:
+        raise UsageError("argument --recovery: gossip needs an MPI launcher that keeps the "
+                         "others running when a rank dies: mpiexec --enable-recovery -n N "
+                         "python -m commbench ...")
+
+
 def after_failure(policy: str) -> str:
     """What the console says the job does after each failure of --fail."""
     return {"restart": "the job restarts from its newest checkpoint after each (--recovery "
                        "restart)",
             "torchft": "the others go on in torchft's quorum, and the failed replica group "
-                       "is started again and heals from a peer (--recovery torchft)"}.get(
+                       "is started again and heals from a peer (--recovery torchft)",
+            "gossip": "after each, the lost rank's neighbors mix around it and the others "
+                      "go on (--recovery gossip)"}.get(
         policy, "with no recovery policy the first one ends the job")
 
 

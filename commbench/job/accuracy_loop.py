@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.timing import spans
@@ -83,13 +83,9 @@ class Evaluator:
     """Scores the averaged model and this worker's own on the validation set."""
 
     def __init__(self, model, twin, validation, ctx):
-        import torch
-
         self.model, self.twin, self.ctx = model, twin, ctx
         images, labels = validation
         self.images, self.labels = images.to(ctx.device), labels.to(ctx.device)
-        share = torch.arange(ctx.rank, len(labels), ctx.world_size)  # this rank's share
-        self.share = share.to(ctx.device)
 
     def __call__(self):
         """(averaged model's accuracy, every worker's own accuracy, averaged model's mean
@@ -98,7 +94,10 @@ class Evaluator:
         import torch.distributed as dist
 
         average_into(self.twin, self.model, self.ctx.world_size)
-        correct, loss = score(self.twin, self.images[self.share], self.labels[self.share])
+        # this rank's share, taken now: gossip's survivors are fewer ranks than started
+        share = torch.arange(self.ctx.rank, len(self.labels), self.ctx.world_size,
+                             device=self.ctx.device)
+        correct, loss = score(self.twin, self.images[share], self.labels[share])
         own = torch.zeros(self.ctx.world_size + 2, dtype=torch.float64, device=self.ctx.device)
         total = self.labels.numel()
         own[self.ctx.rank] = score(self.model, self.images, self.labels)[0] / total
@@ -180,6 +179,9 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
             recorder.keep_last(keep_steps)
             point = _evaluation(evaluate, model, ctx, recorder, rule, steps, training, started,
                                 losses, samples_per_step, steps_per_epoch, counts_wire)
+            missed = getattr(restart, "samples_missed", None)
+            if missed is not None:  # gossip's lost ranks took no steps after they failed
+                point = replace(point, samples=point.samples - missed(steps))
             curve.append(point)
             report(point)
             losses = []

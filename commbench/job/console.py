@@ -5,13 +5,16 @@ was measured elsewhere (commbench.job.per_iteration, commbench.result.record).""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from commbench import units
 from commbench.result import metrics
 from commbench.config.run_config import RunConfig
 from commbench.job.per_iteration import IterationMeans, oversubscribed
 from commbench.timing.step_split import PARTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from commbench.result.record import Recorded
 
 
 class Printer:
@@ -232,3 +235,19 @@ def print_outcome(say: Printer, outcome: Dict[str, Any]) -> None:
         say(diverged_line(outcome["diverged"]))
     say(f"{metrics.rate_name(outcome).capitalize()} during training: "
         f"{outcome['img_sec']:.1f} (all workers)")
+
+
+def timeline_lines(say, config: RunConfig, steps: int, recorded: "Recorded") -> None:
+    """Where the --timeline file went, and how much of the run it holds; or, when it
+    could not be written, a warning that says so (the result was written first)."""
+    if config.timeline is None:
+        return
+    if recorded.timeline_error:
+        say(f"Warning: the timeline was not written ({recorded.timeline_error}); the "
+            "result was")
+    else:
+        window = "" if steps <= config.timeline_steps else \
+            f" (the last {config.timeline_steps} of {steps} steps: --timeline-steps)"
+        say(f"Timeline: {config.timeline}{window}")
+    if recorded.doc["strategy"].get("engine_timeline"):
+        say(f"The engine's own timeline: {recorded.doc['strategy']['engine_timeline']}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Optional
 
-from commbench.faults import fail_inject, recovery, torchft_costs, torchft_group
+from commbench.faults import fail_inject, gossip_recovery, recovery, torchft_costs, torchft_group
 from commbench.job import (accuracy_loop, console, language_models, per_iteration, precision,
                            recipe as recipes, stop_rule, straggler)
 from commbench.result import environment, record
@@ -183,7 +183,7 @@ def _tell(say, config: RunConfig, ctx, unwritten: Optional[record.Unwritten], st
     recorded = record.written_by_rank_0(ctx, lambda: record.write(config, *unwritten))
     if recorded is None:
         return {}
-    timeline_lines(say, config, steps, recorded)
+    console.timeline_lines(say, config, steps, recorded)
     say(f"Result: {recorded.path}")
     return recorded.doc
 
@@ -197,22 +197,6 @@ def _record_failures(say, config: RunConfig, ctx, doc: Dict[str, Any]) -> None:
     if recorded is not None and not doc.get("recovery", {}).get("costs"):
         say(f"Warning: --fail {config.fail}: the run ended before any of its failures was "
             "due; nothing failed")
-
-
-def timeline_lines(say, config: RunConfig, steps: int, recorded: record.Recorded) -> None:
-    """Where the --timeline file went, and how much of the run it holds; or, when it
-    could not be written, a warning that says so (the result was written first)."""
-    if config.timeline is None:
-        return
-    if recorded.timeline_error:
-        say(f"Warning: the timeline was not written ({recorded.timeline_error}); the "
-            "result was")
-    else:
-        window = "" if steps <= config.timeline_steps else \
-            f" (the last {config.timeline_steps} of {steps} steps: --timeline-steps)"
-        say(f"Timeline: {config.timeline}{window}")
-    if recorded.doc["strategy"].get("engine_timeline"):
-        say(f"The engine's own timeline: {recorded.doc['strategy']['engine_timeline']}")
 
 
 def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Batches, sync,
@@ -244,7 +228,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         strategy.settle()  # before the evaluation's collectives
         return evaluator()
 
-    restart = replica
+    restart = getattr(strategy, "gossip", None) or replica  # gossip's: the strategy's exchange's
     if config.recovery == "restart":  # last: the RNG state it restores is training's
         restart = Restart(config, ctx, say, total_batch)
     if restart is not None:
@@ -266,12 +250,15 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     def print_summary(summary: Dict[str, Any]) -> None:
         console.print_outcome(say, summary)
         if restart is not None:
-            lines = torchft_costs.lines if replica is not None else cost_lines
+            lines = {"torchft": torchft_costs.lines, "gossip": gossip_recovery.lines}.get(
+                config.recovery, cost_lines)
             for line in lines(unwritten.doc["recovery"], summary["img_sec"], config.unit):
                 say(line)
         say(console.split_line(summary["step_split"], ctx.device.type))
 
-    return _tell(say, config, ctx, unwritten, outcome["steps"], print_summary)
+    told = _tell(say, config, ctx, unwritten, outcome["steps"], print_summary)
+    getattr(restart, "leave", lambda: None)()  # gossip's survivors end here (gossip_recovery)
+    return told
 
 
 def _batches(config: RunConfig, ctx) -> batches.Batches:

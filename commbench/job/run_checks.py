@@ -33,6 +33,8 @@ def validate(config: RunConfig, launch: LaunchInfo):
     registry.refuse_unread([config.dist_optimizer], config, launch=launch)
     strategy_cls.check(config, launch)
     straggler.check(config.slow_ranks, launch.world_size)
+    if config.recovery == "gossip":  # before the schedule's own check: its rejoins
+        recovery.check_gossip(config, launch, strategy_cls)
     if config.recovery != "torchft":  # whose events fail replica groups (torchft_group)
         fail_schedule.check(config.fail, launch.world_size, last_step=None
                             if config.trains_to_accuracy else config.num_warmup_batches

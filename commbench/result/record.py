@@ -247,11 +247,13 @@ def write_timeline(config: RunConfig, doc: Dict[str, Any], events, hosts: List[s
     if config.timeline is None:
         return
     names = [f"rank {r} ({host})" for r, host in enumerate(hosts)]
+    offsets, recovery = clocks["seconds"], doc.get("recovery") or {}
+    if "survivors" in recovery:  # gossip's, renumbered among themselves
+        events, offsets, names = failure_track.as_started(recovery["survivors"], events,
+                                                          offsets, hosts)
     # the failures' wall-clock times on rank 0's span clock (this is rank 0)
-    failures = failure_track.from_costs((doc.get("recovery") or {}).get("costs", ()),
-                                        spans.now() - time.time())
-    trace = trace_file.trace_events(events, clocks["seconds"], names, config.timeline_steps,
-                                    failures)
+    failures = failure_track.from_costs(recovery.get("costs", ()), spans.now() - time.time())
+    trace = trace_file.trace_events(events, offsets, names, config.timeline_steps, failures)
     trace_file.write_trace(config.timeline, trace,
                            {"commbench": doc["schema_version"], "config": doc["config"],
                             "clock_offsets": clocks})

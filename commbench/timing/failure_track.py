@@ -45,6 +45,20 @@ def from_costs(costs: Sequence[Dict[str, Any]], wall_to_clock: float) -> List[Fa
             for c in costs if c.get("failed_at") is not None]
 
 
+def as_started(survivors: Sequence[int], events: Sequence[Any], offsets: Sequence[float],
+               hosts: Sequence[str]) -> Tuple[List[Any], List[float], List[str]]:
+    """(events, clock offsets, process names) of the ranks as the job started them, from
+    those of the survivors of --recovery gossip (renumbered among themselves: the k-th
+    survivor is survivors[k]): a lost rank a process with its failure alone."""
+    size = max(survivors) + 1
+    events_of, offsets_of = [[] for _ in range(size)], [0.0] * size
+    names = [f"rank {r} (lost)" for r in range(size)]
+    for k, rank in enumerate(survivors):
+        events_of[rank], offsets_of[rank] = events[k], offsets[k]
+        names[rank] = f"rank {rank} ({hosts[k]})"
+    return events_of, offsets_of, names
+
+
 def trace_events(failures: Sequence[Failure], origin: float,
                  ranks: int) -> List[Dict[str, Any]]:
     """Chrome trace events of the failures, times in microseconds from `origin`; a

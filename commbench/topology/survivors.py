@@ -1,7 +1,8 @@
 """The survivors' mixing matrix after ranks are lost: the mathematics of a gossip
 recovery (issue 56), where the workers that remain average around the hole instead of
 ending the job. Pure: weights in, weights out; commbench.faults.gossip_survival
-is its runtime half, and no strategy uses either yet.
+is its runtime half, and `--recovery gossip` (commbench.faults.gossip_recovery) mixes
+along it.
 
 A lost rank's links are dropped and the weight a survivor gave it goes back to the
 survivor's own self-loop, so each row still sums to one. Where the lost rank's links
