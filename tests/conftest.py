@@ -59,6 +59,19 @@ def starts_python(argv) -> bool:
             or any(a == "-m" and b == "commbench" for a, b in zip(args, args[1:])))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The groups the mpi tier's two pytest-xdist workers take whole (`make test`: -n 2
+    --dist loadgroup): a file's tests stay together, where a file's fixtures start a job
+    once; and every file checking strategies (tests/programs/check_strategies.py) joins
+    one group, since one job per world size checks them all, once per worker."""
+    for item in items:
+        module = getattr(item, "module", None)
+        checks = hasattr(module, "assert_strategy_clean")
+        item.add_marker(pytest.mark.xdist_group("strategy-checks" if checks
+                                                else getattr(module, "__name__", "")))
+
+
 @pytest.fixture(autouse=True)
 def processes_only_in_their_tier(request, monkeypatch):
     if request.node.get_closest_marker("mpi") is not None:

@@ -126,6 +126,30 @@ def test_two_clusters_at_once_stay_apart(name):
     assert ours(other) == set()
 
 
+def test_two_ups_at_once_take_their_subnets_one_after_the_other(tmp_path, monkeypatch):
+    # Sweeps or test runs side by side: the second waits until the first has written
+    # the subnet it took.
+    import threading
+    import time
+
+    monkeypatch.setattr(state, "STATE_ROOT", tmp_path)
+    held = threading.Event()
+
+    def first():
+        with state.registering():
+            held.set()
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    held.wait(10)
+    begin = time.monotonic()
+    with state.registering():
+        waited = time.monotonic() - begin
+    thread.join()
+    assert waited >= 0.3
+
+
 def test_refuses_names_it_did_not_make(name):
     subprocess.run(["ip", "netns", "add", f"{name}-m0"], check=True)  # someone else's
     try:

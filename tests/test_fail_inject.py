@@ -106,7 +106,10 @@ def failed_job(tmp_path, n, args, timeout=120):
 ])
 def test_a_killed_rank_ends_the_job_within_seconds_with_its_line(tmp_path, kind, args, fail):
     done, line, seconds = failed_job(tmp_path, 2, [*args, "--fail", fail])
-    assert done.returncode == 128 + signal.SIGKILL, (done.returncode, done.stderr[-3000:])
+    # The launcher's status is the killed rank's, or, on a loaded box where the survivor
+    # saw its connection close before the launcher saw the death, the survivor's 1.
+    assert done.returncode in (128 + signal.SIGKILL, 1), (done.returncode,
+                                                          done.stderr[-3000:])
     assert line.startswith(f"commbench: error: rank 1: failure injected by --fail ({fail}"), line
     assert "it kills itself (SIGKILL); the job ends now" in line
     assert seconds < 20, f"detected after {seconds:.1f} s"

@@ -40,8 +40,12 @@ def stalled_job(launcher, when, tmp_path):
 
 
 def only_startup_line(done) -> str:
+    """Rank 0's start-up line, the job's first; after it only the stopped rank may speak,
+    of the connection rank 0 closed: mpirun wakes it (SIGCONT) before it ends it, and on
+    a loaded box it can say so first."""
     lines = [line for line in done.stderr.splitlines() if line.startswith("commbench:")]
-    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines and all(line.startswith("commbench: error: rank 1") for line in lines[1:]), \
+        done.stderr[-3000:]
     assert STARTUP_LINE.match(lines[0]), lines
     # (after it, torchrun's own traceback of the failed worker)
     assert "Traceback" not in done.stderr.split(lines[0])[0], done.stderr[-3000:]

@@ -35,7 +35,8 @@ from typing import Dict, List, Sequence
 from commbench import units
 from commbench.cluster.host import check_privileges, existing_links, existing_netns, tool
 from commbench.cluster.shaping import tbf
-from commbench.cluster.state import Cluster, clusters, load, parse_link_of, write_atomically
+from commbench.cluster.state import (Cluster, clusters, load, parse_link_of, registering,
+                                     write_atomically)
 from commbench.errors import UsageError
 
 NETNS_ETC = Path("/etc/netns")
@@ -73,16 +74,18 @@ def up(name: str, machines: int, slots: int, link: str,
         raise UsageError("--machines must be 1..200 and --slots at least 1")
     link = units.tc_rate(link, "--link")
     own_rates = parse_link_of(link_of, machines)
-    if load(name) is not None:
-        raise UsageError(f"cluster {name} is already up (commbench cluster down --name {name})")
-    cluster = Cluster(name, machines, slots, link, free_subnet(), own_rates)
-    ours = {cluster.bridge} | {cluster.netns(i) for i in range(machines)}
-    taken = ours & (existing_links() | existing_netns())
-    if taken:
-        raise UsageError(f"{', '.join(sorted(taken))} already exist and are not a commbench "
-                         f"cluster's: choose another --name")
-    cluster.directory.mkdir(parents=True, exist_ok=True)
-    write_atomically(cluster.directory / "state.json", json.dumps(asdict(cluster), indent=1))
+    with registering():
+        if load(name) is not None:
+            raise UsageError(f"cluster {name} is already up (commbench cluster down --name "
+                             f"{name})")
+        cluster = Cluster(name, machines, slots, link, free_subnet(), own_rates)
+        ours = {cluster.bridge} | {cluster.netns(i) for i in range(machines)}
+        taken = ours & (existing_links() | existing_netns())
+        if taken:
+            raise UsageError(f"{', '.join(sorted(taken))} already exist and are not a "
+                             f"commbench cluster's: choose another --name")
+        cluster.directory.mkdir(parents=True, exist_ok=True)
+        write_atomically(cluster.directory / "state.json", json.dumps(asdict(cluster), indent=1))
     try:
         _make(cluster)
     except BaseException:

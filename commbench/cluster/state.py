@@ -6,6 +6,8 @@ that `down` finds the remains of a crashed `up`.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -133,6 +135,16 @@ def load(name: str) -> Optional[Cluster]:
 def clusters() -> List[Cluster]:
     found = (load(p.parent.name) for p in sorted(STATE_ROOT.glob("*/state.json")))
     return [c for c in found if c is not None]
+
+
+@contextlib.contextmanager
+def registering():
+    """Held while a cluster takes its subnet and writes its state: two `up`s at once
+    (two sweeps, or test runs side by side) would otherwise both find one /24 free."""
+    STATE_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(STATE_ROOT / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def write_atomically(path: Path, text: str) -> None:
