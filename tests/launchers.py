@@ -90,9 +90,10 @@ def mpiexec_path() -> str:
 # test: Open MPI 5's launcher sometimes fails to start its PMIx server (a race in PMIx's
 # start-up, also seen in other projects' CI) before any rank exists, and the dynamic
 # loader can be refused the memory map of a shared library (seen once in CI on a
-# freshly installed scipy extension). Nothing else is retried.
+# freshly installed scipy extension), and a port found free can be taken by another
+# process before the job binds it. Nothing else is retried.
 MACHINE_FAILURES = ("The PMIx server's listener thread failed to start",
-                    "failed to map segment from shared object")
+                    "failed to map segment from shared object", "EADDRINUSE")
 
 
 def run_once_more_if_the_machine_failed(cmd: List[str], timeout: float,

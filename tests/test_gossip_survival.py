@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from commbench.faults.gossip_survival import Meeting, Survival, Waited, waited
-from launchers import PYTHON, free_port, mpiexec_path, run_once_more_if_the_machine_failed
+from launchers import PYTHON, mpiexec_path, run_once_more_if_the_machine_failed
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "gossip_survivors.py"
 
@@ -144,7 +144,7 @@ def test_a_loss_announced_during_the_meeting_starts_one_of_fewer_survivors():
 @pytest.mark.parametrize("kind, detected_within", [("kill", 5.0), ("stop", 10.0 + 5.0)])
 def test_survivors_of_a_lost_rank_keep_their_mean_and_reach_it_again(kind, detected_within):
     cmd = [mpiexec_path(), "-n", "4", "--oversubscribe", "--bind-to", "none",
-           "--enable-recovery", PYTHON, str(PROGRAM), str(free_port()), kind]
+           "--enable-recovery", PYTHON, str(PROGRAM), kind]
     done = run_once_more_if_the_machine_failed(cmd, 300)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])

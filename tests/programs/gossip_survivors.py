@@ -1,4 +1,4 @@
-"""`mpiexec --enable-recovery -n 4 python gossip_survivors.py PORT KIND`: neighbor
+"""`mpiexec --enable-recovery -n 4 python gossip_survivors.py KIND`: neighbor
 averaging over gloo along the one-peer schedule of exponential-2, where rank 2 kills
 (KIND kill) or stops (stop) itself at exchange 1, before consensus, and the others go on around it
 (commbench.faults.gossip_survival, commbench.topology.survivors), for
@@ -25,6 +25,26 @@ from commbench.topology import build_schedule
 from commbench.topology.survivors import survivors_schedule
 
 STEPS, FAILS_AT, VICTIM, TIMEOUT = 40, 1, 2, 10.0
+PORT_TAG = 38_101
+
+
+def meeting_store(rank: int, size: int) -> "dist.TCPStore":
+    """Rank 0 serves on a port the system picks, so no other process can take it first,
+    and sends it over MPI; a rank that hears nothing in TIMEOUT s fails rather than wait
+    (under --enable-recovery mpiexec would not end it)."""
+    comm, patience = MPI.COMM_WORLD, datetime.timedelta(seconds=30)
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, size, True, patience, wait_for_workers=False)
+        for peer in range(1, size):
+            comm.send(store.port, dest=peer, tag=PORT_TAG)
+        return store
+    deadline = time.monotonic() + TIMEOUT
+    while not comm.iprobe(source=0, tag=PORT_TAG):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank 0 sent no port within {TIMEOUT:g} s")
+        time.sleep(0.05)
+    port = comm.recv(source=0, tag=PORT_TAG)
+    return dist.TCPStore("127.0.0.1", port, size, False, patience)
 
 
 def exchange(x, schedule, survivors, rank, step, epoch, survival):
@@ -53,10 +73,9 @@ def survivors_mean(x, group, count):
 
 
 def main() -> None:
-    port, kind = int(sys.argv[1]), sys.argv[2]
+    kind = sys.argv[1]
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
-    store = dist.TCPStore("127.0.0.1", port, size, rank == 0,
-                          datetime.timedelta(seconds=30), wait_for_workers=False)
+    store = meeting_store(rank, size)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=TIMEOUT))
     store.set(f"pid/{rank}", str(os.getpid()))
