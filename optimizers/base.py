@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from commbench.config.run_config import RunConfig
+    from commbench.faults.recovery_hook import Recovery
     from commbench.launch.detect import LaunchInfo
     from commbench.launch.distributed import DistContext
 
@@ -91,6 +92,11 @@ class Strategy:
     # The --compression kinds the strategy can send (commbench.config.compression.KINDS);
     # a strategy that sends some reads the CompressionFlags section.
     compressions: ClassVar[Tuple[str, ...]] = ()
+
+    def own_recovery(self) -> Optional["Recovery"]:
+        """The recovery policy this strategy carries itself, or None: gossip's survivors
+        live in neighbor_allreduce's exchange (commbench.faults.gossip_recovery)."""
+        return None
 
     @classmethod
     def unusable_reason(cls) -> Optional[str]:

@@ -54,6 +54,9 @@ class NeighborAllreduce(MixingStrategy):
                              "point-to-point batches hang before); pass --no-cuda or "
                              "upgrade torch")
 
+    def own_recovery(self):
+        return self.gossip
+
     def build_mixer(self, buffers):
         from commbench.comm.neighbor_exchange import NeighborExchange
 

@@ -7,6 +7,7 @@ tests/test_gossip_survival.py's (the same schedule, commbench.topology.survivors
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from test_training_to_accuracy import TINY_TASK
 TINY = [*TINY_TASK, "--max-epochs", "8", "--eval-every", "4"]
 GOSSIP = ["--dist-optimizer", "neighbor_allreduce", "--recovery", "gossip", "--cpu-transport",
           "gloo"]
+DATA = Path(__file__).parent / "data"
 MPIEXEC = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}
 
 
@@ -70,6 +72,19 @@ def test_report_says_what_a_gossip_runs_failures_cost(tmp_path):
         ", seed 42: --recovery gossip, 3 survivors; goodput 116.4 img/sec over 15.0 s of "
         "wall time; 2@step8:kill: detected after 0.4 s, 2.2 s to the first exchange among "
         f"the survivors, 9 steps with fewer workers; {written}"), lines
+
+
+def test_report_gives_a_language_models_goodput_in_tokens(tmp_path):
+    path = sorted((DATA / "lm-loss").glob("*.json"))[0]
+    doc = json.loads(path.read_text())
+    doc["recovery"] = {"policy": "gossip", "survivors": [0], "wall_seconds": 10.0,
+                       "goodput": 900.0, "costs": []}
+    write_run(tmp_path, path.name, doc)
+    code, text, err = run_report([tmp_path])
+    assert code == 0 and err == "", err
+    line = next(li for li in text.splitlines() if "--recovery gossip" in li)
+    assert ", N=2, seed " in line and \
+        ": --recovery gossip, 1 survivor; goodput 900.0 tokens/sec over 10.0 s" in line, line
 
 
 def test_the_console_says_what_each_failure_cost_and_the_goodput():

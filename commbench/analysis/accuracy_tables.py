@@ -4,7 +4,7 @@ there are too few runs, flagged), as text, Markdown, CSV or JSON."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.analysis import split_table, tables
 from commbench.analysis import time_to_target as ttt
@@ -80,8 +80,8 @@ def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
         diverged = [(row, run) for row in g.rows for run in row.runs if run.diverged is not None]
         if diverged:
             parts.append(tables.lines([diverged_line(row, run) for row, run in diverged], fmt))
-        restarted = [recovery_line(row, run) for row in g.rows for run in row.runs
-                     if run.recovery is not None]
+        restarted = [recovery_line(row, run, headers[HEADERS.index("img/sec")])
+                     for row in g.rows for run in row.runs if run.recovery is not None]
         if restarted:
             parts.append(tables.lines(restarted, fmt))
         unrecorded = split_table.unrecorded_lines(
@@ -104,53 +104,46 @@ def diverged_line(row: AccuracyRow, run: AccuracyRun) -> str:
             f"best accuracy {run.best_accuracy:.3f}, {run.path}")
 
 
-def recovery_line(row: AccuracyRow, run: AccuracyRun) -> str:
-    """A run under --recovery restart: its goodput, failures and restarts included (or
-    under torchft's quorum: torchft_line)."""
+def recovery_line(row: AccuracyRow, run: AccuracyRun, rate: str) -> str:
+    """A run under a --recovery policy: who took part, its goodput (in `rate`) over the
+    wall time, failures included, and what each failure cost."""
     facts = run.recovery or {}
-    if facts.get("policy") == "torchft":
-        return torchft_line(row, run, facts)
-    if facts.get("policy") == "gossip":
-        return gossip_line(row, run, facts)
-    costs = "".join(f"; {c['event']}: {c['recovery_seconds']:.1f} s to the first step after "
-                    f"it, {c['steps_lost']} steps redone" for c in facts.get("costs", ()))
-    restarts = facts.get("restarts", 0)
-    return (f"{row.series.label()}, N={row.workers}, seed {run.seed}: --recovery restart, "
-            f"{restarts} restart{'' if restarts == 1 else 's'}; goodput "
-            f"{facts['goodput']:.1f} img/sec "
-            f"over {facts.get('wall_seconds', 0):.1f} s of wall time from the first start"
-            f"{costs}; {run.path}")
+    policy = facts.get("policy", "restart")
+    who, cost, since = RECOVERY_TERMS[policy]
+    costs = "".join(f"; {c['event']}: {cost(c)}" for c in facts.get("costs", ()))
+    return (f"{row.series.label()}, N={row.workers}, seed {run.seed}: --recovery {policy}, "
+            f"{who(facts)}; goodput {facts['goodput']:.1f} {rate} over "
+            f"{facts.get('wall_seconds', 0):.1f} s of wall time{since}{costs}; {run.path}")
 
 
-def torchft_line(row: AccuracyRow, run: AccuracyRun, facts: Dict[str, Any]) -> str:
-    """A run under --recovery torchft: its replica groups, goodput and what each failure
-    cost (the survivors go on: nothing is redone)."""
-    costs = "".join(
-        f"; {c['event']}: "
-        + ("no complete step after it" if c["recovery_seconds"] is None else
-           f"{c['recovery_seconds']:.1f} s to the first complete step after it")
-        + f", {c['steps_with_fewer_groups']} steps with fewer groups"
-        for c in facts.get("costs", ()))
-    return (f"{row.series.label()}, seed {run.seed}: --recovery torchft, "
-            f"{facts.get('replica_groups')} replica groups; goodput {facts['goodput']:.1f} "
-            f"img/sec over {facts.get('wall_seconds', 0):.1f} s of wall time{costs}; "
-            f"{run.path}")
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
 
 
-def gossip_line(row: AccuracyRow, run: AccuracyRun, facts: Dict[str, Any]) -> str:
-    """A run under --recovery gossip: its survivors, goodput and what each failure cost
-    (the survivors mix around the lost rank: nothing is redone)."""
-    costs = "".join(
-        f"; {c['event']}: detected after {c['detection_seconds']:.1f} s, "
-        + ("no exchange among the survivors after it" if c["recovery_seconds"] is None else
-           f"{c['recovery_seconds']:.1f} s to the first exchange among the survivors")
-        + f", {c['steps_with_fewer_workers']} steps with fewer workers"
-        for c in facts.get("costs", ()))
-    survivors = len(facts.get("survivors", ()))
-    return (f"{row.series.label()}, seed {run.seed}: --recovery gossip, {survivors} "
-            f"survivor{'' if survivors == 1 else 's'}; goodput {facts['goodput']:.1f} "
-            f"img/sec over {facts.get('wall_seconds', 0):.1f} s of wall time{costs}; "
-            f"{run.path}")
+def _after(c: Dict[str, Any], none: str, some: str) -> str:
+    return none if c["recovery_seconds"] is None else f"{c['recovery_seconds']:.1f} s {some}"
+
+
+# Per policy: who took part, what a failure cost, and where the wall time starts. A
+# restart redoes steps; torchft's and gossip's survivors go on with fewer workers.
+RECOVERY_TERMS: Dict[str, Tuple[Callable[[Dict[str, Any]], str],
+                                Callable[[Dict[str, Any]], str], str]] = {
+    "restart": (lambda f: _count(f.get("restarts", 0), "restart"),
+                lambda c: f"{c['recovery_seconds']:.1f} s to the first step after it, "
+                          f"{c['steps_lost']} steps redone",
+                " from the first start"),
+    "torchft": (lambda f: f"{f.get('replica_groups')} replica groups",
+                lambda c: _after(c, "no complete step after it",
+                                 "to the first complete step after it")
+                + f", {c['steps_with_fewer_groups']} steps with fewer groups",
+                ""),
+    "gossip": (lambda f: _count(len(f.get("survivors", ())), "survivor"),
+               lambda c: f"detected after {c['detection_seconds']:.1f} s, "
+                         + _after(c, "no exchange among the survivors after it",
+                                  "to the first exchange among the survivors")
+                         + f", {c['steps_with_fewer_workers']} steps with fewer workers",
+               ""),
+}
 
 
 def row_record(row: AccuracyRow) -> Dict[str, Any]:

@@ -28,10 +28,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from commbench.errors import UsageError
 from commbench.faults.gossip_survival import NEWS_EVERY, POLL_SECONDS, PREFIX, Meeting, Survival
-from commbench.faults.restart import Progress
+from commbench.faults.recovery_hook import Recovery, goodput_line
 
 
-class Gossip:
+class Gossip(Recovery):
     """This rank's side of a gossip recovery: the loop's recovery hook (as
     commbench.faults.restart's Restart is) and the exchange's way through a loss."""
 
@@ -47,7 +47,7 @@ class Gossip:
         self.started = ctx.world_size
         self.survivors: List[int] = list(range(ctx.world_size))
         self.survival = Survival(self.store, ctx.rank, ctx.world_size, timeout)
-        self.start = Progress()
+        super().__init__()
         self.meetings: List[Dict[str, Any]] = []
         self.began = time.time()
         self.barriers = 0
@@ -62,15 +62,6 @@ class Gossip:
     def _fired(self, event, steps: int) -> None:
         self.store.set(f"{PREFIX}/fired/{self.me}", json.dumps(
             {"event": str(event), "rank": self.me, "steps": steps, "at": time.time()}))
-
-    def healed(self) -> None:
-        return None
-
-    def committed(self) -> bool:
-        return True
-
-    def after_step(self, *progress) -> None:
-        """Every step counts: the survivors go on, nobody redoes one."""
 
     def ranks(self, peers: Sequence[int]) -> List[int]:
         """The job's ranks as started of `peers` (ranks of the survivors' group)."""
@@ -167,6 +158,10 @@ class Gossip:
                 "steps_with_fewer_workers": fewer,
                 "samples_lost": fewer * self.samples_per_step}
 
+    def lines(self, facts: Optional[Dict[str, Any]], rate: Optional[float],
+              unit: str) -> List[str]:
+        return lines(facts, rate, unit)
+
     def leave(self) -> None:
         """After a loss, end this process without MPI's finalize, which would wait for
         the lost ranks; rank 0 first kills the stopped ones, which would keep the
@@ -197,7 +192,7 @@ def _renumber(ctx, survivors: List[int], rank: int) -> None:
         object.__setattr__(ctx, name, value)
 
 
-def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[str]:
+def lines(facts: Dict[str, Any], rate: Optional[float], unit: str) -> List[str]:
     """What rank 0 prints of the failures and the goodput, after the outcome."""
     said = []
     for c in facts["costs"]:
@@ -207,11 +202,8 @@ def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[st
                     f"first exchange among the survivors {recovered}; "
                     f"{c['steps_with_fewer_workers']} steps with fewer workers "
                     f"({c['samples_lost']} {unit} not learnt from)")
-    plain = f" (during training: {img_sec:.1f})" if img_sec else ""
-    said.append(f"Goodput: {facts['goodput']:.1f} {unit}/sec over {facts['wall_seconds']:.1f} "
-                f"s of wall time, {_survivors(facts)}, failures "
-                f"included{plain}")
-    return said
+    return said + [goodput_line(facts, rate, unit, f", {_survivors(facts)}, failures "
+                                "included")]
 
 
 def _survivors(facts: Dict[str, Any]) -> str:

@@ -17,24 +17,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.faults import checkpoint, fail_schedule, recovery
+from commbench.faults.recovery_hook import Progress, Recovery, goodput_line
 
 RECORD = ".record"
-
-
-@dataclass
-class Progress:
-    """Where training stands: what a checkpoint saves and a restart resumes."""
-
-    steps: int = 0
-    training_seconds: float = 0.0
-    wall_seconds: float = 0.0
-    curve: List[Dict[str, Any]] = field(default_factory=list)  # the evaluations' points
-    losses: List[float] = field(default_factory=list)  # since the last evaluation
 
 
 def read(path: Path) -> Any:
@@ -61,15 +51,15 @@ def started_at() -> float:
         return time.time()
 
 
-class Restart:
+class Restart(Recovery):
     """This attempt of a restarting job, on every rank."""
 
     def __init__(self, config, ctx, say: Callable[[str], None], samples_per_step: int) -> None:
+        super().__init__()
         self.dir = recovery.job_dir(config, ctx.world_size)
         self.every, self.rank, self.say = config.checkpoint_every, ctx.rank, say
         self.samples_per_step = samples_per_step
         self.events = list(fail_schedule.schedule(config.fail, ctx.world_size))
-        self.start = Progress()
         self.trained: Tuple[Any, Any] = (None, None)  # the model and optimizer checkpointed
         self.pending: List[int] = []  # the fired events this attempt recovers from
         self.detected = float(os.environ.get(recovery.DETECTED) or started_at())
@@ -121,14 +111,6 @@ class Restart:
         wait = max(rejoins, default=0.0) - time.time()
         return (None if newest is None else str(newest[1]), sorted(fired), pending, wait)
 
-    def healed(self) -> None:
-        """A restarted job resumes from a checkpoint, never from a peer mid-run."""
-        return None
-
-    def committed(self) -> bool:
-        """Every step of a restarted job counts (those after a failure are redone)."""
-        return True
-
     def after_step(self, steps: int, training: float, wall: float, curve: List[Any],
                    losses: List[float]) -> None:
         """Every rank, after each step (and its evaluation): the first complete step
@@ -174,15 +156,17 @@ class Restart:
                 "resumed_from_step": recovered["resumed_from"],
                 "steps_lost": lost, "samples_lost": lost * self.samples_per_step}
 
+    def lines(self, facts: Optional[Dict[str, Any]], rate: Optional[float],
+              unit: str) -> List[str]:
+        return cost_lines(facts, rate, unit)
 
-def cost_lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[str]:
+
+def cost_lines(facts: Dict[str, Any], rate: Optional[float], unit: str) -> List[str]:
     """What rank 0 prints of it, after the outcome."""
     said = [f"Failure {c['event']}: detected after {c['detection_seconds']:.1f} s, first "
             f"complete step {c['recovery_seconds']:.1f} s after it; resumed from step "
             f"{c['resumed_from_step']}, {c['steps_lost']} steps ({c['samples_lost']} "
             f"{unit}) redone" for c in facts["costs"]]
-    plain = f" (during training: {img_sec:.1f})" if img_sec else ""
     restarts = f"{facts['restarts']} restart{'s' if facts['restarts'] != 1 else ''}"
-    said.append(f"Goodput: {facts['goodput']:.1f} {unit}/sec over {facts['wall_seconds']:.1f} "
-                f"s of wall time from the first start, {restarts} included{plain}")
-    return said
+    return said + [goodput_line(facts, rate, unit, f" from the first start, {restarts} "
+                                "included")]

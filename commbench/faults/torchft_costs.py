@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
+from commbench.faults.recovery_hook import goodput_line
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -76,7 +78,7 @@ def _since(at: float, step: Optional[StepRecord]) -> Optional[float]:
     return None if step is None else step.ended - at
 
 
-def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[str]:
+def lines(facts: Dict[str, Any], rate: Optional[float], unit: str) -> List[str]:
     """What replica group 0 prints of the failures and the goodput, after the outcome."""
     said = []
     for c in facts["costs"]:
@@ -91,11 +93,8 @@ def lines(facts: Dict[str, Any], img_sec: Optional[float], unit: str) -> List[st
         said.append(f"  (not exact: {short} steps before the first failure had a quorum of "
                     f"fewer than {facts['replica_groups']} replica groups, groups falling "
                     "behind and healing; the costs above count quorum sizes)")
-    plain = f" (during training: {img_sec:.1f})" if img_sec else ""
-    said.append(f"Goodput: {facts['goodput']:.1f} {unit}/sec over {facts['wall_seconds']:.1f} "
-                f"s of wall time, {facts['replica_groups']} replica groups, failures "
-                f"included{plain}")
-    return said
+    return said + [goodput_line(facts, rate, unit, f", {facts['replica_groups']} replica "
+                                "groups, failures included")]
 
 
 def _after(value: Optional[float]) -> str:

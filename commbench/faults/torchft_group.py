@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.config.compression import parse as compression
 from commbench.errors import UsageError
-from commbench.faults import checkpoint, fail_schedule, torchft_exchange
-from commbench.faults.restart import RECORD, Progress, read, write
+from commbench.faults import checkpoint, fail_schedule, torchft_costs, torchft_exchange
+from commbench.faults.recovery_hook import Progress, Recovery
+from commbench.faults.restart import RECORD, read, write
 from commbench.launch.detect import REPLICA_GROUP
 from commbench.faults.torchft_costs import StepRecord, cost, short_quorums
 
@@ -87,7 +88,7 @@ def fired_record(records: Path, index: int) -> Path:
     return records / f"fired-{index}{RECORD}"
 
 
-class Replica:
+class Replica(Recovery):
     """This replica group's part in the quorum: the Manager, the step it wraps, where
     training stood (served to a peer that heals from it), and its log of the quorum's
     steps (one per step under allreduce, one per sync under local_sgd and diloco)."""
@@ -99,7 +100,8 @@ class Replica:
         self.strategy, self.exchange = strategy, torchft_exchange.of(strategy)
         self.records = Path(os.environ[RECORDS])
         self.events = list(fail_schedule.schedule(config.fail, self.groups))
-        self.start, self.progress = Progress(), Progress()
+        super().__init__()
+        self.progress = Progress()
         self.synced = Progress()  # where training stood after the last committed sync
         self._taken = time.perf_counter()  # when `progress` was taken
         self.log: List[StepRecord] = []
@@ -239,6 +241,10 @@ class Replica:
                 "wall_time_to_target": wall if outcome.get("reached") else None,
                 "final_model_sha256": checkpoint.digest(model),
                 "final_parameters_sha256": checkpoint.parameters_digest(model)}
+
+    def lines(self, facts: Optional[Dict[str, Any]], rate: Optional[float],
+              unit: str) -> List[str]:
+        return torchft_costs.lines(facts, rate, unit)
 
 
 def ended_alike(records: Path, groups: int) -> Optional[str]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.timing import spans
 from commbench.job.per_iteration import consensus_distance
-from commbench.faults.restart import Progress
+from commbench.faults.recovery_hook import Progress, Recovery
 from commbench.job.speed_loop import LossWatch, timed_step
 from commbench.job.stop_rule import MAX_EPOCHS, StopRule
 from commbench.job.training_step import summed_loss
@@ -152,36 +152,37 @@ def score(model, images, labels) -> Tuple[int, float]:
 def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: StopRule,
           evaluate: Evaluator, model, ctx, samples_per_step: int, steps_per_epoch: int,
           report: Callable[[Point], None], keep_steps: int, recorder: spans.Recorder,
-          counts_wire: bool = True, restart: Optional[Any] = None) -> Dict[str, Any]:
+          counts_wire: bool = True, policy: Optional[Recovery] = None) -> Dict[str, Any]:
     """Train until the rule stops it; the curve and how it ended. step(index, training
     seconds so far) takes one training step and returns its loss. Every step is a span
     on the recorder and so is every evaluation; the spans of the last `keep_steps` steps
     are kept, and what every step put on the wire is counted (unless counts_wire is
-    False: an engine communicates out of sight). A restart (commbench.faults.restart)
-    resumes from its `start` and hears of every step, after its evaluation; a torchft
-    group (commbench.faults.torchft_group) takes up a peer's progress as it heals, and
-    counts only the steps its quorum committed."""
+    False: an engine communicates out of sight). The recovery policy
+    (commbench.faults.recovery_hook) says where training starts and hears of every step,
+    after its evaluation: a restart resumes from a checkpoint, a torchft group takes up a
+    peer's progress as it heals and counts only the steps its quorum committed, gossip's
+    survivors do not count the samples of the ranks they lost."""
+    policy = policy or Recovery()
     watch = LossWatch()
-    curve, training, losses, steps, started = resumed(
-        restart.start if restart is not None else Progress())
+    curve, training, losses, steps, started = resumed(policy.start)
     while True:
         loss, seconds = timed_step(lambda: step(steps, training), sync, recorder)
-        healed = restart.healed() if restart is not None else None
+        healed = policy.healed()
         if healed is not None:  # a torchft group took up a peer's state in this step
             curve, training, losses, steps, started = resumed(healed)
             started -= seconds  # this step, counted in training, on the wall clock too
         training += seconds
         losses.append(watch.see(loss))
-        if restart is not None and not restart.committed():
+        if not policy.committed():
             continue  # the quorum did not commit it: the model did not change
         steps += 1
         if not steps % rule.eval_every or steps == rule.max_steps:
             recorder.keep_last(keep_steps)
             point = _evaluation(evaluate, model, ctx, recorder, rule, steps, training, started,
                                 losses, samples_per_step, steps_per_epoch, counts_wire)
-            missed = getattr(restart, "samples_missed", None)
-            if missed is not None:  # gossip's lost ranks took no steps after they failed
-                point = replace(point, samples=point.samples - missed(steps))
+            missed = policy.samples_missed(steps)
+            if missed:
+                point = replace(point, samples=point.samples - missed)
             curve.append(point)
             report(point)
             losses = []
@@ -189,8 +190,7 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
             stopped_by = "diverged" if diverged else rule.why_stop(point)
             if stopped_by:
                 return {**outcome(curve, rule, stopped_by, samples_per_step), "diverged": diverged}
-        if restart is not None:
-            restart.after_step(steps, training, time.perf_counter() - started, curve, losses)
+        policy.after_step(steps, training, time.perf_counter() - started, curve, losses)
 
 
 def resumed(start: Progress) -> Tuple[List[Point], float, List[float], int, float]:

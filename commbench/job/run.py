@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Optional
 
-from commbench.faults import fail_inject, gossip_recovery, recovery, torchft_costs, torchft_group
+from commbench.faults import fail_inject, recovery, torchft_group
 from commbench.job import (accuracy_loop, console, language_models, per_iteration, precision,
                            recipe as recipes, stop_rule, straggler)
 from commbench.result import environment, record
@@ -23,7 +23,8 @@ from commbench.job.speed_loop import LossWatch, device_sync, measure, warm_up
 from commbench.job.compute_only import ComputeOnly, phase_medians
 from commbench.job.models import build_model, check_input
 from commbench.job.run_checks import check_same_config, validate
-from commbench.faults.restart import Restart, cost_lines
+from commbench.faults.recovery_hook import Recovery
+from commbench.faults.restart import Restart
 from commbench.job.startup import start
 from commbench.job.training_step import slowed_by
 
@@ -228,36 +229,34 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         strategy.settle()  # before the evaluation's collectives
         return evaluator()
 
-    restart = getattr(strategy, "gossip", None) or replica  # gossip's: the strategy's exchange's
-    if config.recovery == "restart":  # last: the RNG state it restores is training's
-        restart = Restart(config, ctx, say, total_batch)
-    if restart is not None:
-        restart.begin(fails, model, optimizer, data.next)
+    # Restart's last: the RNG state it restores is training's.
+    policy = (replica or strategy.own_recovery()
+              or (Restart(config, ctx, say, total_batch) if config.recovery == "restart"
+                  else Recovery()))
+    policy.begin(fails, model, optimizer, data.next)
     console.training_plan(say, rule, per_epoch, recipe)
     recorder = spans.Recorder()
     outcome = accuracy_loop.train(
         # a language model's samples are its tokens
         train_step, sync, rule, evaluate, model, ctx, total_batch * config.per_sample, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps, recorder,
-        strategy.sees_wire and replica is None, restart)
+        strategy.sees_wire and replica is None, policy)
     unwritten = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine, recorder, slow)
-    if replica is not None and not replica.ended(outcome["steps"], model):
+    if not policy.ended(outcome["steps"], model):
         unwritten = None  # torchft's group 0 writes the result (torchft_group)
-    if unwritten is not None and restart is not None:  # rank 0's
-        unwritten.doc["recovery"] = restart.facts(outcome, model)
+    facts = policy.facts(outcome, model) if unwritten is not None else None  # rank 0's
+    if facts is not None:
+        unwritten.doc["recovery"] = facts
 
     def print_summary(summary: Dict[str, Any]) -> None:
         console.print_outcome(say, summary)
-        if restart is not None:
-            lines = {"torchft": torchft_costs.lines, "gossip": gossip_recovery.lines}.get(
-                config.recovery, cost_lines)
-            for line in lines(unwritten.doc["recovery"], summary["img_sec"], config.unit):
-                say(line)
+        for line in policy.lines(facts, summary["img_sec"], config.unit):
+            say(line)
         say(console.split_line(summary["step_split"], ctx.device.type))
 
     told = _tell(say, config, ctx, unwritten, outcome["steps"], print_summary)
-    getattr(restart, "leave", lambda: None)()  # gossip's survivors end here (gossip_recovery)
+    policy.leave()  # gossip's survivors end here (gossip_recovery)
     return told
 
 
