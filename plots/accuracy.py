@@ -28,11 +28,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from commbench.analysis.accuracy import AccuracyGroup, AccuracyRow
 
 FAINT = 0.25  # alpha of a row's other repeats: present, but behind its median run
-Cell = Tuple[object, int]  # (series, workers): a row of a group
+Cell = Tuple[object, int, str]  # (series, workers, failures): a row of a group (its cell)
 
 
 def label(row: "AccuracyRow") -> str:
-    return f"{row.series.label()}, N={row.workers}"
+    under = f", {row.failures}" if row.failures else ""
+    return f"{row.series.label()}, N={row.workers}{under}"
 
 
 def palette(groups: List["AccuracyGroup"]) -> Dict[Cell, dict]:
@@ -40,8 +41,8 @@ def palette(groups: List["AccuracyGroup"]) -> Dict[Cell, dict]:
     the compute-only `none` in scaling's grey."""
     from commbench.plots.scaling import MARKERS, NONE_COLOR
 
-    cells = sorted({(r.series, r.workers) for g in groups for r in g.rows},
-                   key=lambda c: (c[0].order(), c[1]))
+    cells = sorted({r.cell for g in groups for r in g.rows},
+                   key=lambda c: (c[0].order(), *c[1:]))
     colors = iter(f"C{i % 10}" for i in range(len(cells)))
     return {c: {"color": NONE_COLOR if c[0].strategy == "none" else next(colors),
                 "marker": MARKERS[i % len(MARKERS)]} for i, c in enumerate(cells)}
@@ -57,7 +58,7 @@ def curves_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
     for ax, x, name in ((by_time, "training_seconds", "training time (s, evaluation paused)"),
                         (by_epoch, "epoch", "epochs")):
         for row in group.rows:
-            _curves(ax, row, x, styles[(row.series, row.workers)], loss)
+            _curves(ax, row, x, styles[row.cell], loss)
         if group.key.target:
             ax.axhline(float(group.key.target.replace("loss ", "")), color="black",
                        linestyle=":", linewidth=1)
@@ -71,7 +72,7 @@ def curves_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
     by_time.set_title(f"{metric} against training time", fontsize=10)
     by_epoch.set_title(f"{metric} against epochs", fontsize=10)
     fig.suptitle(wrapped(group.key.heading(), group.key.details(), width=140), fontsize=9)
-    handles = [Line2D([], [], color=styles[(r.series, r.workers)]["color"], linewidth=1.8)
+    handles = [Line2D([], [], color=styles[r.cell]["color"], linewidth=1.8)
                for r in group.rows]
     labels = [label(r) for r in group.rows]
     handles.append(Line2D([], [], color="0.3", linestyle="-"))
@@ -112,7 +113,7 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
     ax = fig.subplots()
     longest = max([t for r in rows for t in r.times() if t is not None], default=1.0)
     for y, row in enumerate(rows):
-        style = styles[(row.series, row.workers)]
+        style = styles[row.cell]
         times = [t for t in row.times() if t is not None]
         combined = row.combined()
         if times:
@@ -135,8 +136,6 @@ def time_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure":
             words += f"; {missed} missed (best {row.best_missed:.3f})"
         if combined.value is None:
             words += f"; no time: {combined.label()}"
-        if row.failures:  # its time is under failures, not alike with one without
-            words += f"; under {row.failures}"
         ax.annotate(words, (max(times) if times else 0.0, y), textcoords="offset points",
                     xytext=(8, 0), va="center", fontsize=7.5, color=style["color"])
     # wrapped, so that a long strategy name leaves the axes their width
@@ -168,7 +167,7 @@ def goodput_figure(group: "AccuracyGroup", styles: Dict[Cell, dict]) -> "Figure"
     ax = fig.subplots()
     unit = "tokens" if group.key.by_loss else "images"
     for y, row in enumerate(rows):
-        color = styles[(row.series, row.workers)]["color"]
+        color = styles[row.cell]["color"]
         if row.img_sec is not None:
             ax.barh(y - 0.2, row.img_sec, height=0.4, color=color)
         if row.goodput is not None:

@@ -10,7 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-from analysis_helpers import run_compare
+from analysis_helpers import run_compare, run_report
 from commbench.analysis import accuracy, reader
 from commbench.analysis import plot_command as plot
 from commbench.plots import accuracy as accuracy_charts
@@ -92,6 +92,22 @@ def test_compare_without_failures_says_nothing_of_them():
     assert "failure" not in out.lower() and "goodput" not in out
 
 
+def test_report_keeps_runs_under_other_failures_apart_from_those_without(tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(TARGET, runs)
+    for path, doc in docs(TARGET):
+        if doc["strategy"]["name"] == "allreduce":
+            write_run(runs, f"failed-{path.name}", under_failures(doc, 9.0))
+    group = accuracy.group(reader.read([runs])[0]["accuracy"])[0]
+    allreduce = [r for r in group.rows if r.series.strategy == "allreduce"]
+    assert [r.failures for r in allreduce] == ["", f"--fail {SPEC} --recovery {POLICY}"]
+    assert len(allreduce[0].runs) == len(allreduce[1].runs) > 1
+    code, text, err = run_report([runs])
+    assert code == 0, err
+    rows = [li for li in text.splitlines() if li.startswith("allreduce ")]
+    assert len(rows) == 2 and f"--fail {SPEC} --recovery {POLICY}" in rows[1], rows
+
+
 def test_plot_draws_goodput_beside_the_throughput_where_runs_ran_under_failures(tmp_path):
     runs = arm(tmp_path / "runs")
     out, err = io.StringIO(), io.StringIO()
@@ -102,8 +118,10 @@ def test_plot_draws_goodput_beside_the_throughput_where_runs_ran_under_failures(
     group = accuracy.group(reader.read([runs])[0]["accuracy"])[0]
     fig = accuracy_charts.goodput_figure(group, accuracy_charts.palette([group]))
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_yticklabels()] == [
-        "allreduce, N=2", "neighbor_allreduce (exponential-2, dynamic,\nAWC), N=2"]
+    # the row under failures is named with them: it is not a repeat of one without
+    assert [t.get_text().replace("\n", " ") for t in ax.get_yticklabels()] == [
+        f"allreduce, N=2, --fail {SPEC} --recovery {POLICY}",
+        "neighbor_allreduce (exponential-2, dynamic, AWC), N=2"]
     bars = ax.patches
     heights = {(round(b.get_y() + b.get_height() / 2), b.get_hatch()): b.get_width()
                for b in bars}
@@ -113,7 +131,7 @@ def test_plot_draws_goodput_beside_the_throughput_where_runs_ran_under_failures(
     assert any(f"--fail {SPEC} --recovery {POLICY}" in t.get_text() for t in ax.texts)
     # the time to target marks the runs under failures
     times = accuracy_charts.time_figure(group, accuracy_charts.palette([group])).axes[0]
-    assert any("under --fail" in t.get_text() for t in times.texts)
+    assert any("--fail" in t.get_text() for t in times.get_yticklabels())
 
 
 def test_plot_without_failures_draws_no_goodput_chart(tmp_path):

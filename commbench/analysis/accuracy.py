@@ -159,10 +159,16 @@ class AccuracyRow:
 
     @property
     def failures(self) -> str:
-        """Its runs' --fail schedules and recovery policies (AccuracyRun.failures), "" for
-        runs with none; several (repeats that differ in them) are joined by " | "."""
+        """Its runs' --fail schedule and recovery policy (AccuracyRun.failures), "" for
+        runs with neither; a report's rows never mix them (group()), a compared cell's
+        runs may: then several, joined by " | "."""
         found = sorted({r.failures or "no --fail" for r in self.runs})
         return "" if found == ["no --fail"] else " | ".join(found)
+
+    @property
+    def cell(self) -> Tuple[Series, int, str]:
+        """What sets the row apart in its group: strategy, workers and failures."""
+        return (self.series, self.workers, self.failures)
 
     @property
     def split(self) -> Optional[Dict[str, float]]:
@@ -203,12 +209,14 @@ class AccuracyGroup:
 
 
 def group(runs: Iterable[AccuracyRun]) -> List[AccuracyGroup]:
-    """Runs -> groups (sorted), each with a row per (strategy, workers)."""
-    by_key: Dict[AccuracyKey, Dict[Tuple[Series, int], List[AccuracyRun]]] = {}
+    """Runs -> groups (sorted), each with a row per (strategy, workers, failures): runs
+    under another failure schedule or recovery policy are not repeats of one another."""
+    by_key: Dict[AccuracyKey, Dict[Tuple[Series, int, str], List[AccuracyRun]]] = {}
     for run in runs:
-        by_key.setdefault(run.key, {}).setdefault((run.series, run.workers), []).append(run)
-    return [AccuracyGroup(key, [AccuracyRow(s, n, sorted(cells[(s, n)], key=_run_order))
-                                for s, n in sorted(cells, key=lambda c: (c[0].order(), c[1]))])
+        by_key.setdefault(run.key, {}).setdefault(
+            (run.series, run.workers, run.failures), []).append(run)
+    return [AccuracyGroup(key, [AccuracyRow(c[0], c[1], sorted(cells[c], key=_run_order))
+                                for c in sorted(cells, key=lambda c: (c[0].order(), *c[1:]))])
             for key, cells in sorted(by_key.items())]
 
 

@@ -174,7 +174,8 @@ def row_record(row: AccuracyRow) -> Dict[str, Any]:
 
 def group_record(g: AccuracyGroup) -> Dict[str, Any]:
     return {"key": g.key._asdict(), "title": g.key.title(),
-            "rows": [dict(row_record(r), step_split=r.split, wire=r.wire,
+            "rows": [dict(row_record(r), **({"failures": r.failures} if r.failures else {}),
+                          step_split=r.split, wire=r.wire,
                           files=[str(run.path) for run in r.runs],
                           runs_detail=[run_record(run) for run in r.runs])
                      for r in g.rows]}
@@ -191,7 +192,8 @@ def run_record(run) -> Dict[str, Any]:
 
 
 def formatted_row(row: AccuracyRow) -> List[str]:
-    head = [row.series.strategy, row.series.settings() or "-", str(row.workers),
+    settings = ", ".join(p for p in (row.series.settings(), row.failures) if p)
+    head = [row.series.strategy, settings or "-", str(row.workers),
             str(len(row.runs))]
     by_loss = row.runs[0].best_loss is not None
     best = _num(row.best_loss_missed, "{:.4f}") if by_loss else _num(row.best_missed, "{:.3f}")
