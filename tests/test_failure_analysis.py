@@ -10,10 +10,13 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from analysis_helpers import run_compare, run_report
 from commbench.analysis import accuracy, reader
 from commbench.analysis import plot_command as plot
 from commbench.plots import accuracy as accuracy_charts
+from commbench.plots import failure_rate
 from test_accuracy_analysis import ACC, TARGET, TARGET_GROUP, docs, write_run
 
 SPEC, POLICY = "1@step6:kill", "restart"
@@ -132,6 +135,33 @@ def test_plot_draws_goodput_beside_the_throughput_where_runs_ran_under_failures(
     # the time to target marks the runs under failures
     times = accuracy_charts.time_figure(group, accuracy_charts.palette([group])).axes[0]
     assert any("--fail" in t.get_text() for t in times.get_yticklabels())
+
+
+def test_plot_draws_time_to_target_against_the_rate_of_failures(tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(TARGET, runs)
+    for path, doc in docs(TARGET):
+        if doc["strategy"]["name"] != "allreduce":
+            continue
+        for spec, wall in (("none", 50.0), ("mtbf=120s,seed=1", 70.0),
+                           ("mtbf=60s,seed=1", 90.0)):
+            failed = under_failures(doc, 9.0, spec=spec)
+            failed["recovery"]["wall_time_to_target"] = wall + doc["config"]["seed"]
+            write_run(runs, f"{spec.replace('=', '').replace(',', '')}-{path.name}", failed)
+    out = io.StringIO()
+    assert plot.plot([runs], tmp_path / "charts", out=out, err=io.StringIO()) == 0
+    assert any(Path(li).name.startswith("failure-rate-") for li in out.getvalue().splitlines())
+    group = accuracy.group(reader.read([runs])[0]["accuracy"])[0]
+    ax = failure_rate.figure(group).axes[0]
+    lines = {li.get_label(): li for li in ax.get_lines()}
+    assert list(lines) == [f"allreduce + {POLICY}, N=2"]  # the runs without: one rate alone
+    line = lines[f"allreduce + {POLICY}, N=2"]
+    seeds = sorted(d["config"]["seed"] for _, d in docs(TARGET)
+                   if d["strategy"]["name"] == "allreduce")
+    median_seed = seeds[len(seeds) // 2] if len(seeds) < 3 else sum(seeds[1:-1]) / (len(seeds) - 2)
+    assert list(line.get_xdata()) == [0.0, 30.0, 60.0]
+    assert list(line.get_ydata()) == pytest.approx([50 + median_seed, 70 + median_seed,
+                                                    90 + median_seed])
 
 
 def test_plot_without_failures_draws_no_goodput_chart(tmp_path):

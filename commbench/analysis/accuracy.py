@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from commbench.analysis import time_to_target as ttt
+from commbench.faults import fail_schedule
 from commbench.analysis.runs import (ResultRun, Series, given, matching, mean_split, mean_wire,
                                      slug_of)
 
@@ -107,6 +108,32 @@ class AccuracyRun(ResultRun):
         config = self.doc["config"]
         fail, policy = str(config.get("fail") or "none"), str(config.get("recovery") or "none")
         return "" if fail == policy == "none" else f"--fail {fail} --recovery {policy}"
+
+    @property
+    def policy(self) -> str:
+        return str(self.doc["config"].get("recovery") or "none")
+
+    @property
+    def failures_per_hour(self) -> Optional[float]:
+        """The rate of its --fail schedule: 0 without one, 3600 / MTBF for a random
+        schedule, None for explicit events (a count, not a rate)."""
+        try:
+            spec = fail_schedule.parse(str(self.doc["config"].get("fail") or "none"))
+        except ValueError:  # written by another version: no rate to read
+            return None
+        if spec is None:
+            return 0.0
+        return 3600.0 / spec.mtbf if isinstance(spec, fail_schedule.RandomSchedule) else None
+
+    @property
+    def wall_time_under_failures(self) -> Optional[float]:
+        """Wall seconds to the target from the job's start, failures and recoveries
+        included: a recovery policy's own clock where it kept one (a restarted job's
+        loop resumes the clock of its checkpoint, not of its first start)."""
+        if not self.reached:
+            return None
+        kept = (self.recovery or {}).get("wall_time_to_target")
+        return self.wall_time if kept is None else float(kept)
 
 
 @dataclass

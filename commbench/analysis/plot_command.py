@@ -91,8 +91,9 @@ def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path]
     """accuracy-<group>: the curves; time-to-target-<group>: the time to the target per
     strategy (groups trained without a target have no such chart); goodput-<group>, where
     runs ran under --fail or a recovery policy: their goodput beside their throughput;
+    failure-rate-<group>, where a contender ran under several random failure rates;
     the winner maps with the projections of their workload beside them."""
-    from commbench.plots import accuracy, scaling
+    from commbench.plots import accuracy, failure_rate, scaling
 
     styles = accuracy.palette(groups)
     written = []
@@ -106,6 +107,9 @@ def write_accuracy_charts(groups: List[AccuracyGroup], out_dir: Union[str, Path]
         if accuracy.has_failures(group):
             written += scaling.save_named(accuracy.goodput_figure(group, styles), out_dir,
                                           f"goodput-{name}", formats)
+        if failure_rate.has_rates(group):
+            written += scaling.save_named(failure_rate.figure(group), out_dir,
+                                          f"failure-rate-{name}", formats)
     return written + write_winner_maps(groups, out_dir, formats, projections=projections)
 
 

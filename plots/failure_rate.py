@@ -1,0 +1,67 @@
+"""`failure-rate-<task>.png`: time to the target against the rate of failures, one line
+per contender (a strategy and its recovery policy at a worker count), for the runs of a
+group made under random failure schedules (`--fail mtbf=...`) and without failures: what
+each recovery policy keeps of a strategy's time to the target as failures come more
+often (issue 56). The times are wall times from the job's start, failures and recoveries
+included, the runs of a point combined as the time-to-target table combines them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Tuple
+
+from commbench.analysis import time_to_target as ttt
+from commbench.plots.accuracy import wrapped
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+    from commbench.analysis.accuracy import AccuracyGroup, AccuracyRow
+
+Contender = Tuple[object, int, str]  # (series, workers, recovery policy)
+
+
+def contenders(group: "AccuracyGroup") -> Dict[Contender, List[Tuple[float, "AccuracyRow"]]]:
+    """Each contender's rows at a known failure rate, by rate; only contenders seen at
+    two rates or more (one point is no line)."""
+    found: Dict[Contender, List[Tuple[float, "AccuracyRow"]]] = {}
+    for row in group.rows:
+        rates = {r.failures_per_hour for r in row.runs}
+        if len(rates) == 1 and None not in rates and row.has_target:
+            key = (row.series, row.workers, row.runs[0].policy)
+            found.setdefault(key, []).append((rates.pop(), row))
+    return {k: sorted(v, key=lambda p: p[0]) for k, v in found.items() if len(v) > 1}
+
+
+def has_rates(group: "AccuracyGroup") -> bool:
+    return bool(contenders(group))
+
+
+def figure(group: "AccuracyGroup") -> "Figure":
+    from matplotlib.figure import Figure
+
+    from commbench.plots.scaling import MARKERS
+
+    fig = Figure(figsize=(8.0, 5.0), layout="constrained")
+    ax = fig.subplots()
+    for i, ((series, workers, policy), points) in enumerate(contenders(group).items()):
+        xs, ys, missed = [], [], []
+        for rate, row in points:
+            time = ttt.combine([r.wall_time_under_failures for r in row.runs]).value
+            (missed if time is None else xs).append(rate)
+            if time is not None:
+                ys.append(time)
+        name = f"{series.label()} + {policy}, N={workers}" if policy != "none" else \
+            f"{series.label()}, N={workers}, no recovery"
+        line, = ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], label=name)
+        for rate in missed:  # no time to give: the target was missed too often
+            ax.annotate("missed", (rate, 0), textcoords="offset points", xytext=(0, 6),
+                        ha="center", fontsize=7.5, color=line.get_color())
+    ax.set_xlabel("failures per hour (--fail mtbf=...: 3600 / MTBF)", fontsize=8)
+    ax.set_ylabel("wall time to target (s), failures and recoveries included", fontsize=8)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    fig.suptitle(wrapped("Time to target as failures come more often", group.key.heading(),
+                         group.key.details(), width=100), fontsize=9)
+    return fig
