@@ -3,13 +3,17 @@ line each policy's jobs get (dry runs, in-process), what `commbench run` would r
 under that line found before any job, and through mpiexec a swept job killed by --fail
 that its supervisor starts again, which records its recovery."""
 
+import copy
 import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from commbench.job.console import trained_line
+from commbench.sweep.execute import headline
 from launchers import only_result
+from test_accuracy_analysis import fixture, write_run
 from test_sweep import in_process, sweep
 from test_training_to_accuracy import TINY_TASK
 
@@ -117,6 +121,17 @@ def test_a_torchft_job_on_emulated_machines_is_skipped_saying_so(tmp_path):
         "--link shm")
 
 
+def test_a_recovered_jobs_headline_says_its_policy_failures_and_goodput(tmp_path):
+    path, doc = fixture("allreduce", 42)
+    plain = headline(path)
+    assert plain == trained_line(doc["summary"])  # a run without one: as it was
+    doc = copy.deepcopy(doc)
+    doc["recovery"] = {"policy": "gossip", "goodput": 12.75, "survivors": [0, 1, 3],
+                       "costs": [{"event": "2@step8:kill"}]}
+    assert headline(write_run(tmp_path, path.name, doc)) == (
+        plain + "; --recovery gossip, 1 failure: goodput 12.8 samples/sec of wall time")
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(420)
 def test_a_swept_job_killed_by_fail_is_restarted_and_its_result_records_it(tmp_path):
@@ -127,7 +142,8 @@ def test_a_swept_job_killed_by_fail_is_restarted_and_its_result_records_it(tmp_p
                  "1@step4", timeout=400)
     out = done.stdout
     assert done.returncode == 0, out[-3000:] + done.stderr[-2000:]
-    assert "supervise --restarts 1 -- " in out and "done in " in out
+    assert "supervise --restarts 1 -- " in out
+    assert "; --recovery restart, 1 failure: goodput " in out  # the job's headline
     doc = only_result(tmp_path / "results")
     assert doc["summary"]["steps"] == 6 and doc["failures"]["spec"] == "1@step4:kill"
     recovery = doc["recovery"]
