@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from commbench.job.console import trained_line
+from commbench.launch.mpirun_front.arguments import rewrite
 from commbench.sweep.execute import headline
 from launchers import only_result
 from test_accuracy_analysis import fixture, write_run
@@ -85,6 +86,8 @@ def test_a_gossip_job_keeps_its_survivors_running_under_mpiexec_and_mpirun(tmp_p
     assert emulated[:3] == [MPIRUN, "--enable-recovery", "-H"]
     assert local[:4] == [MPIEXEC, "--enable-recovery", "-n", "3"]
     assert [job.count("--enable-recovery") for job in jobs] == [1, 1]
+    # where the launcher is commbench's mpirun front, it keeps the one given
+    assert [rewrite(job[1:]) for job in jobs] == [job[1:] for job in jobs]
 
 
 def test_a_gossip_job_under_torchrun_is_skipped_saying_it_needs_mpi(tmp_path):
