@@ -17,7 +17,7 @@ from dataclasses import asdict
 
 import pytest
 
-from cli_helpers import refused
+from cli_helpers import commbench, refused
 from commbench.cluster import namespaces, state
 from commbench.cluster.state import Cluster
 from commbench.faults import torchft_group, torchft_launch, torchft_machines
@@ -196,6 +196,7 @@ def test_a_killed_group_heals_from_its_peer_across_the_emulated_link(cluster_nam
     network = doc["environment"]["emulated_network"]
     assert (network["cluster"], network["link"]) == (cluster_name, "500mbit")
     assert doc["environment"]["hostnames"] == [cluster.machine(0)]
+    assert "emulated, 500mbit links network" in commbench("report", tmp_path).stdout
     # resnet18's 45 MB of gradients crossed the links at every step the groups shared
     assert sent > 5 * 2 * 40e6, sent
     assert pids_in(cluster) == [[], []]

@@ -178,6 +178,8 @@ class Groups:
 
     def command(self, group: int) -> Tuple[List[str], Dict[str, str]]:
         """A group's command line and environment, on its machine where it has one."""
+        # A port free on this host is free on an emulated machine too: only this run's
+        # processes listen there.
         env = dict(os.environ, **self.place.environment(),
                    **group_env(group, self.n, self.address, self.records,
                                self.starts[group], free_port(), self.place.address(group)))
