@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--replica-groups", type=positive_int, required=True,
                         metavar="N", help="how many replica groups (workers) to run")
     parser.add_argument("--lighthouse", metavar="ADDR", help="a torchft lighthouse already "
-                        "running (http://HOST:PORT); default: one started here for the run")
+                        "running (http://HOST:PORT); default: one started for the run, here or "
+                        "on machine 0 of --cluster")
     parser.add_argument("--cluster", metavar="NAME", help="run replica group g on machine g "
                         "of this emulated cluster (commbench cluster up), the lighthouse on "
                         "machine 0: their traffic crosses its links")
