@@ -18,7 +18,6 @@ launcher learns from that that its remote daemon is gone, as from a real ssh.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -75,11 +74,8 @@ def main() -> None:
     names.update({cluster.address(i): i for i in range(cluster.machines)})
     if host in names:
         i = names[host]
-        env = dict(os.environ, GLOO_SOCKET_IFNAME=cluster.nic,
-                   COMMBENCH_EMULATED_NETWORK=json.dumps(
-                       dict(cluster.describe(), host=socket.gethostname())))
-        sys.exit(remote(["nsenter", f"--uts={cluster.uts(i)}", "--", "ip", "netns", "exec",
-                         cluster.netns(i), shell, "-c", command], env))
+        env = dict(os.environ, **cluster.machine_environment())
+        sys.exit(remote([*cluster.enter(i), shell, "-c", command], env))
     if host in ("localhost", "127.0.0.1", cluster.host_address, socket.gethostname()):
         os.execvp(shell, [shell, "-c", command])
     fail(f"Could not resolve hostname {host}: not a machine of emulated cluster "

@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -81,6 +82,19 @@ class Cluster:
     @property
     def link_bits(self) -> float:
         return units.rate_bits(self.link, "--link")
+
+    def enter(self, i: int) -> List[str]:
+        """What a command line is prefixed with to run on machine i: in its namespaces
+        (its network, its hostname, its /etc/hosts). Neither tool forks: the process
+        started is the command itself, to be watched and signalled as one."""
+        return ["nsenter", f"--uts={self.uts(i)}", "--", "ip", "netns", "exec", self.netns(i)]
+
+    def machine_environment(self) -> Dict[str, str]:
+        """What a process on a machine is told beside the caller's environment: what
+        results record as the emulated network (and how ranks know they share the
+        host's cores with every other machine), and the machine's NIC for gloo."""
+        return {"GLOO_SOCKET_IFNAME": self.nic, "COMMBENCH_EMULATED_NETWORK": json.dumps(
+            dict(self.describe(), host=socket.gethostname()))}
 
     def link_at(self, i: int) -> str:
         """Machine i's NIC rate: its own where --link-of gave it one, else the cluster's."""

@@ -36,3 +36,18 @@ def distributed_data_parallel(manager: Any, model: Any) -> Any:
         _comm_hook = staticmethod(completed_bucket)
 
     return Surviving(manager, model)
+
+
+def checkpoint_transport(host: str, timeout: Any) -> Any:
+    """torchft's HTTP checkpoint transport, but advertising `host`: torchft's own tells a
+    healing peer to fetch the state from socket.gethostname(), which names the host's
+    interface and not the one a replica group was placed on (an emulated machine's:
+    healing would not cross its link)."""
+    from torchft.checkpointing.http_transport import HTTPTransport
+
+    class Advertised(HTTPTransport):
+        def address(self) -> str:
+            port = self._server.socket.getsockname()[1]
+            return f"http://{host}:{port}/checkpoint/"
+
+    return Advertised(timeout=timeout, num_chunks=0)

@@ -32,6 +32,7 @@ from commbench.faults.recovery_hook import Progress, Recovery
 from commbench.faults.restart import RECORD, read, write
 from commbench.launch.detect import REPLICA_GROUP
 from commbench.faults.torchft_costs import StepRecord, cost, short_quorums
+from commbench.faults.torchft_fixes import checkpoint_transport
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.config.run_config import RunConfig
@@ -123,13 +124,17 @@ class Replica(Recovery):
         self.trained = (model, optimizer)
         # The Manager's own store, served here: commbench's rendezvous store does not
         # outlive the start-up, and the Manager connects to its store as a client.
-        self.store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        # Every address the Manager gives its peers (its store, its server, where its
+        # state is fetched) is the launcher's MASTER_ADDR: the group's machine's own.
+        host = os.environ["MASTER_ADDR"]
+        self.store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
         # Synchronous quorum: a group that heals loads its peer's state as the quorum
         # forms, so that the step (or the sync) it then takes is the quorum's.
         self.manager = Manager(ProcessGroupGloo(timeout=patience), self.load, self.state,
                                min_replica_size=1, use_async_quorum=False, timeout=patience,
                                quorum_timeout=patience, rank=0, world_size=1,
-                               store_addr="127.0.0.1", store_port=self.store.port,
+                               store_addr=host, store_port=self.store.port, hostname=host,
+                               checkpoint_transport=checkpoint_transport(host, patience),
                                replica_id=f"commbench_{self.group}")
         # Every torchft class ends its quorum's step with should_commit: the one place
         # that sees each, whichever class asked for the quorum.

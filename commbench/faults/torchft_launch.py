@@ -12,7 +12,10 @@ once --timeout has passed, then started again. A group that dies with no event o
 writes the result) ending, whatever its status. The lighthouse is shut down and no
 group is left running, however the command ends. Only group 0's output is shown, and
 every group's errors; once every group has ended its run, whether their parameters
-are the same."""
+are the same.
+
+With --cluster NAME the groups run on the machines of an emulated cluster, group g on
+machine g, and the lighthouse on machine 0 (commbench.faults.torchft_machines)."""
 
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from urllib.parse import urlsplit
 
 from commbench.config.flags import OneLineParser, positive_int
 from commbench.errors import UsageError
-from commbench.faults import torchft_group
+from commbench.cluster.state import Cluster
+from commbench.faults import torchft_group, torchft_machines
 from commbench.faults.fail_schedule import FailEvent, schedule
 
 POLL = 0.1  # seconds between looks at the groups
@@ -42,7 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--replica-groups", type=positive_int, required=True,
                         metavar="N", help="how many replica groups (workers) to run")
     parser.add_argument("--lighthouse", metavar="ADDR", help="a torchft lighthouse already "
-                        "running (http://HOST:PORT); default: one started here for the run")
+                        "running (http://HOST:PORT); default: one started for the run, here or "
+                        "on machine 0 of --cluster")
+    parser.add_argument("--cluster", metavar="NAME", help="run replica group g on machine g "
+                        "of this emulated cluster (commbench cluster up), the lighthouse on "
+                        "machine 0: their traffic crosses its links")
     parser.add_argument("group_flags", nargs=argparse.REMAINDER, metavar="-- RUN FLAGS",
                         help="the flags of `commbench run`, e.g. --target-accuracy 0.8 "
                         "--fail mtbf=60s,seed=1")
@@ -52,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
     flags = args.group_flags[1:] if args.group_flags[:1] == ["--"] else list(args.group_flags)
     flags = replica_flags(flags)
     config = checked(flags, args.replica_groups)
+    place = torchft_machines.placement(args.cluster, args.replica_groups, args.lighthouse)
     # SIGTERM ends the command through its finally blocks: no group, no lighthouse left.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     # torchft's Rust side logs every quorum at INFO, torch's C++ side warns of what
@@ -59,9 +68,9 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("RUST_LOG", "warn")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     with tempfile.TemporaryDirectory(prefix="commbench-torchft-") as records, \
-            lighthouse(args.lighthouse) as address:
+            lighthouse(args.lighthouse, place.cluster) as address:
         groups = Groups(flags, args.replica_groups, address, records,
-                        schedule(config.fail, args.replica_groups), config.timeout)
+                        schedule(config.fail, args.replica_groups), config.timeout, place)
         try:
             code = groups.run()
         finally:
@@ -105,12 +114,16 @@ def checked(flags: List[str], groups: int):
 
 
 @contextlib.contextmanager
-def lighthouse(given: Optional[str]) -> Iterator[str]:
-    """The lighthouse's address: the one given, once it answers, or one started here and
-    shut down when the block ends."""
+def lighthouse(given: Optional[str], cluster: Optional[Cluster] = None) -> Iterator[str]:
+    """The lighthouse's address: the one given, once it answers, or one started for the
+    run (here, or on the cluster's machine 0) and shut down when the block ends."""
     if given is not None:
         answers(given)
         yield given
+        return
+    if cluster is not None:
+        with torchft_machines.lighthouse_on(cluster, free_port()) as address:
+            yield address
         return
     from torchft.coordination import LighthouseServer
 
@@ -135,11 +148,11 @@ def answers(address: str, patience: float = 5.0) -> None:
 
 
 def group_env(group: int, groups: int, address: str, records: str, starts: int,
-              port: int) -> Dict[str, str]:
-    """What a group's process is told: a torchrun-like world of one (its own store on
-    `port`, which torchft's Manager shares), its index, the lighthouse."""
+              port: int, host: str = torchft_machines.LOOPBACK) -> Dict[str, str]:
+    """What a group's process is told: a torchrun-like world of one (its own store at
+    host:port, which torchft's Manager shares), its index, the lighthouse."""
     return {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-            "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "GROUP_RANK": "0", "MASTER_ADDR": host, "MASTER_PORT": str(port),
             "TORCHFT_LIGHTHOUSE": address, torchft_group.GROUP: str(group),
             torchft_group.GROUPS: str(groups), torchft_group.STARTS: str(starts),
             torchft_group.RECORDS: records}
@@ -155,22 +168,27 @@ class Groups:
     """The replica groups' processes, started, watched and started again."""
 
     def __init__(self, flags: List[str], n: int, address: str, records: str,
-                 events: Tuple[FailEvent, ...], timeout: float) -> None:
+                 events: Tuple[FailEvent, ...], timeout: float,
+                 place: torchft_machines.Placement = torchft_machines.Placement()) -> None:
         self.flags, self.n, self.address, self.records = flags, n, address, records
-        self.events, self.timeout = events, timeout
+        self.events, self.timeout, self.place = events, timeout, place
         self.procs: Dict[int, subprocess.Popen] = {}
         self.starts = dict.fromkeys(range(n), 0)
         self.due: Dict[int, float] = {}  # group -> when to start it again
         self.stopped: Dict[int, float] = {}  # group -> when it was first seen stopped
 
     def command(self, group: int) -> Tuple[List[str], Dict[str, str]]:
-        """A group's command line and environment."""
-        env = dict(os.environ, **group_env(group, self.n, self.address, self.records,
-                                           self.starts[group], free_port()))
+        """A group's command line and environment, on its machine where it has one."""
+        # A port free on this host is free on an emulated machine too: only this run's
+        # processes listen there.
+        env = dict(os.environ, **self.place.environment(),
+                   **group_env(group, self.n, self.address, self.records,
+                               self.starts[group], free_port(), self.place.address(group)))
         # Each group is a world of one, which would take every core: a share each, as
         # commbench gives the ranks of one machine (an explicit OMP_NUM_THREADS wins).
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.n)))
-        return [sys.executable, "-m", "commbench", *self.flags], env
+        return [*self.place.prefix(group), sys.executable, "-m", "commbench",
+                *self.flags], env
 
     def start(self, group: int) -> None:
         argv, env = self.command(group)
