@@ -93,7 +93,7 @@ def test_the_study_specs_load_and_match_the_index():
         assert extra == []
         if spec["kind"] == "sweeps":
             each = spec["for_each"]
-            value = getattr(args, each["option"]).split(",")[0]
+            value = getattr(args, each["option"]).split(each.get("split", ","))[0]
             values = dict(vars(args), **{each["as"]: value, each["as"] + "_slug": value})
             for part in [*spec["placement"], *spec["sweeps"]]:
                 STUDY.flags(part["flags"], values)

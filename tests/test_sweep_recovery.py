@@ -114,14 +114,20 @@ def test_a_torchft_job_is_started_by_commbench_torchft_in_place_of_the_launcher(
                             "from; run 2 or more")
 
 
-def test_a_torchft_job_on_emulated_machines_is_skipped_saying_so(tmp_path):
-    jobs, comments, done = planned(tmp_path, "--emulate", "2x1", "--recovery", "torchft",
+def test_a_torchft_job_on_emulated_machines_places_its_groups_on_the_clusters_machines(
+        tmp_path):
+    jobs, comments, done = planned(tmp_path, "--emulate", "2x1,2x2", "--recovery", "torchft",
                                    "--fail", "1@step4")
-    assert done.returncode == 1 and jobs == []
+    assert done.returncode == 1, done.stdout + done.stderr  # the 2x2 layout is skipped
+    (job,) = jobs
+    at = job.index("--cluster")
+    assert job[:at] == [*COMMBENCH, "torchft", "-n", "2"] and job[at + 2] == "--"
+    assert f"# commbench cluster up --name {job[at + 1]} --machines 2 --slots 2 --link 1gbit" \
+        in comments and MPIRUN not in job
     assert comments[-1] == (
-        "# skipped: allreduce on 2 at 1gbit: argument --recovery: torchft jobs on emulated "
-        "machines are not supported by the sweep yet; sweep them without --emulate, or with "
-        "--link shm")
+        "# skipped: allreduce on 4 at 1gbit: argument --recovery: torchft places one replica "
+        "group on each emulated machine (commbench torchft --cluster); give a layout of one "
+        "worker per machine, e.g. --emulate 4x1")
 
 
 def test_a_recovered_jobs_headline_says_its_policy_failures_and_goodput(tmp_path):

@@ -9,7 +9,8 @@ A spec's `options` become the study's flags (`NAME --help` lists them); any othe
 goes to every sweep (kind "sweeps") or replaces the spec's sweep (kind "repeated").
 Two kinds:
 
-- "sweeps": for each value of the `for_each` option, the `sweeps` (a sweep with
+- "sweeps": for each value of the `for_each` option (split at its `split`, "," unless
+  given: a value may hold commas), the `sweeps` (a sweep with
   `if_listed` runs only when its name is in that option), each `commbench sweep` with
   the first `placement` whose `if` option is set, its flags (and its `machines` flags,
   unless the sweep says `"machines": false`: its strategies group no ranks into
@@ -71,7 +72,7 @@ def run_to_its_end(command) -> None:
 def sweeps(spec: dict, args, extra) -> None:
     started = time.monotonic()
     each = spec["for_each"]
-    for value in getattr(args, each["option"]).split(","):
+    for value in getattr(args, each["option"]).split(each.get("split", ",")):
         values = dict(vars(args), **{each["as"]: value,
                                      each["as"] + "_slug": value.replace(":", "-")})
         where = next(p for p in spec["placement"] if not p.get("if") or values[p["if"]])

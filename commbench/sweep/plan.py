@@ -74,13 +74,14 @@ def _local_job(strategy: str, workers: int, flags: List[str], launcher: str,
 
 
 def _job(strategy: str, job_flags: List[str], launcher: str, launch,
-         line: Callable[[List[str]], List[str]], link: Optional[str], slow: str) -> Job:
+         line: Callable[[List[str]], List[str]], link: Optional[str], slow: str,
+         cluster: Optional[str] = None) -> Job:
     """The job of a launcher's line, line(options), with what its recovery policy needs:
     options of the launcher's own, a launcher around it or in its place."""
     config, workers = run_config(job_flags), launch.world_size
     command = line(recovery_jobs.launcher_options(config, launcher, workers))
     return Job(workers, strategy,
-               recovery_jobs.job_line(command, config, launcher, workers, job_flags),
+               recovery_jobs.job_line(command, config, launcher, workers, job_flags, cluster),
                recovery_jobs.why_not(config, job_flags, launch, launcher), link=link,
                slow=slow)
 
@@ -168,7 +169,7 @@ def plan_emulated(shapes: List[Tuple[int, int]], links: List[str], cluster: str,
         jobs.append(_job(strategy, job_flags, recovery_jobs.EMULATED,
                          LaunchInfo("openmpi", 0, m * s, 0, s, 0),
                          lambda options, line=line: [_tool("mpirun"), *options, *line],
-                         link, slow))
+                         link, slow, cluster))
     return _repeated(jobs, repeat, _first_seed(flags, repeat))
 
 

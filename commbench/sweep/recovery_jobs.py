@@ -9,8 +9,9 @@ on purpose"), and each job checked as `commbench run` would check it under that 
   running when a rank dies. commbench's mpirun front adds it too, but the sweep's mpiexec
   is the front only where `commbench setup-mpirun` has run; given, the front keeps it.
 - torchft: `commbench torchft -n N -- RUN FLAGS` in place of the launcher: its replica
-  groups are processes of their own, which no launcher's job would keep apart. Not yet
-  on an emulated cluster's machines.
+  groups are processes of their own, which no launcher's job would keep apart; on an
+  emulated cluster, `--cluster NAME` places group g on machine g, so a layout of one
+  worker per machine.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from commbench.sweep.run_flags import skip_reason
 
 MPI = ("mpiexec", "mpirun")  # the sweep's MPI launchers: here, and an emulated cluster's
 EMULATED = "mpirun"
-NOT_ON_EMULATED = ("argument --recovery: torchft jobs on emulated machines are not "
-                   "supported by the sweep yet; sweep them without --emulate, or with "
-                   "--link shm")
+ONE_PER_MACHINE = ("argument --recovery: torchft places one replica group on each "
+                   "emulated machine (commbench torchft --cluster); give a layout of one "
+                   "worker per machine, e.g. --emulate 4x1")
 
 
 def restarts(config, workers: int) -> int:
@@ -48,15 +49,17 @@ def launcher_options(config, launcher: str, workers: int) -> List[str]:
 
 
 def job_line(command: List[str], config, launcher: str, workers: int,
-             job_flags: List[str]) -> List[str]:
+             job_flags: List[str], cluster: Optional[str] = None) -> List[str]:
     """The job's command: its launcher's line, under `commbench supervise` where an MPI
-    job restarts, or torchft's own launcher in its place."""
+    job restarts, or torchft's own launcher in its place (on the emulated cluster's
+    machines where the job has one)."""
     commbench = [sys.executable, "-m", "commbench"]
     if config.recovery == "restart" and launcher in MPI:
         return [*commbench, "supervise", "--restarts", str(restarts(config, workers)), "--",
                 *command]
     if config.recovery == "torchft":
-        return [*commbench, "torchft", "-n", str(workers), "--", *job_flags]
+        placed = ["--cluster", cluster] if launcher == EMULATED and cluster else []
+        return [*commbench, "torchft", "-n", str(workers), *placed, "--", *job_flags]
     return command
 
 
@@ -64,18 +67,18 @@ def why_not(config, job_flags: List[str], launch, launcher: str) -> Optional[str
     """Why the job cannot run under the line job_line gives it, as `commbench run` (or
     `commbench torchft`) would say it; None if it can."""
     if config.recovery == "torchft":
-        return _torchft_refusal(job_flags, launch.world_size, launcher)
+        return _torchft_refusal(job_flags, launch, launcher)
     with _environment(_launcher_environment(config, launcher, launch.world_size)):
         return skip_reason(job_flags, launch)
 
 
-def _torchft_refusal(job_flags: List[str], workers: int, launcher: str) -> Optional[str]:
+def _torchft_refusal(job_flags: List[str], launch, launcher: str) -> Optional[str]:
     from commbench.faults.torchft_launch import checked
 
-    if launcher == EMULATED:
-        return NOT_ON_EMULATED
+    if launcher == EMULATED and launch.local_size != 1:
+        return ONE_PER_MACHINE
     try:
-        checked(job_flags, workers)
+        checked(job_flags, launch.world_size)
     except UsageError as e:
         return str(e)
     return None
