@@ -34,11 +34,15 @@ def test_a_killed_rank_ends_the_job(launcher, tmp_path):
     assert done.returncode != 0
     assert seconds < 20  # the end itself takes a second or two
     text = done.stdout + done.stderr
-    if launcher == "mpiexec":
-        assert "rank 1" in text and "signal 9" in text, text[-2000:]
+    if launcher == "mpiexec" and "signal 9" in text:
+        assert "rank 1" in text, text[-2000:]
         # mpiexec's own status for a rank's death by signal N is 128 + N, as a shell's
         # for a process of its own: 139 says a rank crashed, not mpiexec (docs/run.md)
         assert done.returncode == 128 + 9, done.returncode
+    elif launcher == "mpiexec":
+        # On a loaded box the survivor can find the closed connection before mpiexec
+        # reaps the killed rank: then the survivor's one line ends the job.
+        assert "commbench: error: rank 0" in text and done.returncode == 1, text[-2000:]
     else:
         assert "rank      : 1" in text or "rank: 1" in text, text[-2000:]
     assert not list((tmp_path / "results").glob("*.json"))
