@@ -15,6 +15,7 @@ from commbench.launch.mpirun_front.arguments import rewrite
 from commbench.sweep.execute import headline
 from launchers import only_result
 from test_accuracy_analysis import fixture, write_run
+from test_recovery import needs_dcp
 from test_sweep import in_process, sweep
 from test_training_to_accuracy import TINY_TASK
 
@@ -42,6 +43,7 @@ def planned(tmp_path, *args):
                                             ("none", "1")])
 def test_a_restarting_mpiexec_job_runs_under_a_supervisor_restarting_it_per_failure(
         tmp_path, fail, restarts):
+    needs_dcp()
     jobs, comments, done = planned(tmp_path, "--np", "3", "--oversubscribe", *RESTART,
                                    "--fail", fail)
     assert done.returncode == 0 and comments == [], done.stdout + done.stderr
@@ -51,6 +53,7 @@ def test_a_restarting_mpiexec_job_runs_under_a_supervisor_restarting_it_per_fail
 
 
 def test_a_restarting_torchrun_job_gets_max_restarts_on_torchruns_line(tmp_path):
+    needs_dcp()
     jobs, comments, done = planned(tmp_path, "--launcher", "torchrun", "--np", "2",
                                    *RESTART, "--fail", "1@step4")
     assert done.returncode == 0 and comments == [], done.stdout + done.stderr
@@ -61,6 +64,7 @@ def test_a_restarting_torchrun_job_gets_max_restarts_on_torchruns_line(tmp_path)
 
 def test_a_restarting_job_on_an_emulated_cluster_runs_its_mpirun_under_a_supervisor(
         tmp_path):
+    needs_dcp()
     jobs, _, done = planned(tmp_path, "--emulate", "2x1", *RESTART, "--fail", "1@step4")
     assert done.returncode == 0, done.stdout + done.stderr
     (job,) = jobs
@@ -147,6 +151,7 @@ def test_a_swept_job_killed_by_fail_is_restarted_and_its_result_records_it(tmp_p
     """A sweep of the tiny restarting run on 3 workers, rank 1 killed as step 4 begins:
     the supervisor the sweep put around mpiexec starts it again, it resumes from its
     checkpoint of step 2, and the job, the sweep and the report count it a success."""
+    needs_dcp()
     done = sweep(tmp_path, "--np", "3", "--oversubscribe", *TINY, *RESTART, "--fail",
                  "1@step4", timeout=400)
     out = done.stdout
