@@ -70,11 +70,10 @@ engines: $(ENGINES_DONE)
 FAST := -m "not job and not mpi"
 JOB := -m "job and not mpi"
 # The slowest launcher tests are listed at the tier's end: what a cold CI run spends.
-# MPI_WORKERS=2 runs the tier in two pytest-xdist workers, each taking whole groups
+# The tier runs in MPI_WORKERS pytest-xdist workers, each taking whole groups
 # (tests/conftest.py): much of a launcher test's time is waiting (for a timeout, a rank,
-# a restart). Not the default yet: on 2 cores it exposed races in tests that time a
-# failure (docs/install.md, "The tests").
-MPI_WORKERS ?= 1
+# a restart). MPI_WORKERS=1 runs it serially (docs/install.md, "The tests").
+MPI_WORKERS ?= 2
 MPI := -m mpi --durations=20 $(if $(filter-out 1,$(MPI_WORKERS)),-n $(MPI_WORKERS) --dist loadgroup)
 TIER := bash scripts/tier.sh
 PYTEST := $(BIN)/python -m pytest $(PYTEST_ARGS)
