@@ -1,6 +1,7 @@
 """Small modules of one shape: no source module over 300 lines, no function over 60, and
 no more than a handful of modules loose at the top of commbench/ (docs/architecture.md,
-"Layout": everything else lives in a folder named for its concern)."""
+"Layout": everything else lives in a folder named for its concern), and a README whose
+first screen is a front page."""
 
 import ast
 
@@ -28,3 +29,14 @@ def test_no_module_and_no_function_is_over_its_size():
 def test_the_top_of_commbench_holds_a_handful_of_modules():
     loose = sorted(p.name for p in (ROOT / "commbench").glob("*.py"))
     assert len(loose) <= LOOSE_MODULES, loose
+
+
+README_LINES = 200
+SET_UP_WITHIN = 60
+
+
+def test_the_readme_is_a_front_page_with_its_set_up_on_the_first_screen():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_LINES, f"README.md: {len(lines)} lines; move studies to " \
+        "docs/measurements.md"
+    assert "## Set up" in lines[:SET_UP_WITHIN], "README.md: '## Set up' past the first screen"
