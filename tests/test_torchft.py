@@ -468,6 +468,7 @@ def test_a_stopped_group_is_killed_once_the_timeout_has_passed():
 
 
 def test_report_says_a_torchft_runs_groups_goodput_and_what_its_failures_cost(tmp_path):
+    """Its workers are its replica groups: the result is group 0's, a world of one."""
     path, doc = fixture("allreduce", 42)
     doc = copy.deepcopy(doc)
     doc["recovery"] = {
@@ -485,8 +486,8 @@ def test_report_says_a_torchft_runs_groups_goodput_and_what_its_failures_cost(tm
     assert code == 0 and err == "", err
     lines = [li for li in text.splitlines() if "--recovery torchft" in li]
     assert len(lines) == 1 and lines[0].endswith(
-        ", seed 42: --recovery torchft, 3 replica groups; goodput 20.2 img/sec over 40.0 s of "
-        "wall time; 1@step6:kill: 5.2 s to the first complete step after it, 9 steps with "
+        ", N=3, seed 42: --recovery torchft, 3 replica groups; goodput 20.2 img/sec over 40.0 s "
+        "of wall time; 1@step6:kill: 5.2 s to the first complete step after it, 9 steps with "
         f"fewer groups; 2@30s:kill: no complete step after it, 0 steps with fewer groups; "
         f"{written}"), lines
 

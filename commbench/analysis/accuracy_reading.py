@@ -98,7 +98,9 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
                    k in CURVE_FIELDS} for p in doc["curve"])
     if not curve:
         raise ValueError("its curve is empty")
-    workers = int(env["world_size"])
+    recovery = recovery_of(doc)
+    # A torchft run's result is replica group 0's, a world of one: its workers are the groups.
+    workers = int((recovery or {}).get("replica_groups") or env["world_size"])
     seed = config.get("seed")
     return AccuracyRun(
         path=Path(path), doc=doc, key=key, series=series_of(doc), workers=workers,
@@ -109,7 +111,7 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
         best_accuracy=float(summary["best_accuracy"]), stopped_by=str(summary["stopped_by"]),
         img_sec=_float(summary.get("img_sec")), curve=curve,
         oversubscribed=bool(summary.get("oversubscribed")), diverged=diverged_of(summary),
-        best_loss=_float(summary.get("best_loss")), recovery=recovery_of(doc))
+        best_loss=_float(summary.get("best_loss")), recovery=recovery)
 
 
 def shape_of(config: Dict[str, Any]) -> int:
