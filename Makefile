@@ -41,7 +41,14 @@ all: study
 
 env: $(ENV_DONE)
 
+# A new environment needs room: PyPI's torch brings its CUDA libraries (~6 GiB in .venv,
+# more while pip unpacks); a full disk would stop pip halfway.
+ENV_GIB ?= $(if $(filter pypi,$(TORCH)),10,3)
+
 $(ENV_DONE): pyproject.toml
+	@test -x $(BIN)/python || { free=$$(df -Pk . | awk 'NR == 2 {print int($$4 / 1048576)}'); \
+	    [ "$$free" -ge $(ENV_GIB) ] || { echo "commbench: error: setting up $(VENV) needs" \
+	    "about $(ENV_GIB) GiB free on this disk; $$free GiB are free" >&2; exit 1; }; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install $(TORCH_INDEX) torch==$(TORCH_VERSION) torchvision==$(TORCHVISION_VERSION)
 	$(BIN)/pip install -e ".[mpi,lm,test]"

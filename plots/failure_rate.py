@@ -46,7 +46,7 @@ def figure(group: "AccuracyGroup") -> "Figure":
     for i, ((series, workers, policy), points) in enumerate(contenders(group).items()):
         xs, ys, missed = [], [], []
         for rate, row in points:
-            time = ttt.combine([r.wall_time_under_failures for r in row.runs]).value
+            time = ttt.combine([r.wall_time for r in row.runs]).value
             (missed if time is None else xs).append(rate)
             if time is not None:
                 ys.append(time)

@@ -170,3 +170,17 @@ def test_plot_without_failures_draws_no_goodput_chart(tmp_path):
     out = io.StringIO()
     assert plot.plot([runs], tmp_path / "charts", out=out, err=io.StringIO()) == 0
     assert not [li for li in out.getvalue().splitlines() if "goodput" in li]
+
+
+def test_a_run_under_failures_reads_its_wall_time_from_the_policys_clock(tmp_path):
+    """A restarted job's loop resumes its checkpoint's clock: the wall time to the target
+    that report, compare and the failure-rate chart read is the policy's, from the
+    job's first start; a run without a policy keeps its loop's."""
+    rows = accuracy.rows_by_match(reader.read([arm(tmp_path)])[0]["accuracy"])
+    reached = [(row.series.strategy, run) for row in rows.values() for run in row.runs
+               if run.reached]
+    assert {strategy for strategy, _ in reached} >= {"allreduce", "neighbor_allreduce"}
+    for strategy, run in reached:
+        loop = run.doc["summary"]["wall_time_to_target"]
+        assert loop != 50.0
+        assert run.wall_time == pytest.approx(50.0 if strategy == "allreduce" else loop)

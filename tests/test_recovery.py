@@ -19,6 +19,7 @@ from analysis_helpers import run_report
 from cli_helpers import commbench, refused
 from commbench.config.run_config import RunConfig
 from commbench.faults import checkpoint, fail_inject, fail_schedule, restart
+from commbench.faults.recovery_hook import Progress
 from commbench.errors import UsageError
 from launchers import PYTHON, mpiexec_path, only_result, run, torchrun
 from test_accuracy_analysis import TARGET, fixture, write_run
@@ -175,6 +176,7 @@ def test_a_fired_event_is_recorded_before_the_rank_dies_and_never_fires_again(tm
     inject = fail_inject.Injector(job.events, 1, config.fail, 10.0, die=die)
     inject.record = job.fired
     step = inject.around(lambda: None)
+    job.progress = Progress(5, bytes_sent=5000)  # as the loop tells it after step 5
     with pytest.raises(Died):
         for _ in range(6):
             step()
@@ -182,10 +184,10 @@ def test_a_fired_event_is_recorded_before_the_rank_dies_and_never_fires_again(tm
     assert (fired["event"], fired["rank"], fired["steps"]) == ("1@step6:kill+30s", 1, 5)
     assert fired["at"] == pytest.approx(time.time(), abs=5)
     # the job started again: rank 0 finds it fired, not yet recovered, and the rejoin's
-    # wait counted from the failure
+    # wait counted from the failure; the attempt that failed had sent 5 steps' bytes
     job.rank = 0
-    found, done, pending, wait = job._plan()
-    assert found is None and done == pending == [0] and 25 < wait <= 30
+    found, done, pending, wait, sent = job._plan()
+    assert found is None and done == pending == [0] and 25 < wait <= 30 and sent == 5000
     again = fail_inject.Injector(job.events, 1, config.fail, 10.0, die=die)
     again.forget([job.events[i] for i in done])
     again.resume_at(3, 1.0)
@@ -299,6 +301,9 @@ def check_recovered(done, results, reference, launcher, event="1@step6:kill",
     assert cost["detection_seconds"] < cost["recovery_seconds"] < 180, cost
     assert recovery["goodput"] < reference["summary"]["img_sec"]
     assert doc["summary"]["steps"] == 10 and len(doc["curve"]) == 2
+    # on the wire: both attempts', 5 steps then 7 (from step 3), against 10 steps
+    sent = doc["summary"]["bytes_sent"] / reference["summary"]["bytes_sent"]
+    assert sent == pytest.approx(12 / 10, rel=0.05)
     assert doc["failures"]["spec"] == event
     line = next(li for li in done.stdout.splitlines() if li.startswith("Failure "))
     assert line.startswith(f"Failure {event}: detected after ") and \

@@ -3,6 +3,7 @@ commbench accepts: shell scripts pass `bash -n`, manifests load as YAML with as 
 ranks as slots, the hostfile's lines are Open MPI's, the image builds with a make
 target that exists. Every template file is checked: a new one without a check fails."""
 
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -93,3 +94,13 @@ def test_the_image_builds_with_make_targets_that_exist():
                            "VENV=/nonexistent-venv"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "--index-url https://download.pytorch.org/whl/cu126 torch==" in done.stdout
+
+
+def test_a_new_environment_is_refused_in_one_line_where_the_disk_lacks_room(tmp_path):
+    """pip stopped halfway by a full disk leaves a broken .venv behind: `make` checks
+    first, and says how much room it needs."""
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), "env", f"VENV={tmp_path}/venv",
+                           "ENV_GIB=1000000"], capture_output=True, text=True)
+    assert done.returncode != 0 and not (tmp_path / "venv").exists()
+    assert re.search(rf"^commbench: error: setting up {tmp_path}/venv needs about 1000000 "
+                     r"GiB free on this disk; \d+ GiB are free$", done.stderr, re.M)

@@ -266,7 +266,7 @@ def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_st
             assert replica.committed() and not torch.equal(before, model.weight)
             assert [(s.participants, s.committed) for s in replica.log] == [(1, True)]
             assert replica.manager.current_step() == 1
-            replica.after_step(1, 0.5, 0.75, [], [2.0])
+            replica.after_step(Progress(1, 0.5, 0.75, [], [2.0]))
             served = copy.deepcopy(replica.state())  # as the transport sends it
             trained = model.weight.detach().clone()
             with torch.no_grad():
@@ -372,7 +372,7 @@ def test_a_diloco_sync_not_committed_undoes_its_steps_where_local_sgds_stand(
     first = model.weight.detach().clone()
     taken = steps(replica, model, torch.optim.SGD(model.parameters(), lr=0.1), 2)
     assert next(taken)  # a step of its own, before the sync
-    replica.after_step(1, 0.5, 0.75, [], [2.0])
+    replica.after_step(Progress(1, 0.5, 0.75, [], [2.0]))
     assert next(taken) is not undone  # the sync, not committed
     assert torch.equal(model.weight, first) is undone
     found = replica.healed()
@@ -415,6 +415,8 @@ def test_a_killed_group_is_started_again_heals_from_its_peer_and_both_reach_the_
     assert doc["summary"]["steps"] == 150  # 30 epochs of 5 steps: the planned end
     recovery = doc["recovery"]
     assert recovery["policy"] == "torchft" and recovery["replica_groups"] == 2
+    # the loop's wall clock never runs ahead of the group's (a step undone counted once)
+    assert doc["summary"]["wall_seconds"] <= recovery["wall_seconds"]
     [cost] = recovery["costs"]
     assert cost["event"] == "1@step20:kill+8s" and cost["failed_after_step"] == 19
     assert 0 <= cost["detection_seconds"] <= cost["recovery_seconds"] < 60

@@ -85,7 +85,9 @@ class AccuracyRun(ResultRun):
     seed: Optional[int]
     reached: Optional[bool]  # None: no target was given
     time: Optional[float]  # training seconds to the target (evaluation paused)
-    wall_time: Optional[float]  # wall seconds to the target (evaluation included)
+    # wall seconds to the target (evaluation included; a recovery policy's from the
+    # job's start, failures included)
+    wall_time: Optional[float]
     steps: Optional[int]
     epochs: Optional[float]
     sent: Optional[float]  # bytes each worker put on the wire to the target
@@ -124,16 +126,6 @@ class AccuracyRun(ResultRun):
         if spec is None:
             return 0.0
         return 3600.0 / spec.mtbf if isinstance(spec, fail_schedule.RandomSchedule) else None
-
-    @property
-    def wall_time_under_failures(self) -> Optional[float]:
-        """Wall seconds to the target from the job's start, failures and recoveries
-        included: a recovery policy's own clock where it kept one (a restarted job's
-        loop resumes the clock of its checkpoint, not of its first start)."""
-        if not self.reached:
-            return None
-        kept = (self.recovery or {}).get("wall_time_to_target")
-        return self.wall_time if kept is None else float(kept)
 
 
 @dataclass

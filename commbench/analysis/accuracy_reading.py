@@ -105,7 +105,7 @@ def read(path: Path, doc: Dict[str, Any]) -> AccuracyRun:
     return AccuracyRun(
         path=Path(path), doc=doc, key=key, series=series_of(doc), workers=workers,
         seed=None if seed is None else int(seed), reached=reached,
-        time=to_target("time_to_target"), wall_time=to_target("wall_time_to_target"),
+        time=to_target("time_to_target"), wall_time=wall_time_of(reached, summary, recovery),
         steps=to_target("steps_to_target", int), epochs=to_target("epochs_to_target"),
         sent=to_target("bytes_to_target"),
         best_accuracy=float(summary["best_accuracy"]), stopped_by=str(summary["stopped_by"]),
@@ -127,6 +127,18 @@ def target_of(accuracy, loss) -> str:
     if loss is not None:
         return f"loss {float(loss):g}"
     return "" if accuracy is None else f"{float(accuracy):g}"
+
+
+def wall_time_of(reached: Optional[bool], summary: Dict[str, Any],
+                 recovery: Optional[Dict[str, Any]]) -> Optional[float]:
+    """Wall seconds to the target: under a recovery policy, its own clock from the
+    job's start, failures and recoveries included (a restarted job's loop resumes its
+    checkpoint's clock, not its first start's)."""
+    if not reached:
+        return None
+    kept = (recovery or {}).get("wall_time_to_target")
+    found = summary.get("wall_time_to_target") if kept is None else kept
+    return None if found is None else float(found)
 
 
 def recovery_of(doc: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -21,6 +21,9 @@ class Progress:
     wall_seconds: float = 0.0
     curve: List[Dict[str, Any]] = field(default_factory=list)  # the evaluations' points
     losses: List[float] = field(default_factory=list)  # since the last evaluation
+    # this rank's bytes on the wire since the job first started, a restarted job's
+    # earlier attempts included (commbench.faults.restart)
+    bytes_sent: int = 0
 
 
 class Recovery:
@@ -35,16 +38,16 @@ class Recovery:
         return self.start
 
     def healed(self) -> Optional[Progress]:
-        """Where training stood at a peer this rank just took its state from, or None."""
+        """Where training stands at the end of a step in which this rank took a peer's
+        state, or None."""
         return None
 
     def committed(self) -> bool:
         """Whether the last step changed the model."""
         return True
 
-    def after_step(self, steps: int, training: float, wall: float, curve: List[Any],
-                   losses: List[float]) -> None:
-        """After each step that counts (and its evaluation)."""
+    def after_step(self, progress: Progress) -> None:
+        """After each step that counts (and its evaluation): where training stands."""
 
     def samples_missed(self, steps: int) -> int:
         """Of `steps` steps of every worker that started, the samples no worker learnt

@@ -5,8 +5,8 @@ Beside the checkpoints, the job's directory holds small records, each written
 atomically, that outlive the processes a failure ends:
 - `starts.record`: when each attempt of the job started (rank 0);
 - `fired-I.record`: event I of the --fail schedule fired: its rank, the steps it had
-  completed, when (written by the failing rank before it dies, so that no attempt
-  fires it again);
+  completed, when, the bytes it had put on the wire since the job first started
+  (written by the failing rank before it dies, so that no attempt fires it again);
 - `recovered-I.record`: the attempt that recovered from it: when the failure was
   detected (the launcher started the job again), the step it resumed from, when its
   first complete step ended (rank 0).
@@ -61,25 +61,29 @@ class Restart(Recovery):
         self.samples_per_step = samples_per_step
         self.events = list(fail_schedule.schedule(config.fail, ctx.world_size))
         self.trained: Tuple[Any, Any] = (None, None)  # the model and optimizer checkpointed
+        self.progress = Progress()  # where this attempt stands, after its last step
         self.pending: List[int] = []  # the fired events this attempt recovers from
         self.detected = float(os.environ.get(recovery.DETECTED) or started_at())
 
     def fired(self, event: fail_schedule.FailEvent, steps: int) -> None:
         """The failing rank, before it dies: event fired after `steps` complete steps."""
         index = self.events.index(event)
-        write(self.dir / f"fired-{index}{RECORD}", {"event": str(event), "rank": event.rank,
-                                                    "steps": steps, "at": time.time()})
+        write(self.dir / f"fired-{index}{RECORD}", {
+            "event": str(event), "rank": event.rank, "steps": steps, "at": time.time(),
+            "bytes_sent": self.progress.bytes_sent})
 
     def begin(self, fails, model, optimizer, skip: Callable[[], Any]) -> Progress:
         """Every rank: the newest complete checkpoint of this job loaded (rank 0 chooses),
         the fired events forgotten, a rejoin's delay waited out, the data skipped to
-        where training stood (skip() draws one batch). Where training resumes."""
+        where training stood (skip() draws one batch). Where training resumes; its bytes
+        on the wire, the earlier attempts' (as the last failing rank counted them)."""
         import torch.distributed as dist
 
         self.trained = (model, optimizer)
         plan = [self._plan() if self.rank == 0 else None]
         dist.broadcast_object_list(plan, src=0)
-        found, fired, self.pending, wait = plan[0]
+        found, fired, self.pending, wait, sent = plan[0]
+        self.start = Progress(bytes_sent=sent)
         fails.forget([self.events[i] for i in fired])
         fails.record = self.fired
         if wait > 0:
@@ -89,7 +93,7 @@ class Restart(Recovery):
             self.say(f"No checkpoint of this job in {self.dir}: training starts from step 0")
             return self.start
         where = checkpoint.load(Path(found), model, optimizer, self.rank)
-        self.start = Progress(**where)
+        self.start = Progress(**{**where, "bytes_sent": sent})
         for _ in range(self.start.steps):
             skip()
         fails.resume_at(self.start.steps, self.start.training_seconds)
@@ -98,7 +102,7 @@ class Restart(Recovery):
 
     def _plan(self):
         """Rank 0: (checkpoint or None, fired events, those not yet recovered from,
-        seconds left to wait for a rejoin)."""
+        seconds left to wait for a rejoin, bytes each rank sent in the earlier attempts)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         starts = read(self.dir / f"starts{RECORD}") or []
         write(self.dir / f"starts{RECORD}", starts + [self.detected])
@@ -109,13 +113,13 @@ class Restart(Recovery):
         rejoins = [fired[i]["at"] + self.events[i].rejoin for i in pending
                    if self.events[i].rejoin is not None]
         wait = max(rejoins, default=0.0) - time.time()
-        return (None if newest is None else str(newest[1]), sorted(fired), pending, wait)
+        sent = max((r.get("bytes_sent", 0) for r in fired.values()), default=0)
+        return (None if newest is None else str(newest[1]), sorted(fired), pending, wait, sent)
 
-    def after_step(self, steps: int, training: float, wall: float, curve: List[Any],
-                   losses: List[float]) -> None:
+    def after_step(self, progress: Progress) -> None:
         """Every rank, after each step (and its evaluation): the first complete step
         after a failure recorded, and a checkpoint every --checkpoint-every steps."""
-        progress = Progress(steps, training, wall, [asdict(p) for p in curve], list(losses))
+        self.progress = progress
         if self.rank == 0 and self.pending and progress.steps == self.start.steps + 1:
             now = time.time()
             for index in self.pending:

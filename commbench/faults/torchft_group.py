@@ -143,7 +143,12 @@ class Replica(Recovery):
 
         def stepped(images, labels):
             self._quorum = None
+            began = time.perf_counter()
             loss = step(images, labels)
+            if self._healed is not None:  # the peer's clock, on to this step's end
+                self._healed = dataclasses.replace(
+                    self._healed, wall_seconds=self._healed.wall_seconds
+                    + time.perf_counter() - began)
             if self._quorum is False and not self.exchange.keeps_own and self._healed is None:
                 self._healed = self._undone()
             return loss
@@ -214,11 +219,9 @@ class Replica(Recovery):
         changed nothing, except local_sgd's, whose own update stands)."""
         return self._quorum is not False or self.exchange.keeps_own
 
-    def after_step(self, steps: int, training: float, wall: float, curve: List[Any],
-                   losses: List[float]) -> None:
+    def after_step(self, progress: Progress) -> None:
         """After each step that counts: where training stands, for a peer that heals."""
-        self.progress = Progress(steps, training, wall, [asdict(p) for p in curve],
-                                 list(losses))
+        self.progress = progress
         self._taken = time.perf_counter()
         if self._quorum:
             self.synced = self.progress

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.timing import spans
+from commbench.timing.wire import Sent
 from commbench.job.per_iteration import consensus_distance
 from commbench.faults.recovery_hook import Progress, Recovery
 from commbench.job.speed_loop import LossWatch, timed_step
@@ -165,12 +166,12 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
     policy = policy or Recovery()
     watch = LossWatch()
     curve, training, losses, steps, started = resumed(policy.start)
+    recorder.sent += Sent(policy.start.bytes_sent, 0)  # a restarted job's earlier attempts'
     while True:
         loss, seconds = timed_step(lambda: step(steps, training), sync, recorder)
         healed = policy.healed()
         if healed is not None:  # a torchft group took up a peer's state in this step
-            curve, training, losses, steps, started = resumed(healed)
-            started -= seconds  # this step, counted in training, on the wall clock too
+            curve, training, losses, steps, started = resumed(healed)  # to this step's end
         training += seconds
         losses.append(watch.see(loss))
         if not policy.committed():
@@ -190,7 +191,8 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
             stopped_by = "diverged" if diverged else rule.why_stop(point)
             if stopped_by:
                 return {**outcome(curve, rule, stopped_by, samples_per_step), "diverged": diverged}
-        policy.after_step(steps, training, time.perf_counter() - started, curve, losses)
+        policy.after_step(Progress(steps, training, time.perf_counter() - started,
+                                   [asdict(p) for p in curve], list(losses), recorder.sent.nbytes))
 
 
 def resumed(start: Progress) -> Tuple[List[Point], float, List[float], int, float]:
