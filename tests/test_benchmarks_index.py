@@ -141,6 +141,17 @@ def test_the_time_to_accuracy_study_plans_its_sweeps(monkeypatch, capsys):
     assert "wall time of the study" in capsys.readouterr().out
 
 
+def test_a_dry_run_of_a_study_prints_its_report_and_plot_but_runs_neither(monkeypatch,
+                                                                          capsys):
+    ran = []
+    monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
+    STUDY.main(["failure_recovery", "--rates", "none;mtbf=60s,seed=1", "--dry-run"])
+    assert [c[3] for c in ran] == ["sweep"] * 8  # 4 contenders x 2 schedules, dry runs
+    assert all(c[-1] == "--dry-run" for c in ran)
+    out = capsys.readouterr().out
+    assert out.count("$ commbench report failure-recovery/results") == 2
+
+
 def test_the_diloco_regime_study_gives_every_contender_the_same_steps(monkeypatch, capsys):
     ran, tables = [], []
     monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)

@@ -530,3 +530,21 @@ def test_a_group_that_lagged_behind_group_0_fires_at_an_older_step_and_costs_no_
            StepRecord(12.0, 6, 3, True)]
     found = torchft_costs.cost(fired, log, batch=8)
     assert found["detection_seconds"] == found["recovery_seconds"] == pytest.approx(2.0)
+
+
+def test_every_group_stops_where_group_0s_evaluation_says(tmp_path):
+    """Each group scores its own model (its own BatchNorm statistics): group 0's verdict
+    decides for all, and a group that does not hear it within --timeout says so."""
+    import threading
+
+    writer = threading.Timer(0.3, torchft_group.verdict, (tmp_path, 0, 250, "target", 5.0))
+    writer.start()
+    try:  # group 2 scored the target a step early; it waits for group 0's word
+        assert torchft_group.verdict(tmp_path, 2, 250, "target", 5.0) == "target"
+        assert torchft_group.verdict(tmp_path, 0, 300, None, 5.0) is None
+        assert torchft_group.verdict(tmp_path, 2, 300, "target", 5.0) is None
+    finally:
+        writer.join()
+    with pytest.raises(TimeoutError, match=r"^replica group 0 did not say within --timeout "
+                                           r"\(0\.2 s\) whether training stops at step 350$"):
+        torchft_group.verdict(tmp_path, 1, 350, None, 0.2)

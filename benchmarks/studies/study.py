@@ -89,8 +89,9 @@ def sweeps(spec: dict, args, extra) -> None:
         for then in spec["then"]:
             command = flags(then, values)
             print("$ commbench", " ".join(command), flush=True)
-            run_to_its_end([sys.executable, "-m", "commbench", *command])
-        if "parity" in spec:
+            if "--dry-run" not in extra:  # a dry run wrote no results to read
+                run_to_its_end([sys.executable, "-m", "commbench", *command])
+        if "parity" in spec and "--dry-run" not in extra:
             parity(Path(flags([spec["parity"]["results"]], values)[0]),
                    spec["parity"]["reference"])
     print(f"\nwall time of the study: {time.monotonic() - started:.0f} s")

@@ -49,6 +49,11 @@ class Recovery:
     def after_step(self, progress: Progress) -> None:
         """After each step that counts (and its evaluation): where training stands."""
 
+    def agreed(self, steps: int, stopped_by: Optional[str]) -> Optional[str]:
+        """Every rank, after the evaluation at `steps`: why training stops there (None:
+        it goes on), as every worker of the job must agree."""
+        return stopped_by
+
     def samples_missed(self, steps: int) -> int:
         """Of `steps` steps of every worker that started, the samples no worker learnt
         from (a lost rank's, after it failed)."""

@@ -11,9 +11,11 @@ and its last sync's parameters too) and where training stood live from a peer
 
 Each group scores its own model on the whole validation set: the groups hold the same
 parameters after every committed quorum step (the same averages, or a peer's state),
-where the evaluations fall (torchft_exchange), so they stop at the same step. Group 0
-writes the result, and the schedule of --fail never fails it. --fail's RANK is a
-replica group: the schedule is expanded over the N groups, as over N ranks of mpiexec."""
+where the evaluations fall (torchft_exchange), but BatchNorm's running statistics are
+each group's own, so their scores differ a little. Group 0's decides where every group
+stops (`verdict`): group 0 writes the result, and the schedule of --fail never fails it.
+--fail's RANK is a replica group: the schedule is expanded over the N groups, as over N
+ranks of mpiexec."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ GROUPS = "COMMBENCH_TORCHFT_GROUPS"  # how many groups the launcher runs
 STARTS = "COMMBENCH_TORCHFT_STARTS"  # how many times this group was started before
 RECORDS = "COMMBENCH_TORCHFT_RECORDS"  # where a failing group records its event
 ENDED = "ended-"  # + group + RECORD: a group's parameters' digest at its end
+VERDICT = "verdict-"  # + step + RECORD: whether group 0 stops at that evaluation
 
 
 def identity(rank: int, world_size: int) -> Tuple[int, int]:
@@ -226,6 +229,10 @@ class Replica(Recovery):
         if self._quorum:
             self.synced = self.progress
 
+    def agreed(self, steps: int, stopped_by: Optional[str]) -> Optional[str]:
+        """Group 0's verdict at this evaluation, on every group."""
+        return verdict(self.records, self.group, steps, stopped_by, self.config.timeout)
+
     def ended(self, steps: int, model) -> bool:
         """Every group, at its run's end: its parameters recorded, for the launcher to
         compare. Whether this group writes the result (group 0 alone)."""
@@ -253,6 +260,28 @@ class Replica(Recovery):
     def lines(self, facts: Optional[Dict[str, Any]], rate: Optional[float],
               unit: str) -> List[str]:
         return torchft_costs.lines(facts, rate, unit)
+
+
+def verdict(records: Path, group: int, steps: int, stopped_by: Optional[str],
+            patience: float, poll: float = 0.05) -> Optional[str]:
+    """Why training stops at the evaluation after `steps` steps, group 0's word for
+    every group: group 0 records its own; another waits up to `patience` seconds for it
+    (the groups keep in step through the quorum, so it comes as soon as group 0 has
+    scored). Without it, a group whose score reached the target a step before group 0's
+    would end, and the others go on with one group fewer to the end."""
+    path = records / f"{VERDICT}{steps}{RECORD}"
+    if group == 0:
+        write(path, {"stopped_by": stopped_by})
+        return stopped_by
+    deadline = time.monotonic() + patience
+    while True:
+        found = read(path)
+        if found is not None:
+            return found["stopped_by"]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"replica group 0 did not say within --timeout ({patience:g} s) "
+                               f"whether training stops at step {steps}")
+        time.sleep(poll)
 
 
 def ended_alike(records: Path, groups: int) -> Optional[str]:

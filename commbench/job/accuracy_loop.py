@@ -188,7 +188,7 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
             report(point)
             losses = []
             diverged = first_divergence(watch.first_non_finite, ctx)
-            stopped_by = "diverged" if diverged else rule.why_stop(point)
+            stopped_by = policy.agreed(steps, "diverged" if diverged else rule.why_stop(point))
             if stopped_by:
                 return {**outcome(curve, rule, stopped_by, samples_per_step), "diverged": diverged}
         policy.after_step(Progress(steps, training, time.perf_counter() - started,
