@@ -3,11 +3,14 @@ per contender (a strategy and its recovery policy at a worker count), for the ru
 group made under random failure schedules (`--fail mtbf=...`) and without failures: what
 each recovery policy keeps of a strategy's time to the target as failures come more
 often (issue 56). The times are wall times from the job's start, failures and recoveries
-included, the runs of a point combined as the time-to-target table combines them."""
+included, the runs of a point combined as the time-to-target table combines them. A
+point whose workers were not all there at the end (gossip's survivors go on without the
+ranks they lost) says how many were: fewer workers may reach the target sooner where
+communication was the cost, and the line alone would not tell."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from commbench.analysis import time_to_target as ttt
 from commbench.plots.accuracy import wrapped
@@ -32,6 +35,14 @@ def contenders(group: "AccuracyGroup") -> Dict[Contender, List[Tuple[float, "Acc
     return {k: sorted(v, key=lambda p: p[0]) for k, v in found.items() if len(v) > 1}
 
 
+def workers_left(row: "AccuracyRow") -> Optional[int]:
+    """The fewest workers left at the end of any of the row's runs, where a policy
+    recorded its survivors; None where none did."""
+    left = [len(r.recovery["survivors"]) for r in row.runs
+            if r.recovery and r.recovery.get("survivors") is not None]
+    return min(left) if left else None
+
+
 def has_rates(group: "AccuracyGroup") -> bool:
     return bool(contenders(group))
 
@@ -43,25 +54,35 @@ def figure(group: "AccuracyGroup") -> "Figure":
 
     fig = Figure(figsize=(8.0, 5.0), layout="constrained")
     ax = fig.subplots()
-    for i, ((series, workers, policy), points) in enumerate(contenders(group).items()):
-        xs, ys, missed = [], [], []
-        for rate, row in points:
-            time = ttt.combine([r.wall_time for r in row.runs]).value
-            (missed if time is None else xs).append(rate)
-            if time is not None:
-                ys.append(time)
+    found = contenders(group)
+    for i, ((series, workers, policy), points) in enumerate(found.items()):
+        timed = [(rate, row, ttt.combine([r.wall_time for r in row.runs]).value)
+                 for rate, row in points]
+        drawn = [(rate, row, time) for rate, row, time in timed if time is not None]
         name = f"{series.label()} + {policy}, N={workers}" if policy != "none" else \
             f"{series.label()}, N={workers}, no recovery"
-        line, = ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], label=name)
-        for rate in missed:  # no time to give: the target was missed too often
-            ax.annotate("missed", (rate, 0), textcoords="offset points", xytext=(0, 6),
-                        ha="center", fontsize=7.5, color=line.get_color())
+        line, = ax.plot([p[0] for p in drawn], [p[2] for p in drawn],
+                        marker=MARKERS[i % len(MARKERS)], label=name)
+        for rate, _, time in timed:
+            if time is None:  # no time to give: the target was missed too often
+                ax.annotate("missed", (rate, 0), textcoords="offset points", xytext=(0, 6),
+                            ha="center", fontsize=7.5, color=line.get_color())
+        for rate, row, time in drawn:
+            left = workers_left(row)
+            if left is not None and left < workers:
+                ax.annotate(f"{left} of {workers} left", (rate, time), xytext=(0, 7),
+                            textcoords="offset points", ha="center", fontsize=7.5,
+                            color=line.get_color())
     ax.set_xlabel("failures per hour (--fail mtbf=...: 3600 / MTBF)", fontsize=8)
     ax.set_ylabel("wall time to target (s), failures and recoveries included", fontsize=8)
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, frameon=False)
-    fig.suptitle(wrapped("Time to target as failures come more often", group.key.heading(),
-                         group.key.details(), width=100), fontsize=9)
+    title = "Time to target as failures come more often"
+    fewest = min(len(row.runs) for points in found.values() for _, row in points)
+    if fewest < 3:
+        title += f" (as few as {fewest} run{'s' if fewest > 1 else ''} a point: no spread to read)"
+    fig.suptitle(wrapped(title, group.key.heading(), group.key.details(), width=100),
+                 fontsize=9)
     return fig

@@ -147,6 +147,8 @@ def test_plot_draws_time_to_target_against_the_rate_of_failures(tmp_path):
                            ("mtbf=60s,seed=1", 90.0)):
             failed = under_failures(doc, 9.0, spec=spec)
             failed["recovery"]["wall_time_to_target"] = wall + doc["config"]["seed"]
+            if spec == "mtbf=60s,seed=1" and doc["config"]["seed"] == 42:
+                failed["recovery"]["survivors"] = [0]  # as gossip's: rank 1 lost for good
             write_run(runs, f"{spec.replace('=', '').replace(',', '')}-{path.name}", failed)
     out = io.StringIO()
     assert plot.plot([runs], tmp_path / "charts", out=out, err=io.StringIO()) == 0
@@ -162,6 +164,10 @@ def test_plot_draws_time_to_target_against_the_rate_of_failures(tmp_path):
     assert list(line.get_xdata()) == [0.0, 30.0, 60.0]
     assert list(line.get_ydata()) == pytest.approx([50 + median_seed, 70 + median_seed,
                                                     90 + median_seed])
+    # the point whose runs did not all keep their workers says so; 3 runs a point
+    assert [t.get_text() for t in ax.texts] == ["1 of 2 left"]
+    assert ax.texts[0].xy == (60.0, pytest.approx(90 + median_seed))
+    assert "no spread" not in ax.figure._suptitle.get_text()
 
 
 def test_plot_without_failures_draws_no_goodput_chart(tmp_path):

@@ -90,7 +90,7 @@ def render(groups: List[AccuracyGroup], fmt: str = "text") -> str:
             parts.append(tables.lines(unrecorded, fmt))
         if any(row.split is not None for row in g.rows):
             parts.append(split_table.render(
-                [(r.series, r.workers, r.split, r.wire) for r in g.rows], fmt))
+                [(r.series, r.workers, r.split, r.wire, r.failures) for r in g.rows], fmt))
     notes = NOTES + [LOSS_NOTE] if any(g.key.by_loss for g in groups) else NOTES
     return "\n".join(parts) + "\n" + tables.notes(notes, fmt)
 

@@ -109,7 +109,7 @@ def render(groups: List[Group], fmt: str = "text") -> str:
             parts.append(tables.lines(unrecorded, fmt))
         if g.has_split:
             parts.append(split_table.render(
-                [(p.series, p.workers, p.split, p.sent) for p in g.points], fmt))
+                [(p.series, p.workers, p.split, p.sent, "") for p in g.points], fmt))
     flags = dict.fromkeys(f for g in groups for p in g.points for f in p.flags)
     flagged = [f"{MARK}: a number its row's flags put in doubt. Flags: "
                + "; ".join(f"{flag}: {metrics.FLAGS[flag]}" for flag in flags)] if flags else []

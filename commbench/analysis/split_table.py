@@ -19,14 +19,16 @@ TITLE = ("Where a step's time goes, ms per step (mean over ranks, steps and runs
          "(--slow-ranks); hidden: communication overlapped with compute; sent/step: "
          "bytes each worker put on the wire per step (binary units); '-': not measured")
 
-# One row: its series, worker count, mean split (seconds per part) and wire summary.
-Row = Tuple[Series, int, Optional[Dict[str, float]], Optional[Dict[str, float]]]
+# One row: its series, worker count, mean split (seconds per part), wire summary, and
+# what else sets it apart in its table (its failures, say; "" for nothing).
+Row = Tuple[Series, int, Optional[Dict[str, float]], Optional[Dict[str, float]], str]
 
 
 def render(rows: Iterable[Row], fmt: str) -> str:
     cells: List[List[str]] = []
-    for series, workers, split, wire in rows:
-        cells.append([series.strategy, series.settings() or "-", str(workers)] + (
+    for series, workers, split, wire, apart in rows:
+        topology = ", ".join(p for p in (series.settings(), apart) if p) or "-"
+        cells.append([series.strategy, topology, str(workers)] + (
             ["-"] * len(PARTS) if split is None else
             [f"{1e3 * split[part]:.1f}" if part in split else "-" for part in PARTS])
             + ["-" if wire is None or wire.get("bytes_per_step") is None

@@ -102,6 +102,7 @@ class Replica(Recovery):
         self.group, self.groups = identity(ctx.rank, ctx.world_size)
         self.config, self.say, self.samples_per_step = config, say, samples_per_step
         self.strategy, self.exchange = strategy, torchft_exchange.of(strategy)
+        strategy.carried_elsewhere = True  # torchft's allreduce: its bytes are not seen
         self.records = Path(os.environ[RECORDS])
         self.events = list(fail_schedule.schedule(config.fail, self.groups))
         super().__init__()
@@ -266,9 +267,8 @@ def verdict(records: Path, group: int, steps: int, stopped_by: Optional[str],
             patience: float, poll: float = 0.05) -> Optional[str]:
     """Why training stops at the evaluation after `steps` steps, group 0's word for
     every group: group 0 records its own; another waits up to `patience` seconds for it
-    (the groups keep in step through the quorum, so it comes as soon as group 0 has
-    scored). Without it, a group whose score reached the target a step before group 0's
-    would end, and the others go on with one group fewer to the end."""
+    (the groups keep in step through the quorum: it comes once group 0 has scored), lest
+    a group whose own score reached the target first end alone."""
     path = records / f"{VERDICT}{steps}{RECORD}"
     if group == 0:
         write(path, {"stopped_by": stopped_by})

@@ -240,7 +240,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
         # a language model's samples are its tokens
         train_step, sync, rule, evaluate, model, ctx, total_batch * config.per_sample, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps, recorder,
-        strategy.sees_wire and replica is None, policy)
+        strategy.sees_wire, policy)
     unwritten = record.finish(config, ctx, strategy, record.Trained(
         dict(outcome), data.facts, recipe.facts()), machine, recorder, slow)
     if not policy.ended(outcome["steps"], model):
