@@ -417,6 +417,7 @@ def test_a_killed_group_is_started_again_heals_from_its_peer_and_both_reach_the_
     assert recovery["policy"] == "torchft" and recovery["replica_groups"] == 2
     # the loop's wall clock never runs ahead of the group's (a step undone counted once)
     assert doc["summary"]["wall_seconds"] <= recovery["wall_seconds"]
+    assert doc["summary"]["wire"] is None  # torchft's allreduce: its bytes are not seen
     [cost] = recovery["costs"]
     assert cost["event"] == "1@step20:kill+8s" and cost["failed_after_step"] == 19
     assert 0 <= cost["detection_seconds"] <= cost["recovery_seconds"] < 60
