@@ -88,6 +88,24 @@ def test_oversubscription_counts_workers_against_physical_cores():
     assert oversubscribed(ctx(["a"] * 4, [2] * 4, device="cuda")) is None
 
 
+def test_torchfts_replica_groups_count_as_workers_of_their_host(monkeypatch):
+    """Each group is a world of one, and `commbench torchft` starts them all on this
+    host (or on its emulated machines, which share its cores)."""
+    from commbench.faults import torchft_group
+    from commbench.launch.distributed import DistContext
+    from commbench.launch.detect import LaunchInfo
+    from commbench.job.per_iteration import oversubscribed
+
+    group = DistContext(LaunchInfo("torchrun", 0, 1), SimpleNamespace(type="cpu"), "gloo",
+                        ("m1",), 0, False, (), (2,))
+    assert oversubscribed(group) is None  # one process alone
+    monkeypatch.setenv(torchft_group.GROUPS, "4")
+    monkeypatch.setenv(torchft_group.GROUP, "1")
+    assert oversubscribed(group) == {"machine": "m1", "workers": 4, "physical_cores": 2}
+    monkeypatch.setenv(torchft_group.GROUPS, "2")
+    assert oversubscribed(group) is None
+
+
 def write_doc(directory, name, doc):
     path = directory / name
     path.write_text(json.dumps(doc))

@@ -91,9 +91,13 @@ def diverged(first_non_finite: List[Optional[int]]) -> Optional[Dict[str, int]]:
 def oversubscribed(ctx) -> Optional[Dict[str, Any]]:
     """The most loaded machine when CPU workers outnumber its physical cores (each
     worker then shares cores and the run measures CPU sharing, not communication)."""
+    from commbench.faults.torchft_group import identity
+
     if ctx.device.type != "cpu":
         return None  # more ranks than GPUs on a machine is refused at start-up
     host, workers, cores = max(ctx.machine_load(), key=workers_per_core)
+    if ctx.world_size == 1:  # a torchft replica group: `commbench torchft` runs all on this host
+        workers = identity(ctx.rank, 1)[1]
     return {"machine": host, "workers": workers, "physical_cores": cores} \
         if workers > cores else None
 
