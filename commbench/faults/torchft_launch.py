@@ -130,7 +130,7 @@ def lighthouse(given: Optional[str], cluster: Optional[Cluster] = None) -> Itera
     # torchft_lighthouse's own defaults (as on an emulated cluster), not the Python
     # binding's 100 ms join timeout: with it, on a loaded machine, the group healing in
     # one step comes late to the next quorum, is left out of it and heals again, and so
-    # on (docs/measurements.md, "Failure recovery").
+    # on (docs/run.md, "torchft's quorum").
     server = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=60000,
                               quorum_tick_ms=100, heartbeat_timeout_ms=5000)
     try:
