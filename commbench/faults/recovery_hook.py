@@ -19,7 +19,8 @@ class Progress:
     steps: int = 0
     training_seconds: float = 0.0
     wall_seconds: float = 0.0
-    curve: List[Dict[str, Any]] = field(default_factory=list)  # the evaluations' points
+    # the evaluations' points: the loop's Points, dicts once serialized (asdict turns them)
+    curve: List[Any] = field(default_factory=list)
     losses: List[float] = field(default_factory=list)  # since the last evaluation
     # this rank's bytes on the wire since the job first started, a restarted job's
     # earlier attempts included (commbench.faults.restart)

@@ -192,13 +192,14 @@ def train(step: Callable[[int, float], Any], sync: Callable[[], None], rule: Sto
             if stopped_by:
                 return {**outcome(curve, rule, stopped_by, samples_per_step), "diverged": diverged}
         policy.after_step(Progress(steps, training, time.perf_counter() - started,
-                                   [asdict(p) for p in curve], list(losses), recorder.sent.nbytes))
+                                   list(curve), list(losses), recorder.sent.nbytes))
 
 
 def resumed(start: Progress) -> Tuple[List[Point], float, List[float], int, float]:
     """(curve, training seconds, losses since the last evaluation, steps, when the wall
     clock started) of a loop taken up where `start` says training stood."""
-    return ([Point(**p) for p in start.curve], start.training_seconds, list(start.losses),
+    return ([p if isinstance(p, Point) else Point(**p) for p in start.curve],
+            start.training_seconds, list(start.losses),
             start.steps, time.perf_counter() - start.wall_seconds)
 
 
