@@ -13,7 +13,7 @@ import pytest
 
 from analysis_helpers import run_report
 from cli_helpers import commbench, refused
-from commbench.faults import gossip_recovery
+from commbench.faults import gossip_costs
 from commbench.timing import failure_track
 from launchers import PYTHON, mpiexec_path, only_result, run
 from test_accuracy_analysis import fixture, write_run
@@ -93,7 +93,7 @@ def test_the_console_says_what_each_failure_cost_and_the_goodput():
          "steps_with_fewer_workers": 13, "samples_lost": 416},
         {"event": "3@step6:stop", "detection_seconds": 6.1, "recovery_seconds": None,
          "steps_with_fewer_workers": 11, "samples_lost": 352}]}
-    assert gossip_recovery.lines(facts, 68.3, "images") == [
+    assert gossip_costs.lines(facts, 68.3, "images") == [
         "Failure 1@step4:kill: detected after 0.4 s, first exchange among the survivors 3.4 "
         "s after it; 13 steps with fewer workers (416 images not learnt from)",
         "Failure 3@step6:stop: detected after 6.1 s, first exchange among the survivors not "
