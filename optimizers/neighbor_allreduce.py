@@ -44,13 +44,9 @@ class NeighborAllreduce(MixingStrategy):
         self.small_messages = small_messages(config.cpu_transport, ctx, point_to_point=True)
         self.gossip = None  # --recovery gossip: the survivors' side (gossip_recovery)
         if config.recovery == "gossip":
-            from commbench.faults import fail_schedule
             from commbench.faults.gossip_recovery import Gossip
 
-            rejoins = any(e.rejoin is not None for e in
-                          fail_schedule.schedule(config.fail, ctx.world_size))
-            self.gossip = Gossip(ctx, config.timeout, config.batch_size * config.per_sample,
-                                 rejoins)
+            self.gossip = Gossip(ctx, config)
         if self.transport == "nccl" and torch_older_than(1, 12):
             # Batched point-to-point with more than 2 ranks hangs NCCL before torch 1.12
             # (pytorch/pytorch#73960); every rank stops here alike.

@@ -35,8 +35,6 @@ MPIEXEC = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}
      "message through gloo"),
     (["--fail", "0@step3"], "argument --fail: rank 0 serves the store gossip's survivors meet "
      "in and never fails under --recovery gossip; fail another rank"),
-    (["--fail", "1@step3+10s"], "argument --fail: 1@step3:kill+10s: a rejoining rank is not "
-     "supported under gossip yet; leave +REJOIN out"),
 ])
 def test_a_gossip_recovery_it_cannot_make_is_refused_in_one_line(args, message, tmp_path):
     done = commbench("run", *TINY, *GOSSIP, *args, "--results-dir", tmp_path, env=MPIEXEC)

@@ -29,10 +29,11 @@ from datetime import timedelta
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from commbench.errors import UsageError
-from commbench.faults import gossip_costs
-from commbench.faults.gossip_rejoin import hand_over
+from commbench.faults import gossip_costs, gossip_rejoin
+from commbench.faults.fail_schedule import schedule
 from commbench.faults.gossip_survival import NEWS_EVERY, POLL_SECONDS, PREFIX, Meeting, Survival
 from commbench.faults.recovery_hook import Progress, Recovery
+from commbench.launch.detect import REJOINING
 
 # Steps between the points where the members admit a rank that asked to come back.
 ADMIT_EVERY = 5
@@ -44,33 +45,60 @@ class Gossip(Recovery):
     """This rank's side of a gossip recovery: the loop's recovery hook (as
     commbench.faults.restart's Restart is) and the exchange's way through a loss."""
 
-    def __init__(self, ctx, timeout: float, samples_per_step: int, rejoins: bool = False):
+    def __init__(self, ctx, config):
         import torch.distributed as dist
 
         if ctx.backend != "gloo":  # every rank stops here alike
             raise UsageError("argument --recovery: gossip's survivors exchange over gloo, on "
                              "the CPU: pass --no-cuda")
-        self.ctx, self.timeout, self.samples_per_step = ctx, timeout, samples_per_step
-        self.store = dist.distributed_c10d._get_default_store()
+        self.ctx, self.timeout = ctx, config.timeout
+        self.samples_per_step = config.batch_size * config.per_sample
+        self.coming_back = ctx.launch.launcher == REJOINING  # started again (gossip_launch)
+        # the store the ranks met in, not the group's view of it (under the group's
+        # prefix): a rank started again and `commbench gossip` reach it as it is
+        self.store = gossip_rejoin.JOINING["store"] if self.coming_back else \
+            dist.distributed_c10d._get_default_store().underlying_store
         self.me = ctx.rank  # this rank's number in the job as started: the store's keys
         self.started = ctx.world_size
         self.survivors: List[int] = list(range(ctx.world_size))
-        self.survival = Survival(self.store, ctx.rank, ctx.world_size, timeout)
+        self.survival = Survival(self.store, ctx.rank, ctx.world_size, config.timeout)
         super().__init__()
         # the context as the job started: renumbering always starts from it
         self.as_started = {name: getattr(ctx, name) for name in (*PER_RANK, "machine_size")}
-        self.rejoins, self.exchange, self.trained = rejoins, None, (None, None)
+        self.rejoins = any(e.rejoin is not None for e in schedule(config.fail, self.started))
+        if self.rejoins and self.me == 0:  # what a rank started again reads of the job
+            self.store.set(f"{PREFIX}/job", gossip_rejoin.record(ctx, config))
+        self.exchange, self.trained = None, (None, None)
         self.meetings: List[Dict[str, Any]] = []
         self.rejoined: Dict[int, List[Any]] = {}  # rank -> [admitted after step, when back]
         self.began = time.time()
 
-    def begin(self, fails, model, optimizer, next_batch) -> None:
-        """Beat from now on; a failing rank records when it fired, as it fires."""
+    def begin(self, fails, model, optimizer, next_batch) -> Progress:
+        """Beat from now on; a failing rank records when it fired, as it fires. A rank
+        started again first comes back (`_come_back`)."""
         self.trained = (model, optimizer)
         self.survival.beat()
         self.store.set(f"{PREFIX}/pid/{self.me}", str(os.getpid()))
         fails.record = self._fired
         fails.survived = True
+        if self.coming_back:
+            self._come_back(fails, next_batch)
+        return self.start
+
+    def _come_back(self, fails, next_batch) -> None:
+        """Ask the members to admit this rank, take the survivors' mean once they do, and
+        resume where they stand: their next step, rank 0's clocks and curve, its event
+        of --fail fired already, its data shard skipped to there (as Restart.begin)."""
+        self.survival.ask()
+        met, record = self.survival.admitted()
+        self.join(met)
+        self.exchange.step = met.resume_step
+        fails.forget(list(fails.mine))
+        fails.resume_at(met.resume_step, record["training_seconds"])
+        for _ in range(met.resume_step):
+            next_batch()
+        self.start = Progress(met.resume_step, record["training_seconds"],
+                              record["wall_seconds"], record["curve"])
 
     def _fired(self, event, steps: int) -> None:
         self.store.set(f"{PREFIX}/fired/{self.me}", json.dumps(
@@ -133,7 +161,8 @@ class Gossip(Recovery):
         ranks still lost (the full one once all are back)."""
         self._regroup(met.survivors)
         model, optimizer = self.trained
-        hand_over(model, optimizer, self.me in met.joined, len(met.survivors) - len(met.joined))
+        gossip_rejoin.hand_over(model, optimizer, self.me in met.joined,
+                                len(met.survivors) - len(met.joined))
         self.exchange.mix_among(met)
         for rank in met.joined:
             self.rejoined[rank] = [met.resume_step, None]
@@ -170,8 +199,8 @@ class Gossip(Recovery):
                  for r in sorted({r for m in self.meetings for r in m["lost"]})]
         samples = steps * self.samples_per_step * self.started - self.samples_missed(steps)
         return {"policy": "gossip", "survivors": list(self.survivors),
-                "costs": [c for c in costs if c], "wall_seconds": wall,
-                "goodput": samples / wall,
+                "rejoined": sorted(self.rejoined), "costs": [c for c in costs if c],
+                "wall_seconds": wall, "goodput": samples / wall,
                 "wall_time_to_target": wall if outcome.get("reached") else None}
 
     def samples_missed(self, steps: int) -> int:
@@ -193,6 +222,7 @@ class Gossip(Recovery):
             self.store.set(f"{PREFIX}/ended", "1")
         if not self.meetings and not self.rejoined:
             return
+        self.survival.part(len(self.survivors))
         if self.me == 0:
             for rank in self.survival.lost:
                 try:

@@ -244,6 +244,22 @@ class Survival:
         return Meeting(self.lost, tuple(record["members"]), record["step"],
                        tuple(record["joined"])), record
 
+    def part(self, members: int) -> None:
+        """Before this process ends: until all `members` got here too, for --timeout at
+        most. A process that ends while a peer still reads its last message of a
+        collective closes the connection under it; and rank 0, whose process serves the
+        store, leaves last, once the others saw that all came."""
+        key = f"{PREFIX}/parted-{self.generation}"
+        self.store.add(key, 1)
+        deadline = self.clock() + self.seconds
+        while self.store.add(key, 0) < members and self.clock() < deadline:
+            time.sleep(POLL_SECONDS)
+        if self.rank != 0:
+            self.store.add(f"{key}/saw", 1)
+            return
+        while self.store.add(f"{key}/saw", 0) < members - 1 and self.clock() < deadline:
+            time.sleep(POLL_SECONDS)
+
     def _asked(self, rank: int) -> str:
         return f"{PREFIX}/rejoin/{rank}/{self._admissions_of(rank)}"
 

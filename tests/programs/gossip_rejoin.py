@@ -123,6 +123,7 @@ def member() -> None:
     met = survival.admit(step, survival.decide(step, {}))
     facts.update(admitted(store, survival, rank, met, model, optimizer))
     mix(model, step, survival, rank, facts)
+    survival.part(SIZE)
     if started is not None:
         started.wait(30)
     sys.stdout.flush()
@@ -138,6 +139,7 @@ def newcomer(port: int) -> None:
     model, optimizer = trained(VICTIM + 10)  # its own start, unlike the survivors'
     admitted(store, survival, VICTIM, met, model, optimizer)
     mix(model, record["step"], survival, VICTIM, {})
+    survival.part(SIZE)
     os._exit(0)
 
 
