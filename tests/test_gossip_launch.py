@@ -83,9 +83,10 @@ def test_a_killed_rank_started_again_is_admitted_and_the_run_ends_with_all_four(
     summary, recovery = doc["summary"], doc["recovery"]
     assert (summary["steps"], summary["stopped_by"]) == (60, "max epochs")
     assert (recovery["survivors"], recovery["rejoined"]) == ([0, 1, 2, 3], [2])
+    assert recovery["fewest_workers"] == 3
     (cost,) = recovery["costs"]
     assert (cost["rank"], cost["failed_after_step"]) == (2, 7)
-    assert 5 < cost["rejoin_seconds"] < 60
+    assert 5 < cost["asked_after_seconds"] < cost["rejoin_seconds"] < 60
     fewer = cost["steps_with_fewer_workers"]
     assert fewer == cost["rejoined_at_step"] - 7 and 1 <= fewer <= 52
     assert cost["rejoined_at_step"] % 5 == 0

@@ -2,9 +2,10 @@
 shape of the restart and torchft costs: detection, from the failure to the first survivor
 that found it; recovery, to the end of rank 0's first exchange among the survivors; a
 rejoin (`+REJOIN`), to the end of rank 0's first exchange after the rank was admitted
-again; the steps the run took with fewer workers, until then, and the samples the lost
-ranks did not learn from in them. Read from the job's store, where each failing rank
-recorded when it fired (`fired/R`) and the first survivor to find it, when (`detected/R`)."""
+again (and when its fresh process asked to be admitted); the steps the run took with
+fewer workers, until then, and the samples the lost ranks did not learn from in them.
+Read from the job's store, where each failing rank recorded when it fired (`fired/R`)
+and the first survivor to find it, when (`detected/R`)."""
 
 from __future__ import annotations
 
@@ -53,9 +54,12 @@ def cost(store, rank: int, meeting: Dict[str, Any], rejoined: Optional[List[Any]
     detected = float(store.get(f"{PREFIX}/detected/{rank}"))
     lost = fewer(steps, record["steps"], step)
     recovered = meeting["recovered_at"]
+    asked = f"{PREFIX}/rejoin/{rank}/0"  # when its fresh process asked to be admitted
+    asked_at = float(store.get(asked)) if store.check([asked]) else None
     return {"event": record["event"], "rank": rank, "failed_after_step": record["steps"],
             "failed_at": at, "detection_seconds": detected - at,
             "recovery_seconds": None if recovered is None else recovered - at,
+            "asked_after_seconds": None if asked_at is None else asked_at - at,
             "rejoin_seconds": None if back is None else back - at,
             "rejoined_at_step": step, "resumed_at_exchange": meeting["resume_step"],
             "steps_with_fewer_workers": lost, "samples_lost": lost * samples_per_step}

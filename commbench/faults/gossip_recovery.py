@@ -61,6 +61,7 @@ class Gossip(Recovery):
         self.me = ctx.rank  # this rank's number in the job as started: the store's keys
         self.started = ctx.world_size
         self.survivors: List[int] = list(range(ctx.world_size))
+        self.fewest = ctx.world_size  # the fewest members the job had at once
         self.survival = Survival(self.store, ctx.rank, ctx.world_size, config.timeout)
         super().__init__()
         # the context as the job started: renumbering always starts from it
@@ -172,6 +173,7 @@ class Gossip(Recovery):
         import torch.distributed as dist
 
         self.survivors = list(members)
+        self.fewest = min(self.fewest, len(members))
         rank = self.survivors.index(self.me)
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -199,7 +201,8 @@ class Gossip(Recovery):
                  for r in sorted({r for m in self.meetings for r in m["lost"]})]
         samples = steps * self.samples_per_step * self.started - self.samples_missed(steps)
         return {"policy": "gossip", "survivors": list(self.survivors),
-                "rejoined": sorted(self.rejoined), "costs": [c for c in costs if c],
+                "rejoined": sorted(self.rejoined), "fewest_workers": self.fewest,
+                "costs": [c for c in costs if c],
                 "wall_seconds": wall, "goodput": samples / wall,
                 "wall_time_to_target": wall if outcome.get("reached") else None}
 
