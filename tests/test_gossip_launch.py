@@ -67,17 +67,19 @@ def test_a_rejoin_is_refused_under_a_bare_mpiexec_and_accepted_under_commbench_g
 
 @pytest.mark.mpi
 @pytest.mark.timeout(400)
-def test_a_killed_rank_started_again_is_admitted_and_the_run_ends_with_all_four(tmp_path):
-    """60 steps (30 epochs of 2), rank 2 killed as its 8th step begins and started again
-    5 s later: admitted at the next admission point it asked before, it takes the
-    survivors' mean and the run ends with all four."""
+@pytest.mark.parametrize("kind", ["kill", "stop"])
+def test_a_killed_rank_started_again_is_admitted_and_the_run_ends_with_all_four(
+        tmp_path, kind):
+    """60 steps (30 epochs of 2), rank 2 killed (or stopped, then killed once found lost)
+    as its 8th step begins and started again 5 s later: admitted at the next admission
+    point it asked before, it takes the survivors' mean and the run ends with all four."""
     line = [mpiexec_path(), "-n", "4", "--oversubscribe", "--bind-to", "none",
             "--enable-recovery", PYTHON, "-m", "commbench", *TINY_TASK, "--max-epochs", "30",
-            "--eval-every", "4", *GOSSIP, "--fail", "2@step8:kill+5s", "--timeout", "10",
+            "--eval-every", "4", *GOSSIP, "--fail", f"2@step8:{kind}+5s", "--timeout", "10",
             "--results-dir", str(tmp_path)]
     done = run([PYTHON, "-m", "commbench", "gossip", "--", *line], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "commbench gossip: rank 2 was lost (2@step8:kill+5s); starting it again in" \
+    assert f"commbench gossip: rank 2 was lost (2@step8:{kind}+5s); starting it again in" \
         in done.stderr
     doc = only_result(tmp_path)
     summary, recovery = doc["summary"], doc["recovery"]

@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -141,9 +142,12 @@ class Rejoins:
         import torch.distributed as dist
 
         if self.client is None:
-            with contextlib.suppress(RuntimeError):  # not served yet
-                self.client = dist.TCPStore("127.0.0.1", self.port, 1, False,
-                                            timedelta(seconds=1), wait_for_workers=False)
+            try:  # first a plain connection: torch logs each failed one as an error
+                socket.create_connection(("127.0.0.1", self.port), timeout=POLL).close()
+            except OSError:
+                return False  # not served yet
+            self.client = dist.TCPStore("127.0.0.1", self.port, 1, False,
+                                        timedelta(seconds=10), wait_for_workers=False)
         if self.client is not None and self.client.check([f"{PREFIX}/job"]):
             self.world = json.loads(self.client.get(f"{PREFIX}/job"))["world_size"]
             self.events = {e.rank: e for e in schedule(self.spec, self.world)
