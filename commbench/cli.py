@@ -37,6 +37,8 @@ SUBCOMMANDS = {
     "torchft": ("commbench.faults.torchft_launch", "run a job as torchft replica groups "
                 "around a lighthouse (--recovery torchft): survivors go on, a failed group "
                 "heals from a peer"),
+    "gossip": ("commbench.faults.gossip_launch", "run an MPI job under --recovery gossip and "
+               "start a rank killed by --fail again after its +REJOIN"),
     "setup-mpirun": ("commbench.launch.mpirun_front.command", "let this environment's Open "
                      "MPI 5 mpirun take Open MPI 4's -bind-to/-map-by (horovodrun, bfrun)"),
 }

@@ -26,7 +26,7 @@ MPI_WORLDS = MPI_LAUNCHERS + ("slurm", "single")
 
 @dataclass(frozen=True)
 class LaunchInfo:
-    launcher: str  # torchrun, horovodrun, openmpi, mpich, slurm or single
+    launcher: str  # torchrun, horovodrun, openmpi, mpich, slurm, single or gossip-rejoin
     rank: int
     world_size: int
     local_rank: Optional[int] = None
@@ -39,11 +39,19 @@ class LaunchInfo:
         return self.launcher in MPI_LAUNCHERS
 
 
+# Set by `commbench gossip` (commbench.faults.gossip_launch) for a rank it starts again
+# after its +REJOIN under --recovery gossip: first, since its environment may be a
+# launcher's own.
+REJOINING = "gossip-rejoin"
+REJOIN_RANK = "COMMBENCH_GOSSIP_REJOIN"
+REJOIN_WORLD = "COMMBENCH_GOSSIP_WORLD"
+
 # launcher -> (rank, size, local rank, local size, node index): each the variable that
 # holds it, or the variables that may, first found wins. The first two must be present
 # for the launcher to be recognised.
 Names = Union[None, str, Tuple[str, ...]]
 LAUNCHER_VARIABLES: Tuple[Tuple[str, Tuple[Names, ...]], ...] = (
+    (REJOINING, (REJOIN_RANK, REJOIN_WORLD, None, None, None)),
     ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")),
     ("horovodrun", ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
                     "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK")),

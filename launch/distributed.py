@@ -117,7 +117,7 @@ def init_distributed(info: LaunchInfo, no_cuda: bool, timeout: float,
         gpu_names = tuple(name for _, _, name in claims)
     else:
         device = torch.device("cpu")
-        _share_cores(physical_hosts.count(physical_hosts[info.rank]))
+        share_cores(physical_hosts.count(physical_hosts[info.rank]))
 
     simulated = machine_size is not None
     if simulated:
@@ -240,7 +240,7 @@ def _real_machine_size(info: LaunchInfo, hostnames: List[str]) -> int:
     return counts.pop() if len(counts) == 1 and contiguous else 0
 
 
-def _share_cores(workers_on_this_host: int) -> None:
+def share_cores(workers_on_this_host: int) -> None:
     """Give each CPU worker its share of its real machine's cores (on an emulated
     cluster: the host's, shared by the workers of every emulated machine).
 

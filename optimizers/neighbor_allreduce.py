@@ -46,7 +46,7 @@ class NeighborAllreduce(MixingStrategy):
         if config.recovery == "gossip":
             from commbench.faults.gossip_recovery import Gossip
 
-            self.gossip = Gossip(ctx, config.timeout, config.batch_size * config.per_sample)
+            self.gossip = Gossip(ctx, config)
         if self.transport == "nccl" and torch_older_than(1, 12):
             # Batched point-to-point with more than 2 ranks hangs NCCL before torch 1.12
             # (pytorch/pytorch#73960); every rank stops here alike.

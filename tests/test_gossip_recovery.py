@@ -13,7 +13,7 @@ import pytest
 
 from analysis_helpers import run_report
 from cli_helpers import commbench, refused
-from commbench.faults import gossip_recovery
+from commbench.faults import gossip_costs
 from commbench.timing import failure_track
 from launchers import PYTHON, mpiexec_path, only_result, run
 from test_accuracy_analysis import fixture, write_run
@@ -35,8 +35,6 @@ MPIEXEC = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}
      "message through gloo"),
     (["--fail", "0@step3"], "argument --fail: rank 0 serves the store gossip's survivors meet "
      "in and never fails under --recovery gossip; fail another rank"),
-    (["--fail", "1@step3+10s"], "argument --fail: 1@step3:kill+10s: a rejoining rank is not "
-     "supported under gossip yet; leave +REJOIN out"),
 ])
 def test_a_gossip_recovery_it_cannot_make_is_refused_in_one_line(args, message, tmp_path):
     done = commbench("run", *TINY, *GOSSIP, *args, "--results-dir", tmp_path, env=MPIEXEC)
@@ -74,6 +72,34 @@ def test_report_says_what_a_gossip_runs_failures_cost(tmp_path):
         f"the survivors, 9 steps with fewer workers; {written}"), lines
 
 
+def test_report_and_console_say_when_a_lost_rank_rejoined(tmp_path):
+    path, doc = fixture("neighbor_allreduce", 42)
+    doc = copy.deepcopy(doc)
+    cost = {"event": "2@step8:kill+5s", "rank": 2, "failed_after_step": 7, "failed_at": 1.0,
+            "detection_seconds": 0.4, "recovery_seconds": 2.2, "rejoin_seconds": 11.3,
+            "rejoined_at_step": 20, "resumed_at_exchange": 8, "steps_with_fewer_workers": 13,
+            "samples_lost": 416}
+    doc["recovery"] = {"policy": "gossip", "survivors": [0, 1, 2, 3], "rejoined": [2],
+                       "wall_seconds": 15.0, "goodput": 116.4, "costs": [cost]}
+    write_run(tmp_path, path.name, doc)
+    code, text, err = run_report([tmp_path])
+    assert code == 0 and err == "", err
+    (line,) = [li for li in text.splitlines() if "--recovery gossip" in li]
+    assert ": --recovery gossip, 4 survivors, 1 rejoined; goodput 116.4 img/sec over 15.0 s " \
+        "of wall time; 2@step8:kill+5s: detected after 0.4 s, 2.2 s to the first exchange " \
+        "among the survivors, 13 steps with fewer workers, rejoined after 11.3 s; " in line
+    assert gossip_costs.lines(doc["recovery"], None, "images")[0] == (
+        "Failure 2@step8:kill+5s: detected after 0.4 s, first exchange among the survivors "
+        "2.2 s after it; rejoined 11.3 s after it, at step 20; 13 steps with fewer workers "
+        "(416 images not learnt from)")
+
+
+def test_the_steps_with_fewer_workers_end_at_the_rejoin():
+    assert gossip_costs.fewer(60, 7, None) == 53
+    assert gossip_costs.fewer(60, 7, 20) == 13
+    assert gossip_costs.fewer(16, 7, 20) == 9  # the run ended before the rejoin
+
+
 def test_report_gives_a_language_models_goodput_in_tokens(tmp_path):
     path = sorted((DATA / "lm-loss").glob("*.json"))[0]
     doc = json.loads(path.read_text())
@@ -93,7 +119,7 @@ def test_the_console_says_what_each_failure_cost_and_the_goodput():
          "steps_with_fewer_workers": 13, "samples_lost": 416},
         {"event": "3@step6:stop", "detection_seconds": 6.1, "recovery_seconds": None,
          "steps_with_fewer_workers": 11, "samples_lost": 352}]}
-    assert gossip_recovery.lines(facts, 68.3, "images") == [
+    assert gossip_costs.lines(facts, 68.3, "images") == [
         "Failure 1@step4:kill: detected after 0.4 s, first exchange among the survivors 3.4 "
         "s after it; 13 steps with fewer workers (416 images not learnt from)",
         "Failure 3@step6:stop: detected after 6.1 s, first exchange among the survivors not "

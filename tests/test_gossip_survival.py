@@ -77,19 +77,25 @@ def test_another_ranks_news_ends_the_wait_without_naming_anyone():
     assert waited([(1, Work())], survival(shared=shared)) == Waited((), True)
 
 
-def meet_all(shared, world_size, steps, seconds=5.0):
-    """Each rank of `steps` (rank -> the exchange it got to) at the meeting, on threads."""
-    met = {}
+def on_threads(calls):
+    """Each rank's call, on a thread of its own; rank -> what it returned."""
+    found = {}
 
-    def meet(rank, step):
-        met[rank] = Survival(shared, rank, world_size, seconds).meet(step)
+    def call(rank, what):
+        found[rank] = what()
 
-    threads = [threading.Thread(target=meet, args=item) for item in steps.items()]
+    threads = [threading.Thread(target=call, args=item) for item in calls.items()]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(30)
-    return met
+    return found
+
+
+def meet_all(shared, world_size, steps, seconds=5.0):
+    """Each rank of `steps` (rank -> the exchange it got to) at the meeting, on threads."""
+    return on_threads({rank: (lambda rank=rank, step=step: Survival(
+        shared, rank, world_size, seconds).meet(step)) for rank, step in steps.items()})
 
 
 def test_survivors_agree_on_the_lost_rank_and_resume_after_the_furthest_of_them():

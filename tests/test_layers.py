@@ -24,7 +24,7 @@ LAYERS = [
                   "commbench.analysis.compare", "commbench.microbench.command",
                   "commbench.simulate.command", "commbench.cluster.command",
                   "commbench.launch.mpirun_front", "commbench.faults.supervise",
-                  "commbench.faults.torchft_launch",
+                  "commbench.faults.torchft_launch", "commbench.faults.gossip_launch",
                   "commbench.faults.torchft_machines"]),
     ("charts", ["commbench.plots"]),
     ("reading and modelling", ["commbench.analysis", "commbench.simulate", "commbench.cluster",

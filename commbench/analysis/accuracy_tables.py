@@ -137,11 +137,14 @@ RECOVERY_TERMS: Dict[str, Tuple[Callable[[Dict[str, Any]], str],
                                  "to the first complete step after it")
                 + f", {c['steps_with_fewer_groups']} steps with fewer groups",
                 ""),
-    "gossip": (lambda f: _count(len(f.get("survivors", ())), "survivor"),
+    "gossip": (lambda f: _count(len(f.get("survivors", ())), "survivor")
+               + (f", {len(f['rejoined'])} rejoined" if f.get("rejoined") else ""),
                lambda c: f"detected after {c['detection_seconds']:.1f} s, "
                          + _after(c, "no exchange among the survivors after it",
                                   "to the first exchange among the survivors")
-                         + f", {c['steps_with_fewer_workers']} steps with fewer workers",
+                         + f", {c['steps_with_fewer_workers']} steps with fewer workers"
+                         + (f", rejoined after {c['rejoin_seconds']:.1f} s"
+                            if c.get("rejoin_seconds") is not None else ""),
                ""),
 }
 

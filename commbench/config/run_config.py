@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Tuple
 
@@ -74,6 +76,15 @@ class RunConfig(*reversed(SECTIONS)):  # dataclasses order fields from the last 
         values = {f.name: getattr(self, f.name) for f in flag_fields(RunConfig)}
         values.update(self.options)
         return values
+
+    def started_alike(self) -> Tuple[str, str]:
+        """(digest, text) of what every rank of a job must be started with: the flags and
+        commbench's version; where results go is moot (only rank 0 writes them)."""
+        from commbench import __version__
+
+        flags = {k: v for k, v in self.to_dict().items() if k != "results_dir"}
+        text = json.dumps([__version__, flags], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest(), text
 
 
 def plugin_options() -> List[Tuple[str, List[dataclasses.Field]]]:

@@ -155,11 +155,13 @@ def schedule(text: str, world_size: int) -> Tuple[FailEvent, ...]:
 
 
 def check(text: str, world_size: Optional[int], who: str = "this job",
-          last_step: Optional[int] = None, restarts: bool = False) -> None:
+          last_step: Optional[int] = None, restarts: bool = False,
+          rejoins: bool = False) -> None:
     """UsageError for a schedule `who` cannot run (world size None: unknown), or with a
     step after last_step (None: not known before the run), which would never fire.
     Where the job restarts after a failure (--recovery restart), a rank may fail again
-    and rejoin."""
+    and rejoin; where something starts a lost rank again (`commbench gossip`), it may
+    rejoin, once."""
     parsed = parse(text)
     if parsed is None:
         return
@@ -168,11 +170,12 @@ def check(text: str, world_size: Optional[int], who: str = "this job",
             raise UsageError("argument --fail: a random schedule fails every rank but rank 0, "
                              f"which writes the result; {who} has only rank 0")
         return
-    rejoins = next((e for e in parsed if e.rejoin is not None and not restarts), None)
-    if rejoins is not None:
-        raise UsageError(f"argument --fail: {rejoins} rejoins, but there is nothing to rejoin: "
+    rejoining = next((e for e in parsed if e.rejoin is not None
+                      and not (restarts or rejoins)), None)
+    if rejoining is not None:
+        raise UsageError(f"argument --fail: {rejoining} rejoins, but there is nothing to rejoin: "
                          "without a recovery policy a failure ends the job; leave "
-                         f"+{rejoins.rejoin:g}s out, or restart the job (--recovery restart)")
+                         f"+{rejoining.rejoin:g}s out, or restart the job (--recovery restart)")
     late = next((e for e in parsed if last_step is not None and (e.step or 0) > last_step),
                 None)
     if late is not None:

@@ -23,6 +23,7 @@ class SurvivingExchange(NeighborExchange):
     def __init__(self, buffers, schedule, node: int, gossip: "Gossip", narrow=None):
         super().__init__(buffers, schedule, node, narrow=narrow, transport="gloo")
         self.full, self.gossip = schedule, gossip
+        gossip.exchange = self  # an admission between steps changes what it mixes
         self.resume = 0
         self.messages: List[Tuple[int, Any]] = []
 
@@ -40,7 +41,7 @@ class SurvivingExchange(NeighborExchange):
         ended = waited(self.messages, self.gossip.survival)
         if ended.lost or ended.news:
             self._pending = None
-            self._mix_among(self.gossip.lost(self.step, ended.lost))
+            self.mix_among(self.gossip.lost(self.step, ended.lost))
             self.step += 1
             return
         super().finish()
@@ -51,16 +52,19 @@ class SurvivingExchange(NeighborExchange):
         numbering of a group that is gone."""
         return None
 
-    def gather(self) -> None:
-        """Before the evaluation's collectives: every survivor here, or a loss met."""
-        met = self.gossip.gathered(self.step - 1)
+    def gather(self, why: str = "evaluation") -> None:
+        """Before the evaluation's collectives or an admission: every member here, or a
+        loss met."""
+        met = self.gossip.gathered(self.step - 1, why)
         if met is not None:
-            self._mix_among(met)
+            self.mix_among(met)
 
-    def _mix_among(self, met: Meeting) -> None:
+    def mix_among(self, met: Meeting) -> None:
+        """Mix among the members `met` settled, from its resume step: along the
+        survivors' schedule of the ranks still lost, or the full one once all are back."""
         from commbench.topology.survivors import survivors_schedule
 
-        self.schedule = survivors_schedule(self.full, met.lost)
+        self.schedule = survivors_schedule(self.full, met.lost) if met.lost else self.full
         self.node = self.gossip.survivors.index(self.gossip.me)
         self.ranks = list(range(len(self.gossip.survivors)))
         self._plans, self._received = {}, {}

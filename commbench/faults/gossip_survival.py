@@ -23,14 +23,23 @@ gossip schedule may fail): the first rank to find a peer lost announces it, ever
 that sees the news abandons its exchange and comes to a meeting, and the meeting settles
 the lost ranks and the step from which the survivors mix again, the first after the
 furthest any of them had gone, so that every survivor counts the same exchanges from
-there (`Survival`)."""
+there (`Survival`).
+
+A rank killed with a rejoin (`--fail 2@step8:kill+5s`) comes back as a fresh process
+(commbench.faults.gossip_rejoin) and asks to be admitted; the members admit it between
+steps, where no exchange is in flight: rank 0 decides whom (`Survival.asked`), and the
+members and the newcomers meet in a room of their own (`Survival.admit`,
+`Survival.admitted`). A rank is lost while it was announced lost more often than it was
+admitted again, so that a rank lost a second time counts once more."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 PREFIX = "commbench/gossip"
 # How often a waiting rank looks for a finished message, and asks the store for news
@@ -87,6 +96,7 @@ class Meeting(NamedTuple):
     lost: Tuple[int, ...]
     survivors: Tuple[int, ...]
     resume_step: int
+    joined: Tuple[int, ...] = ()  # the ranks admitted again, among the survivors
 
 
 class Survival:
@@ -97,6 +107,9 @@ class Survival:
         self.store, self.rank, self.world_size = store, rank, world_size
         self.seconds, self.clock = seconds, clock
         self.lost: Tuple[int, ...] = ()
+        self.losses = 0  # announced in all, as the last meeting counted them
+        self.admissions = 0  # ranks admitted again since the job started
+        self.asked_as = 0  # a newcomer's: its admissions before the one it asked for
         self._beats: Dict[int, Tuple[int, float]] = {}  # peer -> (its beat, seen since)
 
     def beat(self) -> None:
@@ -122,15 +135,33 @@ class Survival:
         return tuple(still)
 
     def announce(self, peers: Sequence[int]) -> None:
-        """Say that `peers` are lost; the first rank to say it counts it."""
+        """Say that `peers` are lost; the first rank to say it counts it (once per time a
+        peer is lost: its admissions so far name the time)."""
         for peer in peers:
-            if self.store.add(f"{PREFIX}/lost/{peer}", 1) == 1:
+            if self.store.add(f"{PREFIX}/lost/{peer}/{self._admissions_of(peer)}", 1) == 1:
+                self.store.add(f"{PREFIX}/losses/{peer}", 1)  # before the count: see meet
                 self.store.add(f"{PREFIX}/lost-count", 1)
 
     def news(self) -> bool:
-        """Whether more ranks are announced lost than this rank knows of (one round trip:
+        """Whether more losses are announced than this rank knows of (one round trip:
         counters are read by adding 0)."""
-        return self.store.add(f"{PREFIX}/lost-count", 0) > len(self.lost)
+        return self.store.add(f"{PREFIX}/lost-count", 0) > self.losses
+
+    @property
+    def generation(self) -> int:
+        """How often the members changed: the same on every member, a part of the keys
+        they meet under."""
+        return self.losses + self.admissions
+
+    def _now_lost(self) -> Tuple[Tuple[int, ...], int]:
+        """(the ranks lost now, the losses announced in all), from the store."""
+        lost, losses = [], 0
+        for r in range(self.world_size):
+            times = self.store.add(f"{PREFIX}/losses/{r}", 0)
+            losses += times
+            if times > self.store.add(f"{PREFIX}/admitted/{r}", 0):
+                lost.append(r)
+        return tuple(lost), losses
 
     def meet(self, step: int) -> Meeting:
         """Come to the meeting of the survivors, having gone as far as exchange `step`;
@@ -139,13 +170,12 @@ class Survival:
         its peers waited: it cannot take its place again). A loss announced meanwhile
         starts a meeting of the fewer survivors."""
         while True:
-            self.lost = tuple(r for r in range(self.world_size)
-                              if self.store.add(f"{PREFIX}/lost/{r}", 0) > 0)
+            self.lost, self.losses = self._now_lost()
             if self.rank in self.lost:
                 raise TimeoutError(f"gossip recovery: rank {self.rank} answered its peers too "
                                    "late, and they went on without it (--timeout)")
             survivors = tuple(r for r in range(self.world_size) if r not in self.lost)
-            room = f"{PREFIX}/meeting-{len(self.lost)}"
+            room = f"{PREFIX}/meeting-{self.losses}"
             self.store.set(f"{room}/step/{self.rank}", str(step))
             self.store.add(f"{room}/here", 1)
             if self._everyone_came(room, len(survivors)):
@@ -164,3 +194,99 @@ class Survival:
                 return False
             time.sleep(POLL_SECONDS)
         return True
+
+    def ask(self) -> None:
+        """A newcomer: ask the members to admit this rank again (the number of its
+        admissions so far names the answer: rank 0 counts this one as it answers)."""
+        self.asked_as = self._admissions_of(self.rank)
+        self.store.set(f"{PREFIX}/rejoin/{self.rank}/{self.asked_as}", repr(time.time()))
+
+    def decide(self, step: int, facts: Dict[str, Any]) -> Tuple[int, ...]:
+        """Every member, all here at admission point `step` with no loss pending: whom
+        they admit. Rank 0 decides, and writes each newcomer where the members stand
+        (`facts`, with the admission's keys); the others read it."""
+        key = f"{PREFIX}/admit-{self.generation}-{step}"
+        if self.rank != 0:
+            self._wait_for(key, "the decision whom to admit")
+            return tuple(json.loads(self.store.get(key)))
+        joined = tuple(r for r in self.lost if self.store.check([self._asked(r)]))
+        members = sorted(set(range(self.world_size)) - set(self.lost) | set(joined))
+        for rank in joined:
+            self.store.set(f"{PREFIX}/admission/{rank}/{self._admissions_of(rank)}", json.dumps({
+                **facts, "step": step, "losses": self.losses, "admissions": self.admissions,
+                "lost": self.lost, "members": members, "joined": joined}))
+            self.store.add(f"{PREFIX}/admitted/{rank}", 1)
+        self.store.set(key, json.dumps(joined))
+        return joined
+
+    def admit(self, step: int, joined: Sequence[int]) -> Meeting:
+        """Every member: meet the newcomers `joined` in the room of this admission
+        (TimeoutError naming the absent after --timeout)."""
+        room = f"{PREFIX}/admission-{self.generation}-{step}"
+        lost = tuple(r for r in self.lost if r not in joined)
+        members = tuple(r for r in range(self.world_size) if r not in lost)
+        self._enter(room, members, self.clock() + self.seconds)
+        self.lost, self.admissions = lost, self.admissions + len(joined)
+        return Meeting(lost, members, step, tuple(joined))
+
+    def admitted(self) -> Tuple[Meeting, Dict[str, Any]]:
+        """A newcomer that asked: wait, with no deadline, for the members to admit it
+        (TimeoutError once the job ended, or rank 0's beat stood still for --timeout),
+        and meet them. The meeting, and the record rank 0 wrote (decide)."""
+        key = f"{PREFIX}/admission/{self.rank}/{self.asked_as}"
+        self._wait_for(key, "the members' admission", ended=True)
+        record = json.loads(self.store.get(key))
+        self.losses, self.admissions = record["losses"], record["admissions"]
+        room = f"{PREFIX}/admission-{self.generation}-{record['step']}"
+        self.lost = tuple(r for r in record["lost"] if r not in record["joined"])
+        self.admissions += len(record["joined"])
+        self._enter(room, tuple(record["members"]), None)
+        return Meeting(self.lost, tuple(record["members"]), record["step"],
+                       tuple(record["joined"])), record
+
+    def part(self, members: int) -> None:
+        """Before this process ends: until all `members` got here too, for --timeout at
+        most. A process that ends while a peer still reads its last message of a
+        collective closes the connection under it; and rank 0, whose process serves the
+        store, leaves last, once the others saw that all came."""
+        key = f"{PREFIX}/parted-{self.generation}"
+        self.store.add(key, 1)
+        deadline = self.clock() + self.seconds
+        while self.store.add(key, 0) < members and self.clock() < deadline:
+            time.sleep(POLL_SECONDS)
+        if self.rank != 0:
+            self.store.add(f"{key}/saw", 1)
+            return
+        while self.store.add(f"{key}/saw", 0) < members - 1 and self.clock() < deadline:
+            time.sleep(POLL_SECONDS)
+
+    def _asked(self, rank: int) -> str:
+        return f"{PREFIX}/rejoin/{rank}/{self._admissions_of(rank)}"
+
+    def _admissions_of(self, rank: int) -> int:
+        return self.store.add(f"{PREFIX}/admitted/{rank}", 0)
+
+    def _enter(self, room: str, members: Sequence[int], deadline: Optional[float]) -> None:
+        """Come into `room` and wait for all `members` (a newcomer, with no deadline: for
+        as long as rank 0 beats)."""
+        self.store.set(f"{room}/{self.rank}", "here")
+        self.store.add(f"{room}/here", 1)
+        while self.store.add(f"{room}/here", 0) < len(members):
+            if deadline is not None and self.clock() > deadline:
+                absent = [r for r in members if not self.store.check([f"{room}/{r}"])]
+                raise TimeoutError(f"gossip recovery: ranks {absent} did not come to the "
+                                   f"admission within {self.seconds:g} s (--timeout)")
+            if deadline is None and self.stopped({0}):
+                raise TimeoutError("gossip recovery: rank 0 went silent during the admission")
+            time.sleep(POLL_SECONDS)
+
+    def _wait_for(self, key: str, what: str, ended: bool = False) -> None:
+        """Until `key` is set; TimeoutError when rank 0's beat stood still for --timeout
+        first (or, `ended`, the job ended)."""
+        while not self.store.check([key]):
+            if ended and self.store.check([f"{PREFIX}/ended"]):
+                raise TimeoutError(f"gossip recovery: the job ended before {what} of rank "
+                                   f"{self.rank}")
+            if self.stopped({0}):
+                raise TimeoutError(f"gossip recovery: rank 0 went silent before {what}")
+            time.sleep(POLL_SECONDS * NEWS_EVERY)

@@ -27,6 +27,7 @@ from commbench.config.flags import flag, one_of, positive_int
 from commbench.config.sections import Section
 from commbench.errors import UsageError
 from commbench.faults import fail_schedule
+from commbench.launch.detect import REJOINING
 from commbench.launch.gpus import torch_older_than
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,6 +40,9 @@ CHECKPOINT_EVERY = 20
 # restarts it allows, and when it saw the last attempt end (the failure's detection).
 SUPERVISED = "COMMBENCH_SUPERVISE_RESTARTS"
 DETECTED = "COMMBENCH_FAILURE_DETECTED_AT"
+# Set by `commbench gossip` for the launcher it runs (commbench.faults.gossip_launch):
+# something starts a rank again after its +REJOIN under --recovery gossip.
+GOSSIP_SUPERVISED = "COMMBENCH_GOSSIP_SUPERVISED"
 # Where a job's checkpoints are kept does not change what it trains.
 NOT_IDENTITY = ("results_dir", "checkpoint_dir")
 
@@ -133,10 +137,12 @@ def check_gossip(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> Non
         raise UsageError("argument --fail: rank 0 serves the store gossip's survivors meet "
                          "in and never fails under --recovery gossip; fail another rank")
     rejoins = next((e for e in events if e.rejoin is not None), None)
-    if rejoins is not None:
-        raise UsageError(f"argument --fail: {rejoins}: a rejoining rank is not supported under "
-                         "gossip yet; leave +REJOIN out")
-    if not launch.mpi:
+    if rejoins is not None and GOSSIP_SUPERVISED not in os.environ \
+            and launch.launcher != REJOINING:
+        raise UsageError(f"argument --fail: {rejoins} rejoins, but nothing starts rank "
+                         f"{rejoins.rank} again: run the job under `commbench gossip -- "
+                         "mpiexec ...`")
+    if not launch.mpi and launch.launcher != REJOINING:
         raise UsageError("argument --recovery: gossip needs an MPI launcher that keeps the "
                          "others running when a rank dies: mpiexec --enable-recovery -n N "
                          "python -m commbench ...")

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from commbench.config.flags import OneLineParser, positive_int
@@ -90,18 +90,12 @@ def replica_flags(flags: List[str]) -> List[str]:
 def checked(flags: List[str], groups: int):
     """The run's configuration, refused in one line (here, before any group starts) as
     each group would refuse it, and a run of one group, which no peer could heal."""
-    from commbench.config.run_config import add_run_arguments, config_from_args
     from commbench.job.run_checks import validate
     from commbench.launch.detect import detect_launch
 
     if groups < 2:
         raise UsageError("torchft: -n 1 leaves no peer to recover from; run 2 or more")
-    parser = OneLineParser(prog="commbench torchft")
-    add_run_arguments(parser)
-    config = config_from_args(parser.parse_args(flags))
-    if config.recovery != "torchft":
-        raise UsageError(f"argument --recovery: commbench torchft runs --recovery torchft, "
-                         f"not {config.recovery}")
+    config = run_config(flags, "torchft")
     env = group_env(0, groups, "http://localhost:1", "", 0, 1)
     saved = dict(os.environ)
     os.environ.update(env)
@@ -110,6 +104,20 @@ def checked(flags: List[str], groups: int):
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    return config
+
+
+def run_config(flags: List[str], policy: str):
+    """The configuration of `commbench run FLAGS`, as a command that runs the job under
+    --recovery `policy` reads it, refused in one line under another policy."""
+    from commbench.config.run_config import add_run_arguments, config_from_args
+
+    parser = OneLineParser(prog=f"commbench {policy}")
+    add_run_arguments(parser)
+    config = config_from_args(parser.parse_args(flags))
+    if config.recovery != policy:
+        raise UsageError(f"argument --recovery: commbench {policy} runs --recovery {policy}, "
+                         f"not {config.recovery}")
     return config
 
 
@@ -258,14 +266,24 @@ class Groups:
     def finish(self) -> None:
         """Group 0 has ended: the others get GRACE seconds to end too."""
         self.due.clear()
-        deadline = time.monotonic() + GRACE
-        for proc in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        wait_for(self.procs.values(), GRACE)
 
     def end(self) -> None:
         """No group is left running, nor stopped."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
+        kill(self.procs.values())
+
+
+def wait_for(procs: Iterable[subprocess.Popen], seconds: float) -> None:
+    """Until `procs` have ended, or `seconds` have passed."""
+    deadline = time.monotonic() + seconds
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def kill(procs: Iterable[subprocess.Popen]) -> None:
+    """None of `procs` left running, nor stopped."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()

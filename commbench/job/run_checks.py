@@ -6,7 +6,6 @@ commbench.job.models.check_input.)"""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any, List
 
@@ -18,7 +17,7 @@ from commbench.config.run_config import RunConfig
 from commbench.data import batches, partition
 from commbench.data.text import TextCorpus
 from commbench.errors import UsageError
-from commbench.launch.detect import LaunchInfo
+from commbench.launch.detect import REJOINING, LaunchInfo
 from commbench.job.models import build_model, model_names
 
 
@@ -39,7 +38,8 @@ def validate(config: RunConfig, launch: LaunchInfo):
         fail_schedule.check(config.fail, launch.world_size, last_step=None
                             if config.trains_to_accuracy else config.num_warmup_batches
                             + config.num_iters * config.num_batches_per_iter,
-                            restarts=config.recovery == "restart")
+                            restarts=config.recovery == "restart",
+                            rejoins=config.recovery == "gossip")
     recovery.check(config, launch, strategy_cls)
     if config.recovery == "torchft":
         torchft_group.check(config, launch, strategy_cls)
@@ -61,15 +61,14 @@ def validate(config: RunConfig, launch: LaunchInfo):
 
 
 def check_same_config(ctx, config: RunConfig) -> None:
-    """Ranks started with different flags or commbench versions would measure nonsense."""
+    """Ranks started with different flags or commbench versions would measure nonsense.
+    A rank started again under gossip has no group yet: its flags were checked against
+    the job's record (commbench.faults.gossip_rejoin.context)."""
     import torch.distributed as dist
 
-    from commbench import __version__
-
-    # Only rank 0 writes results, so where the others would have written them is moot.
-    flags = {k: v for k, v in config.to_dict().items() if k != "results_dir"}
-    mine = json.dumps([__version__, flags], sort_keys=True)
-    digest = hashlib.sha256(mine.encode()).hexdigest()
+    if ctx.launch.launcher == REJOINING:
+        return
+    digest, mine = config.started_alike()
     everyone: List[Any] = [None] * ctx.world_size
     dist.all_gather_object(everyone, (digest, mine))
     odd = [r for r, (d, _) in enumerate(everyone) if d != everyone[0][0]]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Tuple, TypeVar
 from commbench.result import metrics, store
 from commbench.job.allocator import steady_malloc
 from commbench.job.console import Printer
-from commbench.launch.detect import LaunchInfo, detect_launch
+from commbench.launch.detect import REJOINING, LaunchInfo, detect_launch
 
 if TYPE_CHECKING:  # pragma: no cover
     from commbench.config.run_config import RunConfig
@@ -34,7 +34,12 @@ def start(config: "RunConfig", check: Callable[[LaunchInfo], Checked]
     if launch.rank == 0:
         metrics.load_statistics()
 
-    from commbench.launch.distributed import init_distributed
+    if launch.launcher == REJOINING:  # a rank gossip starts again joins no group here
+        from commbench.faults import gossip_rejoin
 
-    ctx = init_distributed(launch, config.no_cuda, config.timeout, config.machine_size)
+        ctx = gossip_rejoin.context(launch, config)
+    else:
+        from commbench.launch.distributed import init_distributed
+
+        ctx = init_distributed(launch, config.no_cuda, config.timeout, config.machine_size)
     return checked, ctx, Printer(ctx.rank == 0)

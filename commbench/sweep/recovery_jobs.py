@@ -8,6 +8,8 @@ on purpose"), and each job checked as `commbench run` would check it under that 
 - gossip: `--enable-recovery` on the MPI launcher's line, which keeps the survivors
   running when a rank dies. commbench's mpirun front adds it too, but the sweep's mpiexec
   is the front only where `commbench setup-mpirun` has run; given, the front keeps it.
+  Where --fail has a rank rejoin, `commbench gossip --` around mpiexec, which starts it
+  again (not on an emulated cluster, whose jobs `commbench run` then refuses in one line).
 - torchft: `commbench torchft -n N -- RUN FLAGS` in place of the launcher: its replica
   groups are processes of their own, which no launcher's job would keep apart; on an
   emulated cluster, `--cluster NAME` places group g on machine g, so a layout of one
@@ -23,7 +25,7 @@ from typing import Dict, Iterator, List, Optional
 
 from commbench.errors import UsageError
 from commbench.faults import fail_schedule
-from commbench.faults.recovery import SUPERVISED
+from commbench.faults.recovery import GOSSIP_SUPERVISED, SUPERVISED
 from commbench.sweep.run_flags import skip_reason
 
 MPI = ("mpiexec", "mpirun")  # the sweep's MPI launchers: here, and an emulated cluster's
@@ -60,7 +62,15 @@ def job_line(command: List[str], config, launcher: str, workers: int,
     if config.recovery == "torchft":
         placed = ["--cluster", cluster] if launcher == EMULATED and cluster else []
         return [*commbench, "torchft", "-n", str(workers), *placed, "--", *job_flags]
+    if _rejoins_under_gossip(config, launcher, workers):
+        return [*commbench, "gossip", "--", *command]
     return command
+
+
+def _rejoins_under_gossip(config, launcher: str, workers: int) -> bool:
+    """Whether the job is a gossip job on this host whose --fail has a rank rejoin."""
+    return config.recovery == "gossip" and launcher == "mpiexec" and any(
+        e.rejoin is not None for e in fail_schedule.schedule(config.fail, workers))
 
 
 def why_not(config, job_flags: List[str], launch, launcher: str) -> Optional[str]:
@@ -86,7 +96,10 @@ def _torchft_refusal(job_flags: List[str], launch, launcher: str) -> Optional[st
 
 def _launcher_environment(config, launcher: str, workers: int) -> Dict[str, str]:
     """What the restarting job's launcher tells its ranks: how often it starts them again
-    (commbench.faults.recovery.check reads it)."""
+    (commbench.faults.recovery.check reads it), or that `commbench gossip` starts a
+    rejoining rank again (check_gossip)."""
+    if _rejoins_under_gossip(config, launcher, workers):
+        return {GOSSIP_SUPERVISED: "1"}
     if config.recovery != "restart":
         return {}
     allowed = str(restarts(config, workers))

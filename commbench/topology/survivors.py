@@ -24,6 +24,9 @@ and adds links only from a lost rank's in-neighbours to its out-neighbours. Seve
 lost ranks are bypassed one after another (the order does not matter).
 
 Survivors keep their order: row and column k of the result is the k-th surviving rank.
+When a lost rank is admitted again (`--fail ...+REJOIN`), the members mix along the
+matrix of the ranks still lost, computed afresh from the full W: the full W itself once
+all are back, so W stays doubly stochastic at every step.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ import time
 
 import torch
 import torch.distributed as dist
-from mpi4py import MPI
 
 from commbench.faults.gossip_survival import Survival, waited
 from commbench.topology import build_schedule
@@ -32,6 +31,8 @@ def meeting_store(rank: int, size: int) -> "dist.TCPStore":
     """Rank 0 serves on a port the system picks, so no other process can take it first,
     and sends it over MPI; a rank that hears nothing in TIMEOUT s fails rather than wait
     (under --enable-recovery mpiexec would not end it)."""
+    from mpi4py import MPI
+
     comm, patience = MPI.COMM_WORLD, datetime.timedelta(seconds=30)
     if rank == 0:
         store = dist.TCPStore("127.0.0.1", 0, size, True, patience, wait_for_workers=False)
@@ -73,6 +74,8 @@ def survivors_mean(x, group, count):
 
 
 def main() -> None:
+    from mpi4py import MPI
+
     kind = sys.argv[1]
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
     store = meeting_store(rank, size)
@@ -120,6 +123,6 @@ if __name__ == "__main__":
     try:
         main()
     except Exception as error:  # one line, and no wait in teardown for the lost rank
-        print(f"rank {MPI.COMM_WORLD.Get_rank()}: {type(error).__name__}: {error}",
-              file=sys.stderr, flush=True)
+        print(f"rank {os.environ.get('OMPI_COMM_WORLD_RANK')}: {type(error).__name__}: "
+              f"{error}", file=sys.stderr, flush=True)
         os._exit(1)
