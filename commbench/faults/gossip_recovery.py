@@ -150,9 +150,9 @@ class Gossip(Recovery):
         if not self.rejoins or progress.steps % ADMIT_EVERY:
             return
         self.exchange.gather("admission")
+        saved = dataclasses.asdict(progress)  # the loop's Points made plain for the store
         joined = self.survival.decide(progress.steps, {
-            "training_seconds": progress.training_seconds,
-            "wall_seconds": progress.wall_seconds, "curve": progress.curve})
+            name: saved[name] for name in ("training_seconds", "wall_seconds", "curve")})
         if joined:
             self.join(self.survival.admit(progress.steps, joined))
 
