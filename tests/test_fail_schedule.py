@@ -21,6 +21,8 @@ from launchers import TINY_RUN
      "3@90s:kill,0@0.5s:stop"),
     ("mtbf=60s,seed=1", RandomSchedule(60.0, 1), "mtbf=60s,seed=1"),
     ("seed=7,kind=stop,mtbf=2m", RandomSchedule(120.0, 7, "stop"), "mtbf=120s,seed=7,kind=stop"),
+    ("mtbf=60s,seed=1,rejoin=10s", RandomSchedule(60.0, 1, rejoin=10.0),
+     "mtbf=60s,seed=1,rejoin=10s"),
 ])
 def test_the_flag_reads_events_and_random_schedules(text, parsed, written):
     assert fail_schedule.parse(text) == parsed
@@ -32,7 +34,8 @@ def test_the_flag_reads_events_and_random_schedules(text, parsed, written):
                                    "1@45x", "1@0s", "-1@step3", "1@step3:hang", "1@step3+",
                                    "1@step3+10", "1@step3,", "mtbf=60s", "seed=1",
                                    "mtbf=0s,seed=1", "mtbf=60s,seed=x", "mtbf=60s,seed=1,kind=cut",
-                                   "mtbf=60s,seed=1,rate=2"])
+                                   "mtbf=60s,seed=1,rate=2",
+                                   "mtbf=60s,seed=1,rejoin=0s", "mtbf=60s,seed=1,rejoin=x"])
 def test_bad_specs_are_refused_in_one_line(value):
     done = commbench("run", f"--fail={value}")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
@@ -52,6 +55,9 @@ def test_a_random_schedule_is_the_same_for_the_same_spec_and_world_size():
     stopped = fail_schedule.schedule("mtbf=60s,seed=1,kind=stop", 4)
     assert [(e.rank, e.seconds) for e in stopped] == [(e.rank, e.seconds) for e in first]
     assert {e.kind for e in stopped} == {"stop"}
+    back = fail_schedule.schedule("mtbf=60s,seed=1,rejoin=10s", 4)
+    assert [(e.rank, e.seconds) for e in back] == [(e.rank, e.seconds) for e in first]
+    assert {e.rejoin for e in back} == {10.0}
 
 
 def test_a_random_schedule_has_the_mean_time_between_failures_it_was_given():
@@ -69,6 +75,8 @@ def test_a_random_schedule_has_the_mean_time_between_failures_it_was_given():
      "a recovery policy a failure ends the job; leave +10s out"),
     ("mtbf=60s,seed=1", 1, "a random schedule fails every rank but rank 0, which writes the "
      "result; this job has only rank 0"),
+    ("mtbf=60s,seed=1,rejoin=5s", 4, "mtbf=60s,seed=1,rejoin=5s rejoins, but there is nothing "
+     "to rejoin: without a recovery policy a failure ends the job; leave rejoin=5s out"),
     ("1@step32", 4, "1@step32:kill comes after the run's last step (31: warm-up and timed "
      "steps), so it would never fire"),
 ])

@@ -6,9 +6,10 @@ WHEN is `stepN` (as the rank's Nth training step begins, warm-up included, count
 1) or a duration such as `45s` (once that much time has passed since the rank's first
 training step); KIND is `kill` (SIGKILL, the default) or `stop` (SIGSTOP: alive but
 silent); REJOIN is a duration after which the rank starts again. Or it is a seeded random
-schedule, `mtbf=60s,seed=1[,kind=stop]`, expanded into the same events: every rank but
-rank 0 (which writes the result) fails once, in an order and at times drawn from the
-seed, the times between failures exponential with the given mean. The expansion depends
+schedule, `mtbf=60s,seed=1[,kind=stop][,rejoin=10s]`, expanded into the same events: every
+rank but rank 0 (which writes the result) fails once, in an order and at times drawn from
+the seed, the times between failures exponential with the given mean, each failed rank
+starting again `rejoin` after its failure where that is given. The expansion depends
 on the spec and the world size alone, so that every strategy meets the same schedule.
 
 Nothing here touches a process: commbench.faults.fail_inject fires the events.
@@ -56,26 +57,29 @@ class FailEvent:
 
 @dataclass(frozen=True)
 class RandomSchedule:
-    """`mtbf=...,seed=...[,kind=...]`: failures drawn from a seed (expand)."""
+    """`mtbf=...,seed=...[,kind=...][,rejoin=...]`: failures drawn from a seed (expand)."""
 
     mtbf: float
     seed: int
     kind: str = "kill"
+    rejoin: Optional[float] = None
 
     def __str__(self) -> str:
         kind = f",kind={self.kind}" if self.kind != "kill" else ""
-        return f"mtbf={self.mtbf:g}s,seed={self.seed}{kind}"
+        rejoin = f",rejoin={self.rejoin:g}s" if self.rejoin is not None else ""
+        return f"mtbf={self.mtbf:g}s,seed={self.seed}{kind}{rejoin}"
 
     def expand(self, world_size: int) -> Tuple[FailEvent, ...]:
-        """Every rank but 0 fails once for good, in a seeded order at seeded times (to
-        the millisecond, as they are recorded)."""
+        """Every rank but 0 fails once, in a seeded order at seeded times (to the
+        millisecond, as they are recorded), for good or until its rejoin."""
         draws = random.Random(self.seed)
         victims = list(range(1, world_size))
         draws.shuffle(victims)
         events, clock = [], 0.0
         for rank in victims:
             clock += draws.expovariate(1.0 / self.mtbf)
-            events.append(FailEvent(rank, seconds=round(clock, 3), kind=self.kind))
+            events.append(FailEvent(rank, seconds=round(clock, 3), kind=self.kind,
+                                    rejoin=self.rejoin))
         return tuple(events)
 
 
@@ -103,12 +107,13 @@ def parse(text: str) -> Optional[Spec]:
 
 def _random(text: str) -> RandomSchedule:
     given = dict(part.strip().partition("=")[::2] for part in text.split(","))
-    if not {"mtbf", "seed"} <= set(given) <= {"mtbf", "seed", "kind"}:
+    if not {"mtbf", "seed"} <= set(given) <= {"mtbf", "seed", "kind", "rejoin"}:
         raise ValueError(text)
     kind = given.get("kind", "kill")
     if kind not in KINDS:
         raise ValueError(text)
-    return RandomSchedule(seconds(given["mtbf"]), int(given["seed"]), kind)
+    rejoin = seconds(given["rejoin"]) if "rejoin" in given else None
+    return RandomSchedule(seconds(given["mtbf"]), int(given["seed"]), kind, rejoin)
 
 
 def _event(text: str) -> FailEvent:
@@ -126,7 +131,7 @@ def _event(text: str) -> FailEvent:
 
 @accepting("none, RANK@WHEN[:KIND][+REJOIN] events, comma-separated (WHEN: stepN or a "
            "duration such as 45s; KIND: kill or stop; e.g. 1@step200 or 2@45s:stop), or "
-           "mtbf=DURATION,seed=N[,kind=KIND]")
+           "mtbf=DURATION,seed=N[,kind=KIND][,rejoin=DURATION]")
 def spec(text: str) -> str:
     """The flag's check: the SPEC written the one way results record it."""
     parsed = parse(text)
@@ -169,13 +174,13 @@ def check(text: str, world_size: Optional[int], who: str = "this job",
         if world_size is not None and world_size < 2:
             raise UsageError("argument --fail: a random schedule fails every rank but rank 0, "
                              f"which writes the result; {who} has only rank 0")
+        if parsed.rejoin is not None and not (restarts or rejoins):
+            raise _nothing_to_rejoin(parsed, f"rejoin={parsed.rejoin:g}s")
         return
     rejoining = next((e for e in parsed if e.rejoin is not None
                       and not (restarts or rejoins)), None)
     if rejoining is not None:
-        raise UsageError(f"argument --fail: {rejoining} rejoins, but there is nothing to rejoin: "
-                         "without a recovery policy a failure ends the job; leave "
-                         f"+{rejoining.rejoin:g}s out, or restart the job (--recovery restart)")
+        raise _nothing_to_rejoin(rejoining, f"+{rejoining.rejoin:g}s")
     late = next((e for e in parsed if last_step is not None and (e.step or 0) > last_step),
                 None)
     if late is not None:
@@ -195,3 +200,9 @@ def check(text: str, world_size: Optional[int], who: str = "this job",
     if len(set(ranks)) == world_size and not restarts:
         raise UsageError(f"argument --fail: the schedule fails every rank of {who} for good; "
                          "leave one to finish the run")
+
+
+def _nothing_to_rejoin(what: Any, written: str) -> UsageError:
+    return UsageError(f"argument --fail: {what} rejoins, but there is nothing to rejoin: "
+                      f"without a recovery policy a failure ends the job; leave {written} "
+                      "out, or restart the job (--recovery restart)")
