@@ -1,17 +1,22 @@
 """`commbench gossip -- mpiexec ...` (commbench.faults.gossip_launch): what it refuses in
 one line, the line it runs and the rank it starts again; and through mpiexec, four ranks
 of neighbor_allreduce trained to accuracy, rank 2 killed by --fail and started again 5 s
-later, admitted by the others, back to the run's planned end with all four."""
+later, admitted by the others, back to the run's planned end with all four; and on an
+emulated cluster, the rank started again on its own machine."""
 
 import pytest
 
 from cli_helpers import commbench, refused
+from commbench.cluster import state
 from commbench.errors import UsageError
 from commbench.faults import gossip_launch
+from commbench.faults.torchft_machines import Placement
 from commbench.faults.recovery import GOSSIP_SUPERVISED
 from commbench.launch.detect import LaunchInfo, detect_launch
 from launchers import PYTHON, mpiexec_path, only_result, run
+from test_cluster import privileged_or_skip
 from test_gossip_recovery import GOSSIP, MPIEXEC
+from test_torchft_machines import CLUSTER
 from test_training_to_accuracy import TINY_TASK
 
 PROGRAM = ["python", "-m", "commbench", *TINY_TASK, *GOSSIP, "--max-epochs", "8",
@@ -35,6 +40,18 @@ def test_a_rank_started_again_is_told_its_rank_and_the_world():
     assert env["MASTER_PORT"] == "9"
 
 
+def test_on_a_cluster_a_rank_is_started_again_on_its_own_machine():
+    place = Placement(CLUSTER)
+    machine = gossip_launch.machine_of(place, CLUSTER.machine(1))
+    argv, env = gossip_launch.rejoiner(["--recovery", "gossip"], {}, 1, 3, place, machine)
+    assert argv[:7] == CLUSTER.enter(1) and argv[7:] == [PYTHON, "-m", "commbench",
+                                                        "--recovery", "gossip"]
+    assert env["GLOO_SOCKET_IFNAME"] == CLUSTER.nic and "COMMBENCH_EMULATED_NETWORK" in env
+    assert gossip_launch.machine_of(Placement(), "vm") == 0
+    line = ["mpirun", "-H", "tq-m0:1,tq-m1:1", *PROGRAM]
+    assert gossip_launch.program_flags(line, elsewhere=True) == PROGRAM[3:]
+
+
 @pytest.mark.parametrize("line, message", [
     ([], "gossip: no command to run; give it after --"),
     (["torchrun", "--nproc-per-node", "4", *PROGRAM], "gossip: torchrun is not Open MPI's "
@@ -42,7 +59,8 @@ def test_a_rank_started_again_is_told_its_rank_and_the_world():
     (["mpiexec", "-n", "4", "python", "train.py"], "gossip: no `python -m commbench` in the "
      "launcher's line"),
     (["mpiexec", "-H", "a,b", *PROGRAM], "gossip: -H runs ranks on other machines, but a "
-     "rank that rejoins is started again on this one; run on this host"),
+     "rank that rejoins is started again on this one; run on this host, or on an emulated "
+     "cluster with --cluster NAME"),
     (["mpiexec", "-n", "4", "python", "-m", "commbench", *TINY_TASK], "argument --recovery: "
      "commbench gossip runs --recovery gossip, not none"),
 ])
@@ -132,3 +150,24 @@ def test_a_rank_started_again_builds_its_context_from_the_jobs_record(monkeypatc
         gossip_rejoin.context(LaunchInfo("gossip-rejoin", 2, 4), other)
     assert str(refused_flags.value) == ("rank 2 was started again with flags or a world size "
                                         "other than the job's")
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(400)
+def test_on_an_emulated_cluster_a_killed_rank_rejoins_from_its_own_machine(tmp_path):
+    """A sweep on 3 emulated machines, whose rank 2 killed at its 8th step rejoins 3 s
+    later through `commbench gossip --cluster`, started on machine 2: the run ends with
+    all three and the cluster is removed."""
+    privileged_or_skip()
+    done = run([PYTHON, "-m", "commbench", "sweep", "--emulate", "3x1", "--link", "1gbit",
+                *TINY_TASK, *GOSSIP, "--max-epochs", "20", "--eval-every", "4",
+                "--fail", "2@step8:kill+3s", "--timeout", "10",
+                "--results-dir", str(tmp_path / "results"), "--plots-dir",
+                str(tmp_path / "charts")], timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    name = next(line.split()[2].rstrip(":") for line in done.stdout.splitlines()
+                if line.startswith("Emulated cluster "))
+    assert f"gossip --cluster {name} -- " in done.stdout and state.load(name) is None
+    doc = only_result(tmp_path / "results")
+    assert (doc["recovery"]["survivors"], doc["recovery"]["rejoined"]) == ([0, 1, 2], [2])
+    assert doc["environment"]["emulated_network"]["link"] == "1gbit"

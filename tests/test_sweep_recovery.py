@@ -94,17 +94,21 @@ def test_a_gossip_job_keeps_its_survivors_running_under_mpiexec_and_mpirun(tmp_p
     assert [rewrite(job[1:]) for job in jobs] == [job[1:] for job in jobs]
 
 
-def test_a_gossip_job_whose_rank_rejoins_runs_under_commbench_gossip_on_this_host(tmp_path):
+def test_a_gossip_job_whose_rank_rejoins_runs_under_commbench_gossip_here_or_on_its_cluster(
+        tmp_path):
     jobs, comments, done = planned(tmp_path, "--np", "3", "--oversubscribe", *GOSSIP,
                                    "--fail", "2@step4+5s")
     assert done.returncode == 0 and comments == [], done.stdout + done.stderr
     (job,) = jobs
     assert job[:8] == [*COMMBENCH, "gossip", "--", MPIEXEC, "--enable-recovery", "-n"]
-    _, comments, done = planned(tmp_path, "--emulate", "3x1", "--link", "1gbit,shm",
-                                *GOSSIP, "--fail", "2@step4+5s")
-    assert done.returncode == 1 and comments[-1].endswith(
-        "rejoins, but nothing starts rank 2 again: run the job under `commbench gossip -- "
-        "mpiexec ...`"), comments
+    jobs, comments, done = planned(tmp_path, "--emulate", "3x1", "--link", "1gbit,shm",
+                                   *GOSSIP, "--fail", "mtbf=60s,seed=1,rejoin=5s")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not [c for c in comments if "skipped" in c], comments
+    emulated, local = jobs
+    assert emulated[:5] == [*COMMBENCH, "gossip", "--cluster"]
+    assert emulated[6:10] == ["--", MPIRUN, "--enable-recovery", "-H"]
+    assert local[:6] == [*COMMBENCH, "gossip", "--", MPIEXEC]
 
 
 def test_a_gossip_job_under_torchrun_is_skipped_saying_it_needs_mpi(tmp_path):

@@ -13,7 +13,12 @@ event of --fail fired and the survivors announced it lost, it kills what is left
 (a stopped one) and, its +REJOIN later, starts `python -m commbench RUN FLAGS` as that
 rank (commbench.launch.detect's gossip-rejoin launcher), which asks the members to
 admit it (commbench.faults.gossip_rejoin). It exits with the launcher's status;
-rejoined ranks get GRACE seconds to end after it, then are killed."""
+rejoined ranks get GRACE seconds to end after it, then are killed.
+
+With --cluster NAME the line is an emulated cluster's mpirun (commbench cluster up): rank 0
+serves the store on machine 0's address, and a rank is started again on the machine it
+ran on, in that machine's namespaces (commbench.faults.torchft_machines.Placement), so
+that its traffic crosses the emulated links as it did before."""
 
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from commbench.faults.fail_schedule import FailEvent, schedule
 from commbench.faults.gossip_survival import PREFIX
 from commbench.faults.recovery import GOSSIP_SUPERVISED
 from commbench.faults.torchft_launch import free_port, kill, run_config, wait_for
+from commbench.faults.torchft_machines import Placement, placement
 from commbench.launch.detect import REJOIN_RANK, REJOIN_WORLD
 
 POLL = 0.1  # seconds between looks at the store
@@ -49,22 +55,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="-- LAUNCHER ...", help="the launcher's line of the job, e.g. "
                         "mpiexec -n 4 python -m commbench --recovery gossip --fail "
                         "2@step8:kill+5s ...")
+    parser.add_argument("--cluster", metavar="NAME", help="the line runs on the machines of "
+                        "this emulated cluster (commbench cluster up): a rank is started "
+                        "again on its own machine")
 
 
 def main(args: argparse.Namespace) -> int:
     line = args.launcher_command[1:] if args.launcher_command[:1] == ["--"] \
         else list(args.launcher_command)
-    flags = program_flags(line)
+    flags = program_flags(line, elsewhere=args.cluster is not None)
     config = run_config(flags, "gossip")
+    place = placement(args.cluster, 1, None)
     port = free_port()
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    env = dict(os.environ, MASTER_ADDR=place.address(0), MASTER_PORT=str(port),
                **{GOSSIP_SUPERVISED: "1"})
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         launcher = subprocess.Popen(wrapped(line), env=env)
     except OSError as error:
         raise UsageError(f"gossip: cannot run {line[0]}: {error.strerror}")
-    rejoins = Rejoins(flags, config.fail, env, port)
+    rejoins = Rejoins(flags, config.fail, env, port, place)
     try:
         while launcher.poll() is None:
             time.sleep(POLL)
@@ -77,9 +87,10 @@ def main(args: argparse.Namespace) -> int:
     return launcher.wait()
 
 
-def program_flags(line: List[str]) -> List[str]:
+def program_flags(line: List[str], elsewhere: bool = False) -> List[str]:
     """The flags after `-m commbench` in an Open MPI launcher's line, refused in one line
-    where this command could not start a rank of it again."""
+    where this command could not start a rank of it again (on other machines than this
+    host's, unless they are an emulated cluster's: `elsewhere`)."""
     if not line:
         raise UsageError("gossip: no command to run; give it after --, e.g. commbench gossip "
                          "-- mpiexec -n 4 python -m commbench --recovery gossip ...")
@@ -89,10 +100,12 @@ def program_flags(line: List[str]) -> List[str]:
     at = next((i for i in range(len(line) - 1) if line[i:i + 2] == ["-m", "commbench"]), None)
     if at is None:
         raise UsageError("gossip: no `python -m commbench` in the launcher's line")
-    host = next((a for a in line[:at] if a.partition("=")[0] in ELSEWHERE), None)
+    host = next((a for a in line[:at] if a.partition("=")[0] in ELSEWHERE and not elsewhere),
+                None)
     if host is not None:
         raise UsageError(f"gossip: {host} runs ranks on other machines, but a rank that "
-                         "rejoins is started again on this one; run on this host")
+                         "rejoins is started again on this one; run on this host, or on "
+                         "an emulated cluster with --cluster NAME")
     return line[at + 2:]
 
 
@@ -106,18 +119,29 @@ def wrapped(line: List[str]) -> List[str]:
     return [line[0], *keep, *passed, *line[1:]]
 
 
-def rejoiner(flags: List[str], env: Dict[str, str], rank: int,
-             world: int) -> Tuple[List[str], Dict[str, str]]:
-    """The command line and environment of rank `rank` started again."""
-    return [sys.executable, "-m", "commbench", *flags], dict(
-        env, **{REJOIN_RANK: str(rank), REJOIN_WORLD: str(world)})
+def rejoiner(flags: List[str], env: Dict[str, str], rank: int, world: int,
+             place: Placement = Placement(), machine: int = 0) -> Tuple[List[str], Dict[str, str]]:
+    """The command line and environment of rank `rank` started again, on `machine` of the
+    placement."""
+    return [*place.prefix(machine), sys.executable, "-m", "commbench", *flags], dict(
+        env, **place.environment(), **{REJOIN_RANK: str(rank), REJOIN_WORLD: str(world)})
+
+
+def machine_of(place: Placement, hostname: str) -> int:
+    """The machine of the placement whose hostname a rank recorded (0 on this host)."""
+    cluster = place.cluster
+    if cluster is None:
+        return 0
+    return next((i for i in range(cluster.machines) if cluster.machine(i) == hostname), 0)
 
 
 class Rejoins:
     """The ranks of --fail that rejoin: watched in the job's store, started again."""
 
-    def __init__(self, flags: List[str], spec: str, env: Dict[str, str], port: int) -> None:
-        self.flags, self.spec, self.env, self.port = flags, spec, env, port
+    def __init__(self, flags: List[str], spec: str, env: Dict[str, str], port: int,
+                 place: Placement = Placement()) -> None:
+        self.flags, self.spec, self.env, self.port, self.place = flags, spec, env, port, place
+        self.hosts: List[str] = []  # each rank's hostname, as the job recorded it
         self.client: Any = None  # the store, once rank 0 serves it
         self.store: Any = None  # and once rank 0 said what the job is
         self.events: Dict[int, FailEvent] = {}
@@ -134,7 +158,8 @@ class Rejoins:
             if rank not in self.due:
                 self._look_for_loss(rank, event)
             elif time.time() >= self.due[rank] and not self.store.check([f"{PREFIX}/ended"]):
-                argv, env = rejoiner(self.flags, self.env, rank, self.world)
+                argv, env = rejoiner(self.flags, self.env, rank, self.world, self.place,
+                                     machine_of(self.place, self.hosts[rank]))
                 self.procs[rank] = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
 
     def _connect(self) -> bool:
@@ -143,13 +168,15 @@ class Rejoins:
 
         if self.client is None:
             try:  # first a plain connection: torch logs each failed one as an error
-                socket.create_connection(("127.0.0.1", self.port), timeout=POLL).close()
+                socket.create_connection((self.env["MASTER_ADDR"], self.port),
+                                         timeout=POLL).close()
             except OSError:
                 return False  # not served yet
-            self.client = dist.TCPStore("127.0.0.1", self.port, 1, False,
+            self.client = dist.TCPStore(self.env["MASTER_ADDR"], self.port, 1, False,
                                         timedelta(seconds=10), wait_for_workers=False)
         if self.client is not None and self.client.check([f"{PREFIX}/job"]):
-            self.world = json.loads(self.client.get(f"{PREFIX}/job"))["world_size"]
+            job = json.loads(self.client.get(f"{PREFIX}/job"))
+            self.world, self.hosts = job["world_size"], job["hostnames"]
             self.events = {e.rank: e for e in schedule(self.spec, self.world)
                            if e.rejoin is not None}
             self.store = self.client

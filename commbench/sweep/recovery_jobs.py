@@ -8,8 +8,8 @@ on purpose"), and each job checked as `commbench run` would check it under that 
 - gossip: `--enable-recovery` on the MPI launcher's line, which keeps the survivors
   running when a rank dies. commbench's mpirun front adds it too, but the sweep's mpiexec
   is the front only where `commbench setup-mpirun` has run; given, the front keeps it.
-  Where --fail has a rank rejoin, `commbench gossip --` around mpiexec, which starts it
-  again (not on an emulated cluster, whose jobs `commbench run` then refuses in one line).
+  Where --fail has a rank rejoin, `commbench gossip --` around the MPI launcher, which
+  starts it again (with `--cluster NAME` on an emulated cluster: on its own machine).
 - torchft: `commbench torchft -n N -- RUN FLAGS` in place of the launcher: its replica
   groups are processes of their own, which no launcher's job would keep apart; on an
   emulated cluster, `--cluster NAME` places group g on machine g, so a layout of one
@@ -63,13 +63,14 @@ def job_line(command: List[str], config, launcher: str, workers: int,
         placed = ["--cluster", cluster] if launcher == EMULATED and cluster else []
         return [*commbench, "torchft", "-n", str(workers), *placed, "--", *job_flags]
     if _rejoins_under_gossip(config, launcher, workers):
-        return [*commbench, "gossip", "--", *command]
+        placed = ["--cluster", cluster] if launcher == EMULATED and cluster else []
+        return [*commbench, "gossip", *placed, "--", *command]
     return command
 
 
 def _rejoins_under_gossip(config, launcher: str, workers: int) -> bool:
-    """Whether the job is a gossip job on this host whose --fail has a rank rejoin."""
-    return config.recovery == "gossip" and launcher == "mpiexec" and any(
+    """Whether the job is a gossip job under MPI whose --fail has a rank rejoin."""
+    return config.recovery == "gossip" and launcher in MPI and any(
         e.rejoin is not None for e in fail_schedule.schedule(config.fail, workers))
 
 
