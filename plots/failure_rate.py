@@ -20,18 +20,27 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from commbench.analysis.accuracy import AccuracyGroup, AccuracyRow
 
-Contender = Tuple[object, int, str]  # (series, workers, recovery policy)
+# (series, workers, recovery policy, seconds after which a failed rank rejoins or None)
+Contender = Tuple[object, int, str, Optional[float]]
 
 
 def contenders(group: "AccuracyGroup") -> Dict[Contender, List[Tuple[float, "AccuracyRow"]]]:
     """Each contender's rows at a known failure rate, by rate; only contenders seen at
-    two rates or more (one point is no line)."""
+    two rates or more (one point is no line). Schedules whose ranks rejoin and those
+    whose ranks fail for good make two contenders, which share the run without failures."""
     found: Dict[Contender, List[Tuple[float, "AccuracyRow"]]] = {}
+    unfailed: Dict[Tuple[object, int, str], List[Tuple[float, "AccuracyRow"]]] = {}
     for row in group.rows:
         rates = {r.failures_per_hour for r in row.runs}
         if len(rates) == 1 and None not in rates and row.has_target:
-            key = (row.series, row.workers, row.runs[0].policy)
-            found.setdefault(key, []).append((rates.pop(), row))
+            rate, run = rates.pop(), row.runs[0]
+            if rate == 0:
+                unfailed.setdefault((row.series, row.workers, run.policy), []).append((rate, row))
+            else:
+                key = (row.series, row.workers, run.policy, run.rejoin)
+                found.setdefault(key, []).append((rate, row))
+    for key, points in found.items():
+        points.extend(unfailed.get(key[:3], []))
     return {k: sorted(v, key=lambda p: p[0]) for k, v in found.items() if len(v) > 1}
 
 
@@ -55,11 +64,12 @@ def figure(group: "AccuracyGroup") -> "Figure":
     fig = Figure(figsize=(8.0, 5.0), layout="constrained")
     ax = fig.subplots()
     found = contenders(group)
-    for i, ((series, workers, policy), points) in enumerate(found.items()):
+    for i, ((series, workers, policy, rejoin), points) in enumerate(found.items()):
         timed = [(rate, row, ttt.combine([r.wall_time for r in row.runs]).value)
                  for rate, row in points]
         drawn = [(rate, row, time) for rate, row, time in timed if time is not None]
-        name = f"{series.label()} + {policy}, N={workers}" if policy != "none" else \
+        back = f", rejoining after {rejoin:g} s" if rejoin is not None else ""
+        name = f"{series.label()} + {policy}{back}, N={workers}" if policy != "none" else \
             f"{series.label()}, N={workers}, no recovery"
         line, = ax.plot([p[0] for p in drawn], [p[2] for p in drawn],
                         marker=MARKERS[i % len(MARKERS)], label=name)

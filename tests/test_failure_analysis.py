@@ -144,7 +144,7 @@ def test_plot_draws_time_to_target_against_the_rate_of_failures(tmp_path):
         if doc["strategy"]["name"] != "allreduce":
             continue
         for spec, wall in (("none", 50.0), ("mtbf=120s,seed=1", 70.0),
-                           ("mtbf=60s,seed=1", 90.0)):
+                           ("mtbf=60s,seed=1", 90.0), ("mtbf=60s,seed=1,rejoin=5s", 80.0)):
             failed = under_failures(doc, 9.0, spec=spec)
             failed["recovery"]["wall_time_to_target"] = wall + doc["config"]["seed"]
             if spec == "mtbf=60s,seed=1" and doc["config"]["seed"] == 42:
@@ -156,7 +156,10 @@ def test_plot_draws_time_to_target_against_the_rate_of_failures(tmp_path):
     group = accuracy.group(reader.read([runs])[0]["accuracy"])[0]
     ax = failure_rate.figure(group).axes[0]
     lines = {li.get_label(): li for li in ax.get_lines()}
-    assert list(lines) == [f"allreduce + {POLICY}, N=2"]  # the runs without: one rate alone
+    back = f"allreduce + {POLICY}, rejoining after 5 s, N=2"  # shares the failure-free point
+    assert sorted(lines) == sorted([f"allreduce + {POLICY}, N=2", back])  # the runs without
+    # failures of neighbor_allreduce: one rate alone, no line
+    assert list(lines[back].get_xdata()) == [0.0, 60.0]
     line = lines[f"allreduce + {POLICY}, N=2"]
     seeds = sorted(d["config"]["seed"] for _, d in docs(TARGET)
                    if d["strategy"]["name"] == "allreduce")

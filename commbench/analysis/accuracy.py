@@ -116,6 +116,16 @@ class AccuracyRun(ResultRun):
         return str(self.doc["config"].get("recovery") or "none")
 
     @property
+    def rejoin(self) -> Optional[float]:
+        """Seconds after which its random schedule's failed ranks start again (None: never,
+        or no random schedule)."""
+        try:
+            spec = fail_schedule.parse(str(self.doc["config"].get("fail") or "none"))
+        except ValueError:
+            return None
+        return spec.rejoin if isinstance(spec, fail_schedule.RandomSchedule) else None
+
+    @property
     def failures_per_hour(self) -> Optional[float]:
         """The rate of its --fail schedule: 0 without one, 3600 / MTBF for a random
         schedule, None for explicit events (a count, not a rate)."""
