@@ -153,6 +153,8 @@ def test_survivors_of_a_killed_rank_train_on_to_the_planned_end(tmp_path):
     summary, recovery = doc["summary"], doc["recovery"]
     assert (summary["steps"], summary["stopped_by"]) == (16, "max epochs")
     assert recovery["survivors"] == [0, 1, 3]
+    crowded = summary["oversubscribed"]  # as the job started, not as the survivors ended
+    assert crowded is None or crowded["workers"] == 4, crowded
     (cost,) = recovery["costs"]
     assert (cost["rank"], cost["failed_after_step"]) == (2, 7)
     assert 0 < cost["detection_seconds"] <= cost["recovery_seconds"] < 10

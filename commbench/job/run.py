@@ -236,13 +236,14 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
     policy.begin(fails, model, optimizer, data.next)
     console.training_plan(say, rule, per_epoch, recipe)
     recorder = spans.Recorder()
+    crowded = per_iteration.oversubscribed(ctx)  # as started: gossip's survivors shrink it
     outcome = accuracy_loop.train(
         # a language model's samples are its tokens
         train_step, sync, rule, evaluate, model, ctx, total_batch * config.per_sample, per_epoch,
         lambda point: say(console.point_line(point)), config.timeline_steps, recorder,
         strategy.sees_wire, policy)
     unwritten = record.finish(config, ctx, strategy, record.Trained(
-        dict(outcome), data.facts, recipe.facts()), machine, recorder, slow)
+        dict(outcome), data.facts, recipe.facts(), crowded), machine, recorder, slow)
     if not policy.ended(outcome["steps"], model):
         unwritten = None  # torchft's group 0 writes the result (torchft_group)
     facts = policy.facts(outcome, model) if unwritten is not None else None  # rank 0's

@@ -159,6 +159,7 @@ class Trained:
     outcome: Dict[str, Any]
     data_facts: Dict[str, Any]
     recipe: Dict[str, Any]
+    crowded: Optional[Dict[str, Any]] = None  # per_iteration.oversubscribed as it started
     stem_suffix: ClassVar[str] = "-accuracy"
 
     def mine(self) -> Dict[str, Any]:
@@ -172,7 +173,7 @@ class Trained:
         doc.update(config=config.to_dict(), strategy=strategy_record(strategy),
                    environment=machine, data=self.data_facts, recipe=self.recipe,
                    curve=curve, clock_offsets=clocks,
-                   summary={**outcome, "oversubscribed": oversubscribed(ctx),
+                   summary={**outcome, "oversubscribed": self.crowded,
                             "step_split": summarize(split)})
         return doc
 
