@@ -15,7 +15,7 @@ from commbench.faults.gossip_rejoin import taken_over
 from commbench.faults.gossip_survival import Meeting, Survival
 from commbench.topology import build_schedule
 from commbench.topology.survivors import survivors_at
-from test_gossip_survival import on_threads, store
+from test_gossip_survival import on_threads, store, stores_check
 from test_topology import STATIC
 from launchers import PYTHON, mpiexec_path, run_once_more_if_the_machine_failed
 from test_topology_survivors import DYNAMIC
@@ -99,6 +99,7 @@ def admitted(members, newcomer, step):
                        2: lambda: newcomer.admitted()[0]})
 
 
+@stores_check
 def test_the_members_admit_a_rank_that_asked_and_all_agree_on_the_meeting():
     shared = store()
     members = lost_and_met(shared)
@@ -111,6 +112,7 @@ def test_the_members_admit_a_rank_that_asked_and_all_agree_on_the_meeting():
     assert generations == {2} and not newcomer.news()
 
 
+@stores_check
 def test_a_rank_lost_again_after_its_rejoin_counts_once_more():
     shared = store()
     members = lost_and_met(shared)
@@ -125,12 +127,14 @@ def test_a_rank_lost_again_after_its_rejoin_counts_once_more():
     assert not members[0].news() and members[0].generation == 3
 
 
+@stores_check
 def test_the_members_admit_no_one_who_did_not_ask():
     members = lost_and_met(store())
     decided = on_threads({r: (lambda s=s: s.decide(10, {})) for r, s in members.items()})
     assert decided == dict.fromkeys((0, 1, 3), ())
 
 
+@stores_check
 def test_a_newcomer_waiting_for_a_job_that_ended_stops_in_one_line():
     shared = store()
     lost_and_met(shared)

@@ -15,6 +15,11 @@ import pytest
 from commbench.faults.gossip_survival import Meeting, Survival, Waited, waited
 from launchers import PYTHON, mpiexec_path, run_once_more_if_the_machine_failed
 
+stores_check = pytest.mark.skipif(
+    not hasattr(__import__("torch").distributed.HashStore, "check"),
+    reason="this torch's stores cannot check a key (torch 1.10: the Bluefog environment); "
+    "gossip recovery needs a current torch")
+
 PROGRAM = Path(__file__).resolve().parent / "programs" / "gossip_survivors.py"
 
 
@@ -119,9 +124,7 @@ def test_news_is_of_more_lost_ranks_than_this_one_knows():
     assert not survival.news()
 
 
-@pytest.mark.skipif(not hasattr(__import__("torch").distributed.HashStore, "check"),
-                    reason="this torch's stores cannot check a key (torch 1.10: the Bluefog "
-                    "environment); gossip recovery needs a current torch")
+@stores_check
 @pytest.mark.parametrize("rank, message", [
     (0, "gossip recovery: ranks [1] did not come to the survivors' meeting within 0.2 s "
         "(--timeout)"),
