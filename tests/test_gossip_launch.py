@@ -50,6 +50,7 @@ def test_on_a_cluster_a_rank_is_started_again_on_its_own_machine():
     assert gossip_launch.machine_of(Placement(), "vm") == 0
     line = ["mpirun", "-H", "tq-m0:1,tq-m1:1", *PROGRAM]
     assert gossip_launch.program_flags(line, elsewhere=True) == PROGRAM[3:]
+    assert [gossip_launch.machines(li) for li in (line, PROGRAM)] == [2, 1]
 
 
 @pytest.mark.parametrize("line, message", [

@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         else list(args.launcher_command)
     flags = program_flags(line, elsewhere=args.cluster is not None)
     config = run_config(flags, "gossip")
-    place = placement(args.cluster, 1, None)
+    place = placement(args.cluster, machines(line), None)
     port = free_port()
     env = dict(os.environ, MASTER_ADDR=place.address(0), MASTER_PORT=str(port),
                **{GOSSIP_SUPERVISED: "1"})
@@ -107,6 +107,12 @@ def program_flags(line: List[str], elsewhere: bool = False) -> List[str]:
                          "rejoins is started again on this one; run on this host, or on "
                          "an emulated cluster with --cluster NAME")
     return line[at + 2:]
+
+
+def machines(line: List[str]) -> int:
+    """How many machines the line's `-H`/`--host` list names (1 without one)."""
+    at = next((i for i, a in enumerate(line[:-1]) if a in ("-H", "--host", "-host")), None)
+    return 1 if at is None else len(line[at + 1].split(","))
 
 
 def wrapped(line: List[str]) -> List[str]:
