@@ -315,7 +315,7 @@ def quorum_of_one(tmp_path, monkeypatch):
 
         yield make
         for replica in made:
-            replica.manager.shutdown(wait=False)
+            replica.manager.shutdown(wait=True)  # its threads gone before the lighthouse
 
 
 def steps(replica, model, optimizer, n):
