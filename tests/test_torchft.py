@@ -372,12 +372,14 @@ def test_a_diloco_sync_not_committed_undoes_its_steps_where_local_sgds_stand(
     first = model.weight.detach().clone()
     taken = steps(replica, model, torch.optim.SGD(model.parameters(), lr=0.1), 2)
     assert next(taken)  # a step of its own, before the sync
+    since = time.perf_counter()
     replica.after_step(Progress(1, 0.5, 0.75, [], [2.0]))
     assert next(taken) is not undone  # the sync, not committed
     assert torch.equal(model.weight, first) is undone
     found = replica.healed()
-    if undone:  # back to the last committed sync, the start: its time spent
-        assert found == Progress(0, 0.5, found.wall_seconds) and found.wall_seconds >= 0.75
+    if undone:  # back to the last committed sync, the start: its time spent, once
+        assert found == Progress(0, 0.5, found.wall_seconds)
+        assert 0.75 <= found.wall_seconds <= 0.75 + time.perf_counter() - since
     else:
         assert found is None
 
@@ -406,17 +408,19 @@ def test_a_killed_group_is_started_again_heals_from_its_peer_and_both_reach_the_
     started again 8 s later. Group 0 goes on alone once the lighthouse has given group 1
     up, group 1 heals from group 0 and rejoins, and group 0's result, written at
     --max-epochs, says what the failure cost."""
+    began = time.monotonic()
     done = run([PYTHON, "-m", "commbench", "torchft", "-n", "2", "--", *TINY_TASK,
                 "--max-epochs", "30", "--eval-every", "50", "--timeout", "60",
                 "--fail", "1@step20+8s", "--results-dir", str(tmp_path)], timeout=420)
+    took = time.monotonic() - began
     assert done.returncode == 0, done.stderr[-3000:]
     assert "failure injected by --fail (1@step20:kill+8s), not a bug" in done.stderr
     doc = only_result(tmp_path)  # group 0's alone
     assert doc["summary"]["steps"] == 150  # 30 epochs of 5 steps: the planned end
     recovery = doc["recovery"]
     assert recovery["policy"] == "torchft" and recovery["replica_groups"] == 2
-    # the loop's wall clock never runs ahead of the group's (a step undone counted once)
-    assert doc["summary"]["wall_seconds"] <= recovery["wall_seconds"]
+    # goodput's wall clock covers the loop's, within the job's life
+    assert doc["summary"]["wall_seconds"] <= recovery["wall_seconds"] < took
     assert doc["summary"]["wire"] is None  # torchft's allreduce: its bytes are not seen
     [cost] = recovery["costs"]
     assert cost["event"] == "1@step20:kill+8s" and cost["failed_after_step"] == 19

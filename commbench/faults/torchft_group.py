@@ -24,6 +24,7 @@ import json
 import os
 import time
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
@@ -119,8 +120,6 @@ class Replica(Recovery):
     def wrap(self, model, optimizer):
         """The training step, its exchange torchft's (commbench.faults.torchft_exchange),
         each of its quorum's steps logged."""
-        from datetime import timedelta
-
         from torch.distributed import TCPStore
         from torchft import Manager, ProcessGroupGloo
 
@@ -150,9 +149,8 @@ class Replica(Recovery):
             began = time.perf_counter()
             loss = step(images, labels)
             if self._healed is not None:  # the peer's clock, on to this step's end
-                self._healed = dataclasses.replace(
-                    self._healed, wall_seconds=self._healed.wall_seconds
-                    + time.perf_counter() - began)
+                self._healed = dataclasses.replace(self._healed, wall_seconds=(
+                    self._healed.wall_seconds + time.perf_counter() - began))
             if self._quorum is False and not self.exchange.keeps_own and self._healed is None:
                 self._healed = self._undone()
             return loss
@@ -242,8 +240,10 @@ class Replica(Recovery):
         return self.group == 0
 
     def facts(self, outcome: Dict[str, Any], model) -> Dict[str, Any]:
-        """Group 0, once training ended: what the failures cost and the goodput."""
-        wall = time.time() - self.began
+        """Group 0, once training ended: what the failures cost and the goodput, over its
+        own clock or the loop's, ahead where it healed from a peer that began earlier."""
+        wall = max(time.time() - self.began,
+                   self.progress.wall_seconds + time.perf_counter() - self._taken)
         fired = [f for f in (read(fired_record(self.records, i))
                              for i in range(len(self.events))) if f]
         per_quorum_step = self.samples_per_step * self.exchange.every
