@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from commbench.faults.gossip_exchange import posted
 from commbench.faults.gossip_survival import Meeting, Survival, Waited, waited
 from launchers import PYTHON, mpiexec_path, run_once_more_if_the_machine_failed
 
@@ -60,6 +61,18 @@ def test_a_message_that_fails_names_its_peer_at_once():
     assert waited([(1, arrived()), (2, Work(fails=True)), (3, Work())],
                   survival()) == Waited((2,), False)
     assert time.monotonic() - began < 1.0
+
+
+def test_a_message_gloo_refuses_as_it_is_posted_names_its_peer_too(monkeypatch):
+    import torch
+    import torch.distributed as dist
+
+    def closed(tensor, peer, tag=0):
+        raise RuntimeError("Connection closed by peer")
+
+    monkeypatch.setattr(dist, "isend", closed)
+    refused = posted("send", torch.zeros(1), 2, 7)
+    assert waited([(1, arrived()), (2, refused)], survival()) == Waited((2,), False)
 
 
 def test_a_silent_peer_whose_beat_stood_still_for_the_timeout_is_lost():

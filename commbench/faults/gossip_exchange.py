@@ -80,19 +80,22 @@ class SurvivingExchange(NeighborExchange):
 
     def post(self, chunks: List[list]) -> list:
         """Each message on its own, remembered with its peer (as the job started)."""
-        import torch.distributed as dist
-
         from commbench.comm.transport import Handle
 
-        self.messages = []
-        for messages in chunks:
-            for kind, tensor, peer, tag in messages:
-                try:
-                    work = (dist.irecv if kind == "recv" else dist.isend)(tensor, peer, tag=tag)
-                except RuntimeError as closed:  # the peer's connection closed already
-                    work = _Failed(closed)
-                self.messages.append((self.gossip.survivors[peer], work))
+        self.messages = [(self.gossip.survivors[peer], posted(kind, tensor, peer, tag))
+                         for messages in chunks for kind, tensor, peer, tag in messages]
         return [Handle(lambda: None) for _ in chunks]
+
+
+def posted(kind: str, tensor, peer: int, tag: int):
+    """The Work of a message ("send" or "recv") posted to `peer`; where gloo refuses it
+    as it is posted (the peer's connection closed already), one whose wait fails."""
+    import torch.distributed as dist
+
+    try:
+        return (dist.irecv if kind == "recv" else dist.isend)(tensor, peer, tag=tag)
+    except RuntimeError as closed:
+        return _Failed(closed)
 
 
 class _Failed:

@@ -19,6 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from commbench.faults.gossip_exchange import posted
 from commbench.faults.gossip_survival import Survival, waited
 from commbench.topology import build_schedule
 from commbench.topology.survivors import survivors_schedule
@@ -56,8 +57,8 @@ def exchange(x, schedule, survivors, rank, step, epoch, survival):
     targets = [i for i in range(len(survivors)) if i != node and weights[i, node] > 0]
     tag = epoch * 1_000_000 + step  # an abandoned exchange's messages never match again
     received = {j: torch.empty_like(x) for j in sources}
-    messages = ([(survivors[i], dist.isend(x, survivors[i], tag=tag)) for i in targets]
-                + [(survivors[j], dist.irecv(received[j], survivors[j], tag=tag))
+    messages = ([(survivors[i], posted("send", x, survivors[i], tag)) for i in targets]
+                + [(survivors[j], posted("recv", received[j], survivors[j], tag))
                    for j in sources])
     lost, news = waited(messages, survival)
     if lost:
