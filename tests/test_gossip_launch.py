@@ -69,6 +69,25 @@ def test_commbench_gossip_refuses_a_line_it_could_not_start_a_rank_of_again(line
     assert refused("gossip", "--", *line).startswith("commbench: error: " + message)
 
 
+def test_a_cluster_short_of_the_lines_machines_is_refused_in_its_own_words(
+        tmp_path, monkeypatch):
+    import json
+    from dataclasses import asdict
+
+    from commbench.cluster.state import Cluster
+    from commbench.faults import torchft_machines
+
+    monkeypatch.setattr(state, "STATE_ROOT", tmp_path)
+    small = Cluster("tgs", 1, 1, "1gbit", "10.213.250.0/24")
+    small.directory.mkdir()
+    small.directory.joinpath("state.json").write_text(json.dumps(asdict(small)))
+    monkeypatch.setattr(torchft_machines, "check_privileges", lambda: None)
+    line = ["mpirun", "-H", "tgs-m0:1,tgs-m1:1", *PROGRAM]
+    assert refused("gossip", "--cluster", "tgs", "--", *line) == (
+        "commbench: error: argument --cluster: cluster tgs has 1 machine(s), fewer than "
+        "the 2 machines of the line's -H list")
+
+
 def test_a_rejoin_is_refused_under_a_bare_mpiexec_and_accepted_under_commbench_gossip(
         tmp_path):
     args = ["run", *TINY_TASK, *GOSSIP, "--max-epochs", "8", "--eval-every", "4",

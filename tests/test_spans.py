@@ -186,7 +186,7 @@ def test_a_failure_and_its_recovery_are_spans_of_their_own_on_the_failing_ranks_
     assert {"name": "replica group 2"} in [e["args"] for e in alone
                                            if e["name"] == "process_name"]
     assert [e["name"] for e in alone if e.get("cat") == "failure"][1] == \
-        "rejoin: back in the quorum"
+        "rejoin: training with the others again"
 
 
 def test_the_timeline_file_holds_the_failures_whose_costs_the_result_records(tmp_path):

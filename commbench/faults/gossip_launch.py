@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         else list(args.launcher_command)
     flags = program_flags(line, elsewhere=args.cluster is not None)
     config = run_config(flags, "gossip")
-    place = placement(args.cluster, machines(line), None)
+    place = placement(args.cluster, machines(line), None, "machines of the line's -H list")
     port = free_port()
     env = dict(os.environ, MASTER_ADDR=place.address(0), MASTER_PORT=str(port),
                **{GOSSIP_SUPERVISED: "1"})

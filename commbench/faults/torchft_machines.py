@@ -49,11 +49,12 @@ class Placement:
         return {} if self.cluster is None else self.cluster.machine_environment()
 
 
-def placement(name: Optional[str], groups: int, lighthouse: Optional[str]) -> Placement:
+def placement(name: Optional[str], groups: int, lighthouse: Optional[str],
+              needs: str = "replica groups (one on each)") -> Placement:
     """This host's loopback, or cluster `name`'s machines, one per group; refused in one
     line without the privileges to enter them, where the cluster is not up (or no
-    longer whole) or is short of machines, or where a given lighthouse is on a
-    loopback they cannot reach."""
+    longer whole) or is short of the `groups` machines it `needs` (the refusal's words),
+    or where a given lighthouse is on a loopback they cannot reach."""
     if name is None:
         return Placement()
     check_privileges()
@@ -63,7 +64,7 @@ def placement(name: Optional[str], groups: int, lighthouse: Optional[str]) -> Pl
                          f"cluster up --name {name} --machines {groups})")
     if cluster.machines < groups:
         raise UsageError(f"argument --cluster: cluster {name} has {cluster.machines} "
-                         f"machine(s), fewer than the {groups} replica groups (one on each)")
+                         f"machine(s), fewer than the {groups} {needs}")
     if lighthouse is not None and on_loopback(lighthouse):
         raise UsageError(f"argument --lighthouse: {lighthouse} is on this host's loopback, "
                          f"which the machines of cluster {name} cannot reach: give its "
