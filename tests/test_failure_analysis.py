@@ -61,32 +61,38 @@ def test_compare_says_two_arms_ran_under_different_failure_schedules(tmp_path):
     cells = [c.strip() for c in rows[0] if c.strip()]
     img_sec = accuracy.rows_by_match(reader.read([TARGET])[0]["accuracy"])
     before = next(r for r in img_sec.values() if r.series.strategy == "allreduce").img_sec
-    assert cells == ["allreduce", "-", "2", "none", "-", f"{before:.1f}",
-                     f"--fail {SPEC} --recovery {POLICY}", "12.0", f"{before:.1f}", "-",
-                     "DIFFER"]
+    assert cells == ["allreduce", "-", "2", "none", "-", f"{before:.1f}", "-",
+                     f"--fail {SPEC} --recovery {POLICY}", "12.0", f"{before:.1f}",
+                     f"{12.25:.1f} s", "-", "DIFFER"]
     assert out.rstrip().endswith("; 1 under different failure schedules.")
     _, text, _ = run_compare(TARGET, tmp_path / "new", fmt="json")
     pairs = json.loads(text)["accuracy"]["pairs"]
     found = {p["strategy"]: p.get("failures") for p in pairs}
     assert found["neighbor_allreduce"] is None
     assert found["allreduce"] == {
-        "base": {"failures": "none", "goodput": None, "img_sec": before},
+        "base": {"failures": "none", "goodput": None, "img_sec": before,
+                 "recovery_seconds": None, "rejoin_seconds": None},
         "new": {"failures": f"--fail {SPEC} --recovery {POLICY}", "goodput": 12.0,
-                "img_sec": before},
+                "img_sec": before, "recovery_seconds": 12.25, "rejoin_seconds": None},
         "goodput_ratio": None, "same_schedule": False}
 
 
 def test_compare_sets_goodput_side_by_side_under_the_same_schedule(tmp_path):
     base, new = arm(tmp_path / "base"), tmp_path / "new"
     for path, doc in docs(base):
-        if "recovery" in doc:
+        if "recovery" in doc:  # the same failures, costing more, the worker back after
             doc["recovery"]["goodput"] *= 0.5
+            doc["recovery"]["costs"][0].update(recovery_seconds=20.0 + doc["config"]["seed"],
+                                               rejoin_seconds=30.0)
         write_run(new, path.name, doc)
     code, out, _ = run_compare(base, new, fmt="markdown")
     assert code == 0 and "failure schedules differ" not in out
     row = next(li for li in out.splitlines() if li.startswith("| allreduce |")
                and "--fail" in li)
-    assert row.endswith("| 6.0 | " + row.split(" | ")[8] + " | 0.500 | same |"), row
+    median = 20.0 + 43  # seeds 42, 43 and 44
+    assert row.endswith(f"| 6.0 | {row.split(' | ')[9]} | {median:.1f} s, back after 30.0 s "
+                        "| 0.500 | same |"), row
+    assert f"| {12.25:.1f} s |" in row
     assert "under different failure schedules" not in out
 
 

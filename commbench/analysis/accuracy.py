@@ -186,6 +186,13 @@ class AccuracyRow:
         samples per second of wall time, failures included); None where none did."""
         return ttt.median([r.recovery["goodput"] for r in self.runs if r.recovery])
 
+    def median_cost(self, name: str) -> Optional[float]:
+        """The median over its runs' failures of a cost each recorded (`recovery_seconds`:
+        to the first complete step after it; `rejoin_seconds`: until the worker trained
+        with the others again); None where no failure recorded it."""
+        return ttt.median([c[name] for r in self.runs if r.recovery
+                           for c in r.recovery.get("costs", ()) if c.get(name) is not None])
+
     @property
     def failures(self) -> str:
         """Its runs' --fail schedule and recovery policy (AccuracyRun.failures), "" for

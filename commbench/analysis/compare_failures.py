@@ -14,13 +14,16 @@ from commbench.analysis import tables
 from commbench.analysis.accuracy import AccuracyRow
 
 HEADERS = ["strategy", "topology", "N", "base failures", "goodput", "in training",
-           "new failures", "goodput", "in training", "goodput ratio", "schedules"]
-ALIGN = "llrlrrlrrrl"
+           "a failure", "new failures", "goodput", "in training", "a failure",
+           "goodput ratio", "schedules"]
+ALIGN = "llrlrrllrrlrl"
 NOTE = ("goodput: useful samples per second of wall time, failures and recoveries "
         "included (a recovery policy records it; median over the runs); in training: the "
         "throughput of the training steps alone (mean over the runs); samples are images, "
-        "or a language model's tokens. Times to the target above are each arm's under its "
-        "own failure schedule.")
+        "or a language model's tokens; a failure: the median time from a failure to the "
+        "first complete step after it, and, where workers came back, until they trained "
+        "with the others again. Times to the target above are each arm's under its own "
+        "failure schedule.")
 DIFFER = "failure schedules differ"
 
 
@@ -36,7 +39,9 @@ def facts(base: AccuracyRow, new: AccuracyRow) -> Optional[Dict[str, Any]]:
 
 
 def _arm(row: AccuracyRow) -> Dict[str, Any]:
-    return {"failures": row.failures or "none", "goodput": row.goodput, "img_sec": row.img_sec}
+    return {"failures": row.failures or "none", "goodput": row.goodput, "img_sec": row.img_sec,
+            "recovery_seconds": row.median_cost("recovery_seconds"),
+            "rejoin_seconds": row.median_cost("rejoin_seconds")}
 
 
 def differ(pair: Dict[str, Any]) -> bool:
@@ -60,9 +65,16 @@ def _row(pair: Dict[str, Any]) -> List[str]:
     cells = [pair["strategy"], pair["topology"] or "-", str(pair["workers"])]
     for arm in (failures["base"], failures["new"]):
         cells += [arm["failures"], _number(arm["goodput"], "{:.1f}"),
-                  _number(arm["img_sec"], "{:.1f}")]
+                  _number(arm["img_sec"], "{:.1f}"), _cost(arm)]
     return cells + [_number(failures["goodput_ratio"], "{:.3f}"),
                     "same" if failures["same_schedule"] else "DIFFER"]
+
+
+def _cost(arm: Dict[str, Any]) -> str:
+    recovery, rejoin = arm.get("recovery_seconds"), arm.get("rejoin_seconds")
+    if recovery is None:
+        return "-"
+    return f"{recovery:.1f} s" + ("" if rejoin is None else f", back after {rejoin:.1f} s")
 
 
 def _number(value: Optional[float], pattern: str) -> str:
