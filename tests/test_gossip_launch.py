@@ -53,6 +53,25 @@ def test_on_a_cluster_a_rank_is_started_again_on_its_own_machine():
     assert [gossip_launch.machines(li) for li in (line, PROGRAM)] == [2, 1]
 
 
+def test_once_rank_0_and_its_store_are_gone_nothing_more_is_polled_or_started():
+    """The job's end races the watch: rank 0, which serves the store, may end before
+    mpiexec does; the launcher's exit status is then mpiexec's, not the store's error."""
+    import torch.distributed as dist
+
+    class Gone:
+        asked = 0
+
+        def check(self, keys):
+            Gone.asked += 1
+            raise getattr(dist, "DistNetworkError", RuntimeError)("Connection reset by peer")
+
+    rejoins = gossip_launch.Rejoins([], "2@step8+5s", {}, 0)
+    rejoins.store, rejoins.events = Gone(), {2: object()}
+    rejoins.poll()
+    rejoins.poll()
+    assert rejoins.gone and Gone.asked == 1 and not rejoins.procs
+
+
 @pytest.mark.parametrize("line, message", [
     ([], "gossip: no command to run; give it after --"),
     (["torchrun", "--nproc-per-node", "4", *PROGRAM], "gossip: torchrun is not Open MPI's "

@@ -154,8 +154,19 @@ class Rejoins:
         self.world = 0
         self.due: Dict[int, float] = {}  # rank -> when to start it again (wall clock)
         self.procs: Dict[int, subprocess.Popen] = {}
+        self.gone = False  # whether the store's server, rank 0, has ended
 
     def poll(self) -> None:
+        """Start again each lost rank that is due; once rank 0, which serves the store,
+        has ended (and with it the job), nothing more."""
+        if self.gone:
+            return
+        try:
+            self._poll()
+        except RuntimeError:  # torch's DistNetworkError: the store's connection is gone
+            self.gone = True
+
+    def _poll(self) -> None:
         if self.store is None and not self._connect():
             return
         for rank, event in self.events.items():
