@@ -69,6 +69,9 @@ def main(args: argparse.Namespace) -> int:
     port = free_port()
     env = dict(os.environ, MASTER_ADDR=place.address(0), MASTER_PORT=str(port),
                **{GOSSIP_SUPERVISED: "1"})
+    # This process's store client, the job's end near, would log its lost connection
+    # with torch's C++ stack: the watch ends there quietly (Rejoins.poll).
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         launcher = subprocess.Popen(wrapped(line), env=env)
