@@ -53,23 +53,33 @@ def test_on_a_cluster_a_rank_is_started_again_on_its_own_machine():
     assert [gossip_launch.machines(li) for li in (line, PROGRAM)] == [2, 1]
 
 
-def test_once_rank_0_and_its_store_are_gone_nothing_more_is_polled_or_started():
+@pytest.mark.parametrize("served", [False, True])
+def test_once_rank_0_and_its_store_are_gone_nothing_more_is_polled_or_started(served):
     """The job's end races the watch: rank 0, which serves the store, may end before
-    mpiexec does; the launcher's exit status is then mpiexec's, not the store's error."""
+    mpiexec does; the launcher's exit status is then mpiexec's, not the store's error.
+    A store that still accepts connections only answered late: the watch goes on."""
+    import socket
+
     import torch.distributed as dist
 
-    class Gone:
+    class Failing:
         asked = 0
 
         def check(self, keys):
-            Gone.asked += 1
+            Failing.asked += 1
             raise getattr(dist, "DistNetworkError", RuntimeError)("Connection reset by peer")
 
-    rejoins = gossip_launch.Rejoins([], "2@step8+5s", {}, 0)
-    rejoins.store, rejoins.events = Gone(), {2: object()}
-    rejoins.poll()
-    rejoins.poll()
-    assert rejoins.gone and Gone.asked == 1 and not rejoins.procs
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        if served:
+            listener.listen()
+        port = listener.getsockname()[1]
+        rejoins = gossip_launch.Rejoins([], "2@step8+5s", {"MASTER_ADDR": "127.0.0.1"}, port)
+        rejoins.store, rejoins.events = Failing(), {2: object()}
+        rejoins.poll()
+        rejoins.poll()
+    assert rejoins.gone is not served and not rejoins.procs
+    assert Failing.asked == (2 if served else 1)
 
 
 @pytest.mark.parametrize("line, message", [

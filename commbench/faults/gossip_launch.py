@@ -70,7 +70,8 @@ def main(args: argparse.Namespace) -> int:
     env = dict(os.environ, MASTER_ADDR=place.address(0), MASTER_PORT=str(port),
                **{GOSSIP_SUPERVISED: "1"})
     # This process's store client, the job's end near, would log its lost connection
-    # with torch's C++ stack: the watch ends there quietly (Rejoins.poll).
+    # with torch's C++ stack: the watch ends there quietly (Rejoins.poll). Set before
+    # this process imports torch (Rejoins does, later), which reads it then.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
@@ -166,8 +167,16 @@ class Rejoins:
             return
         try:
             self._poll()
-        except RuntimeError:  # torch's DistNetworkError: the store's connection is gone
-            self.gone = True
+        except RuntimeError:  # torch's DistNetworkError, or a store slow to answer
+            self.gone = not self._served()
+
+    def _served(self) -> bool:
+        """Whether something still accepts connections at the store's address."""
+        try:
+            socket.create_connection((self.env["MASTER_ADDR"], self.port), timeout=POLL).close()
+            return True
+        except OSError:
+            return False
 
     def _poll(self) -> None:
         if self.store is None and not self._connect():
@@ -187,10 +196,7 @@ class Rejoins:
         import torch.distributed as dist
 
         if self.client is None:
-            try:  # first a plain connection: torch logs each failed one as an error
-                socket.create_connection((self.env["MASTER_ADDR"], self.port),
-                                         timeout=POLL).close()
-            except OSError:
+            if not self._served():  # asked first: torch logs each failed connection
                 return False  # not served yet
             self.client = dist.TCPStore(self.env["MASTER_ADDR"], self.port, 1, False,
                                         timedelta(seconds=10), wait_for_workers=False)

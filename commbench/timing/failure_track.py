@@ -3,9 +3,10 @@ an instant on a track of the failing rank's (or replica group's) own, and on tha
 its costs as spans from the moment it fired: the recovery (to the end of the first
 complete step after it), the detection (to when the job noticed it: the launcher started
 it again, or the survivors' first step after it ended) and, where the failing worker
-came back (torchft's quorum, gossip's admission), the rejoin. They come from what the result records of each failure
-(`recovery.costs`: seconds after `failed_at`, the wall clock when it fired), put on rank
-0's clock of the spans; nothing more is recorded while the job runs."""
+came back (torchft's quorum, gossip's admission), the rejoin. They come from what the
+result records of each failure (`recovery.costs`: seconds after `failed_at`, the wall
+clock when it fired), put on rank 0's clock of the spans; nothing more is recorded
+while the job runs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ CATEGORY = "failure"
 TRACK, TID = "failures and recoveries", 500
 # (span name, cost field): a failure's spans, each from the moment it fired.
 SPANS = (("recovery: to the first complete step after it", "recovery_seconds"),
-         ("detection", "detection_seconds"), ("rejoin: training with the others again", "rejoin_seconds"))
+         ("detection", "detection_seconds"),
+         ("rejoin: training with the others again", "rejoin_seconds"))
 
 
 @dataclass(frozen=True)
