@@ -28,7 +28,6 @@ from commbench.topology.survivors import survivors_schedule
 from gossip_survivors import exchange, meeting_store, survivors_mean
 
 STEPS, FAILS_AT, ADMIT_AT, VICTIM, SIZE, TIMEOUT = 30, 1, 10, 2, 4, 10.0
-STARTED = []  # rank 0's newcomer process, whose end its error names
 ADMITTED_EPOCH = 100  # the tags of the exchanges in the group made with the newcomer
 
 
@@ -116,7 +115,6 @@ def member() -> None:
                     [sys.executable, __file__, "newcomer", str(store.port)],
                     stdout=subprocess.DEVNULL, env={k: v for k, v in os.environ.items()
                                                     if not k.startswith(("OMPI_", "PMIX_"))})
-                STARTED.append(started)
             continue
         torch.nn.utils.vector_to_parameters(mixed, model.parameters())
         step += 1
@@ -145,21 +143,10 @@ def newcomer(port: int) -> None:
     os._exit(0)
 
 
-def newcomer_ended() -> str:
-    """Rank 0, failing: how its newcomer ended (a peer's closed connection names no one)."""
-    if not STARTED:
-        return ""
-    try:
-        return f" (the newcomer ended with exit code {STARTED[0].wait(5)})"
-    except subprocess.TimeoutExpired:
-        return " (the newcomer still runs)"
-
-
 if __name__ == "__main__":
     try:
         newcomer(int(sys.argv[2])) if sys.argv[1:2] == ["newcomer"] else member()
     except Exception as error:  # one line, and no wait in teardown for the lost rank
         who = os.environ.get("OMPI_COMM_WORLD_RANK", f"{VICTIM} (the newcomer)")
-        print(f"rank {who}: {type(error).__name__}: {error}{newcomer_ended()}",
-              file=sys.stderr, flush=True)
+        print(f"rank {who}: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         os._exit(1)
