@@ -152,6 +152,24 @@ def test_a_dry_run_of_a_study_prints_its_report_and_plot_but_runs_neither(monkey
     assert out.count("$ commbench report failure-recovery/results") == 2
 
 
+def test_a_study_s_workload_brings_its_own_flags_and_defaults(monkeypatch):
+    ran = []
+    monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
+    STUDY.main(["failure_recovery", "--workload", "lm", "--rates", "none",
+                "--contenders", "diloco"])
+    sweep = shlex.join(ran[0][1:])
+    assert "--model lm-tiny" in sweep and "--target-loss 1.2 --eval-every 20" in sweep
+    assert "--average-every 20 " in sweep and "--results-dir failure-recovery-lm/" in sweep
+    assert "resnet18" not in sweep and "--target-accuracy" not in sweep
+    ran.clear()
+    STUDY.main(["failure_recovery", "--rates", "none", "--contenders", "diloco",
+                "--target", "0.7", "--h", "8"])
+    sweep = shlex.join(ran[0][1:])
+    assert "--target-accuracy 0.7" in sweep and "--average-every 8 " in sweep
+    with pytest.raises(SystemExit):
+        STUDY.main(["failure_recovery", "--workload", "text"])
+
+
 def test_the_diloco_regime_study_gives_every_contender_the_same_steps(monkeypatch, capsys):
     ran, tables = [], []
     monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)

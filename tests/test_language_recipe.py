@@ -69,6 +69,21 @@ def test_training_warms_up_then_decays_by_a_cosine_to_a_tenth_of_the_peak():
     assert all(a >= b for a, b in zip(lr[20:], lr[21:]))
 
 
+def test_a_run_resumed_at_a_later_step_takes_that_steps_rate_whatever_was_loaded():
+    """A restart, a heal or a rejoin loads the optimizer's state, its rate with it, then
+    asks for the step it resumes at: the rate is that step's, as in a run never stopped
+    (and again for an earlier step, as an undone sync asks)."""
+    trained = recipe.for_accuracy(RunConfig(warmup_epochs=2, **LM), 8, 10, max_steps=120)
+    lr = rates(trained, 121)
+    optimizer = trained.optimizer(parameters())
+    schedule = trained.scheduler(optimizer)
+    for step, loaded in ((40, lr[39]), (75, 1.0), (30, lr[75]), (120, lr[30])):
+        for group in optimizer.param_groups:
+            group["lr"] = loaded
+        schedule(step, 0.0)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(lr[step], rel=1e-12)
+
+
 def test_a_time_budget_alone_keeps_the_peak_after_the_warm_up():
     trained = recipe.for_accuracy(RunConfig(time_budget=60, warmup_epochs=1, **LM), 8, 4,
                                   max_steps=None)

@@ -159,7 +159,7 @@ def test_a_recovered_jobs_headline_says_its_policy_failures_and_goodput(tmp_path
     doc["recovery"] = {"policy": "gossip", "goodput": 12.75, "survivors": [0, 1, 3],
                        "costs": [{"event": "2@step8:kill"}]}
     assert headline(write_run(tmp_path, path.name, doc)) == (
-        plain + "; --recovery gossip, 1 failure: goodput 12.8 samples/sec of wall time")
+        plain + "; --recovery gossip, 1 failure: goodput 12.8 img/sec of wall time")
 
 
 @pytest.mark.mpi

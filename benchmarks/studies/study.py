@@ -22,7 +22,9 @@ Two kinds:
   totals side by side and the ranking of strategies at each worker count.
 
 In the flags "{option}" is the option's value ("{X_slug}" the for_each value X with
-":" made "-"), and {"path": [...]} the parts joined as a path."""
+":" made "-"), {"path": [...]} the parts joined as a path, and {"choice": OPTION} the
+flags of the option's chosen value (an option with `choices`: each value's `flags`,
+and under `sets` the values it gives options left at their null default)."""
 
 import argparse
 import json
@@ -46,15 +48,31 @@ def options(name: str, spec: dict, argv):
     parser = argparse.ArgumentParser(prog=f"study.py {name}", description=spec["question"])
     for option, o in spec.get("options", {}).items():
         parser.add_argument("--" + option.replace("_", "-"), default=o.get("default"),
-                            type=int if o.get("type") == "int" else None, help=o.get("help"))
-    return parser.parse_known_args(argv)
+                            type=int if o.get("type") == "int" else None, help=o.get("help"),
+                            choices=list(o["choices"]) if "choices" in o else None)
+    args, extra = parser.parse_known_args(argv)
+    for option, o in spec.get("options", {}).items():
+        for other, value in o.get("choices", {}).get(getattr(args, option), {}).get(
+                "sets", {}).items():
+            if getattr(args, other) is None:
+                setattr(args, other, value)
+    return args, extra
 
 
-def flags(template, values) -> list:
-    """A spec's flag list with every "{option}" filled in and every {"path": parts}
-    joined."""
-    return [str(Path(*(p.format(**values) for p in token["path"])))
-            if isinstance(token, dict) else token.format(**values) for token in template]
+def flags(template, values, spec=None) -> list:
+    """A spec's flag list with every "{option}" filled in, every {"path": parts} joined
+    and every {"choice": option} made the chosen value's flags."""
+    made = []
+    for token in template:
+        if isinstance(token, dict) and "choice" in token:
+            option = token["choice"]
+            chosen = spec["options"][option]["choices"][values[option]]
+            made += flags(chosen["flags"], values)
+        elif isinstance(token, dict):
+            made.append(str(Path(*(p.format(**values) for p in token["path"]))))
+        else:
+            made.append(token.format(**values))
+    return made
 
 
 def run_to_its_end(command) -> None:
@@ -81,7 +99,8 @@ def sweeps(spec: dict, args, extra) -> None:
             if listed and listed["name"] not in values[listed["option"]].split(","):
                 continue
             command = [sys.executable, "-m", "commbench", "sweep",
-                       *flags(placed(where, sweep) + sweep["flags"] + spec["common"], values),
+                       *flags(placed(where, sweep) + sweep["flags"] + spec["common"], values,
+                             spec),
                        *extra]
             print("$", " ".join(command[1:]), flush=True)
             run_to_its_end(command)

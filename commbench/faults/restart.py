@@ -54,11 +54,12 @@ def started_at() -> float:
 class Restart(Recovery):
     """This attempt of a restarting job, on every rank."""
 
-    def __init__(self, config, ctx, say: Callable[[str], None], samples_per_step: int) -> None:
+    def __init__(self, config, ctx, say: Callable[[str], None]) -> None:
         super().__init__()
         self.dir = recovery.job_dir(config, ctx.world_size)
         self.every, self.rank, self.say = config.checkpoint_every, ctx.rank, say
-        self.samples_per_step = samples_per_step
+        # goodput's unit is the run's: images, or a language model's tokens
+        self.samples_per_step = config.batch_size * config.per_sample * ctx.world_size
         self.events = list(fail_schedule.schedule(config.fail, ctx.world_size))
         self.trained: Tuple[Any, Any] = (None, None)  # the model and optimizer checkpointed
         self.progress = Progress()  # where this attempt stands, after its last step

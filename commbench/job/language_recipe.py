@@ -83,11 +83,38 @@ class LanguageRecipe:
 
     def scheduler(self, optimizer) -> Callable[[int, float], None]:
         """What sets the learning rate of step `step` (counted from 0) before it is taken:
-        torch's schedulers, stepped once per step taken."""
-        from torch.optim import lr_scheduler
+        torch's schedulers, stepped once per step on an optimizer of their own, whose rate
+        is copied. torch's schedulers step on from the rate they find, so run on the
+        trained optimizer they would build on a rate loaded with a checkpoint or a peer's
+        state (a restart, a heal, a rejoin) instead of the step's own."""
+        import torch
 
         if self.schedule == CONSTANT:
             return lambda step, training_seconds: None
+
+        def fresh():
+            own = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=self.peak_lr)
+            schedule = self._schedule(own)
+            own.step()  # no gradient, no change: torch's schedulers ask for a step first
+            return own, schedule
+
+        chain = [fresh()]
+
+        def set_for(step: int, training_seconds: float) -> None:
+            own, schedule = chain[0]
+            if schedule.last_epoch > step:  # an earlier step again (an undone sync)
+                own, schedule = chain[0] = fresh()
+            while schedule.last_epoch < step:
+                schedule.step()
+            for group in optimizer.param_groups:
+                group["lr"] = own.param_groups[0]["lr"]
+
+        return set_for
+
+    def _schedule(self, optimizer):
+        """The warm-up and the decay as torch's schedulers, on `optimizer`."""
+        from torch.optim import lr_scheduler
+
         phases, milestones = [], []
         if self.warmup_steps:
             phases.append(lr_scheduler.LinearLR(optimizer, 1 / self.warmup_steps, 1.0,
@@ -98,14 +125,8 @@ class LanguageRecipe:
                 optimizer, max(1, self.total_steps - self.warmup_steps), self.min_lr))
         else:
             phases.append(lr_scheduler.ConstantLR(optimizer, 1.0))
-        schedule = phases[0] if len(phases) == 1 else \
+        return phases[0] if len(phases) == 1 else \
             lr_scheduler.SequentialLR(optimizer, phases, milestones)
-
-        def set_for(step: int, training_seconds: float) -> None:
-            while schedule.last_epoch < step:
-                schedule.step()
-
-        return set_for
 
     def describe(self) -> str:
         """The recipe in one line, as the console prints it before training."""

@@ -231,7 +231,7 @@ def _train_to_accuracy(config: RunConfig, ctx, strategy, model, data: batches.Ba
 
     # Restart's last: the RNG state it restores is training's.
     policy = (replica or strategy.own_recovery()
-              or (Restart(config, ctx, say, total_batch) if config.recovery == "restart"
+              or (Restart(config, ctx, say) if config.recovery == "restart"
                   else Recovery()))
     policy.begin(fails, model, optimizer, data.next)
     console.training_plan(say, rule, per_epoch, recipe)

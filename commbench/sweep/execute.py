@@ -83,14 +83,14 @@ def run_one(job: Job, timeout: float, env: Dict[str, str]) -> str:
 def headline(path: Path) -> str:
     """A job's total img/sec and in-job efficiency, read from its result file; for a run
     trained to accuracy, its time to the target or its best accuracy."""
-    from commbench.result.metrics import trust_flags
+    from commbench.result.metrics import rate_name, trust_flags
     from commbench.result.store import read_result
     from commbench.job.console import percent, total_line, trained_line
 
     doc = read_result(path)
     summary = doc["summary"]
     if doc.get("kind") == "accuracy":
-        return trained_line(summary) + recovered(doc.get("recovery"))
+        return trained_line(summary) + recovered(doc.get("recovery"), rate_name(summary))
     kind = "GPU" if (doc.get("environment") or {}).get("device") == "cuda" else "worker"
     line = total_line(summary, kind)
     if "efficiency_in_job" in summary:
@@ -102,15 +102,15 @@ def headline(path: Path) -> str:
     return line + (f" [diverged at step {diverged['step']}]" if diverged else "")
 
 
-def recovered(facts) -> str:
+def recovered(facts, rate: str) -> str:
     """What a job's recovery policy (--recovery) made of its failures, after its headline:
-    a job that recovered ended well, and this says at what cost; the report has each
-    failure's."""
+    a job that recovered ended well, and this says at what cost, its goodput in `rate`
+    (img/sec, tokens/sec); the report has each failure's."""
     if not facts:
         return ""
     failures = len(facts.get("costs") or ())
     return (f"; --recovery {facts['policy']}, {failures} failure{'' if failures == 1 else 's'}"
-            f": goodput {facts['goodput']:.1f} samples/sec of wall time")
+            f": goodput {facts['goodput']:.1f} {rate} of wall time")
 
 
 def _end_job(proc: subprocess.Popen) -> None:
