@@ -4,6 +4,7 @@ driver's table and the study specs load and agree with the index. Nothing is run
 
 import argparse
 import ast
+import copy
 import importlib.util
 import json
 import os
@@ -89,16 +90,22 @@ def test_the_study_specs_load_and_match_the_index():
         assert f"`{spec['command']}`" in INDEX and f"study.py {name}" in spec["command"]
         if spec.get("target"):
             assert f"| {spec['target']} |" in INDEX, name
-        args, extra = STUDY.options(name, spec, [])
-        assert extra == []
-        if spec["kind"] == "sweeps":
-            each = spec["for_each"]
-            value = getattr(args, each["option"]).split(each.get("split", ","))[0]
-            values = dict(vars(args), **{each["as"]: value, each["as"] + "_slug": value})
-            for part in [*spec["placement"], *spec["sweeps"]]:
-                STUDY.flags(part["flags"], values)
-            for then in spec["then"]:
-                STUDY.flags(then, values)
+        # every choice of every option with choices, each filling in every flag list
+        choices = [[]] + [[f"--{o.replace('_', '-')}", c]
+                          for o, option in spec.get("options", {}).items()
+                          for c in option.get("choices", {})]
+        for chosen in choices:
+            args, extra = STUDY.options(name, spec, chosen)
+            assert extra == []
+            if spec["kind"] == "sweeps":
+                each = spec["for_each"]
+                value = getattr(args, each["option"]).split(each.get("split", ","))[0]
+                values = dict(vars(args), **{each["as"]: value, each["as"] + "_slug": value})
+                for part in [*spec["placement"], *spec["sweeps"], {"flags": spec["common"]}]:
+                    made = STUDY.flags(part["flags"], values, spec)
+                    assert "None" not in made or not values[part["if"]], name  # unset: unused
+                for then in spec["then"]:
+                    STUDY.flags(then, values, spec)
 
 
 def test_the_parity_table_sets_each_strategy_against_the_reference(tmp_path, capsys):
@@ -168,6 +175,11 @@ def test_a_study_s_workload_brings_its_own_flags_and_defaults(monkeypatch):
     assert "--target-accuracy 0.7" in sweep and "--average-every 8 " in sweep
     with pytest.raises(SystemExit):
         STUDY.main(["failure_recovery", "--workload", "text"])
+    # a choice may set only options that default to null: a default would hide it
+    spec = copy.deepcopy(STUDY.specs()["failure_recovery"])
+    spec["options"]["target"]["default"] = "0.8"
+    with pytest.raises(SystemExit, match="--workload's choices set --target"):
+        STUDY.options("failure_recovery", spec, ["--workload", "lm"])
 
 
 def test_the_diloco_regime_study_gives_every_contender_the_same_steps(monkeypatch, capsys):

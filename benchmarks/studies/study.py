@@ -54,12 +54,15 @@ def options(name: str, spec: dict, argv):
     for option, o in spec.get("options", {}).items():
         for other, value in o.get("choices", {}).get(getattr(args, option), {}).get(
                 "sets", {}).items():
+            if spec["options"].get(other, {"default": ""}).get("default") is not None:
+                sys.exit(f"study.py {name}: --{option}'s choices set --{other}, which must be "
+                         "an option whose default is null (a default would hide the choice's)")
             if getattr(args, other) is None:
                 setattr(args, other, value)
     return args, extra
 
 
-def flags(template, values, spec=None) -> list:
+def flags(template, values, spec: dict) -> list:
     """A spec's flag list with every "{option}" filled in, every {"path": parts} joined
     and every {"choice": option} made the chosen value's flags."""
     made = []
@@ -67,7 +70,7 @@ def flags(template, values, spec=None) -> list:
         if isinstance(token, dict) and "choice" in token:
             option = token["choice"]
             chosen = spec["options"][option]["choices"][values[option]]
-            made += flags(chosen["flags"], values)
+            made += flags(chosen["flags"], values, spec)
         elif isinstance(token, dict):
             made.append(str(Path(*(p.format(**values) for p in token["path"]))))
         else:
@@ -106,12 +109,12 @@ def sweeps(spec: dict, args, extra) -> None:
             run_to_its_end(command)
         # every row of the value together (each sweep reports only its own jobs)
         for then in spec["then"]:
-            command = flags(then, values)
+            command = flags(then, values, spec)
             print("$ commbench", " ".join(command), flush=True)
             if "--dry-run" not in extra:  # a dry run wrote no results to read
                 run_to_its_end([sys.executable, "-m", "commbench", *command])
         if "parity" in spec and "--dry-run" not in extra:
-            parity(Path(flags([spec["parity"]["results"]], values)[0]),
+            parity(Path(flags([spec["parity"]["results"]], values, spec)[0]),
                    spec["parity"]["reference"])
     print(f"\nwall time of the study: {time.monotonic() - started:.0f} s")
 

@@ -81,8 +81,9 @@ def run_one(job: Job, timeout: float, env: Dict[str, str]) -> str:
 
 
 def headline(path: Path) -> str:
-    """A job's total img/sec and in-job efficiency, read from its result file; for a run
-    trained to accuracy, its time to the target or its best accuracy."""
+    """A job's total throughput (img/sec, tokens/sec) and in-job efficiency, read from its
+    result file; for a run trained to accuracy, its time to the target or its best
+    accuracy."""
     from commbench.result.metrics import rate_name, trust_flags
     from commbench.result.store import read_result
     from commbench.job.console import percent, total_line, trained_line
