@@ -32,6 +32,7 @@ ALPHA = 0.45  # pale enough for black text on every colour of the cycle
 MAX_WIDTH, MIN_WIDTH, ROW_LABELS, CELL, ROW = 13.3, 8.0, 1.6, 1.9, 0.95
 FONT = 12.0  # points, in a cell CELL inches wide
 SINGLE_MARK = " *"
+PAIRED_MARK = " †"
 HATCH, PROJECTED_EDGE = "/", "0.55"  # sparse and pale: the cell's text stays legible
 
 
@@ -76,10 +77,13 @@ def caption(found: "wc.WinnerMap") -> str:
         subject, lead = "the first to the target", "the next's time over the first's"
     else:
         subject, lead = "the most images per second", "the first's rate over the next's"
-    single = any(c.verdict == wc.SINGLE for c in found.cells.values())
+    verdicts = {c.verdict for c in found.cells.values()}
     return (f"Each cell: {subject} and its lead ({lead})"
-            + (f"; {SINGLE_MARK.strip()} single runs, the lead has no interval" if single
-               else "") + ". Ranges, bytes and steps: `commbench report`.")
+            + (f"; {SINGLE_MARK.strip()} single runs, the lead has no interval"
+               if wc.SINGLE in verdicts else "")
+            + (f"; {PAIRED_MARK.strip()} ranges overlap, but ahead paired by seed (95% CI)"
+               if wc.PAIRED in verdicts else "")
+            + ". Ranges, bytes and steps: `commbench report`.")
 
 
 def strategy_colors(found: "wc.WinnerMap") -> Dict[str, str]:
@@ -138,7 +142,7 @@ def cell_text(cell: Optional["wc.Cell"], network: str, names: Dict[str, str]
         return "too close", f"{first}\n~ {names[cell.ranked[1].strategy]}"
     if cell.ratio is None:  # a figure of 0: no factor to give
         return first, ""
-    mark = SINGLE_MARK if cell.verdict == wc.SINGLE else ""
+    mark = {wc.SINGLE: SINGLE_MARK, wc.PAIRED: PAIRED_MARK}.get(cell.verdict, "")
     # a clear lead under 10% would read "1.0×" in one decimal: two decimals there
     return first, f"{cell.ratio:.{2 if cell.ratio < 1.1 else 1}f}×{mark}"
 

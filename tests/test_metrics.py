@@ -33,6 +33,15 @@ def test_a_paired_ratio_compares_each_call_with_the_same_call():
     assert metrics.paired_ratio([[1.0, 3.0], [2.0, 2.0]], [[1.0, 1.0], [2.0, 1.0]]) == 1.5
 
 
+def test_paired_ratios_give_the_t_interval_of_their_geometric_mean():
+    # log ratios -d, 0, +d: mean 0, sd d, so the interval is exp(+-t(0.975, 2) d / sqrt 3)
+    d = 0.1
+    low, high = metrics.paired_interval([math.exp(-d), 1.0, math.exp(d)])
+    half = 4.302652729911275 * d / math.sqrt(3)
+    assert (low, high) == pytest.approx((math.exp(-half), math.exp(half)))
+    assert metrics.paired_interval([1.5]) == (1.5, 1.5)  # one pair: no spread to give
+
+
 def test_summary_totals_are_sums_over_ranks_not_rank0_times_n():
     # Two ranks, two iterations, batch 4 x 2 batches = 8 images per iteration.
     iteration_seconds = [[1.0, 2.0], [0.5, 1.0]]

@@ -49,8 +49,8 @@ def the_map(directory: Path):
 def test_each_cell_names_the_first_its_lead_and_says_when_it_is_too_close(tmp_path):
     cell_runs(tmp_path, "200mbit", "", {"allreduce": [30, 31, 32],
                                         "neighbor_allreduce": [20, 21, 22]})
-    cell_runs(tmp_path, "", "", {"allreduce": [10, 12, 14],
-                                 "neighbor_allreduce": [11, 13, 15]})
+    cell_runs(tmp_path, "", "", {"allreduce": [10, 12, 15],
+                                 "neighbor_allreduce": [11, 13, 14]})
     cell_runs(tmp_path, "200mbit", "1:2", {"allreduce": [None, None, 40],
                                            "neighbor_allreduce": [None, None, None]})
     found = the_map(tmp_path)
@@ -67,6 +67,33 @@ def test_each_cell_names_the_first_its_lead_and_says_when_it_is_too_close(tmp_pa
     missed = found.cells[("1:2", "200mbit")]
     assert missed.verdict == winner_cells.NONE and len(missed.missed) == 2
     assert ("1:2", "") not in found.cells
+
+
+def test_ranges_that_overlap_are_a_clear_lead_where_the_first_was_ahead_at_every_seed(
+        tmp_path):
+    # the seeds spread the times more than the strategies differ: their ranges overlap
+    cell_runs(tmp_path, "200mbit", "", {"allreduce": [21, 41, 63],
+                                        "neighbor_allreduce": [20, 40, 60]})
+    cell_runs(tmp_path, "", "", {"allreduce": [21, 38, 63],
+                                 "neighbor_allreduce": [20, 40, 60]})
+    found = the_map(tmp_path)
+    paired = found.cells[("", "200mbit")]
+    assert paired.verdict == winner_cells.PAIRED
+    mean, low, high, seeds = paired.paired
+    assert seeds == 3 and 1.0 < low < mean < high and mean == pytest.approx(1.0416, abs=1e-4)
+    assert paired.text().endswith("(paired by seed: 1.04x, 95% CI 1.01-1.08x, 3 seeds)")
+    # one seed the other way round: no lead either way
+    mixed = found.cells[("", "")]
+    assert mixed.verdict == winner_cells.TOO_CLOSE and mixed.paired[1] < 1.0
+    from commbench.plots import winner_map as chart
+
+    assert chart.cell_text(paired, "200mbit", {e.strategy: e.strategy.split()[0]
+                                               for e in paired.ranked}) == (
+        "neighbor_allreduce", "1.02× †")  # the combined times: 41 s over 40 s
+    assert "† ranges overlap, but ahead paired by seed" in chart.caption(found)
+    # runs that share a seed are not paired
+    same = winner_cells.Entry("a", 1.0, (1.0, 2.0), None)
+    assert winner_cells.Cell(winner_cells.ACCURACY, [same, same], []).paired is None
 
 
 def test_report_prints_the_map_with_its_misses_and_unrun_cells(tmp_path):
@@ -274,7 +301,7 @@ def test_the_chart_gives_each_cell_the_first_its_lead_or_too_close_and_fits_a_pa
     runs = tmp_path / "runs"
     cell_runs(runs, "200mbit", "", {"allreduce": [30, 31, 32],
                                     "neighbor_allreduce": [20, 21, 22]})
-    cell_runs(runs, "", "", {"allreduce": [10, 12, 14], "neighbor_allreduce": [11, 13, 15]})
+    cell_runs(runs, "", "", {"allreduce": [10, 12, 15], "neighbor_allreduce": [11, 13, 14]})
     cell_runs(runs, "200mbit", "1:2", {"allreduce": [None, None, 40],
                                        "neighbor_allreduce": [None, None, None]})
     fig = chart.figure(the_map(runs))

@@ -2,9 +2,11 @@
 rounds (each round runs both, so drift between rounds hits both alike). Light: no
 torch, so the contenders that launch whole jobs import it too."""
 
-import math
 import statistics
 from typing import Dict, List
+
+# 95% CI of the geometric mean of paired ratios; the contenders import it from here
+from commbench.result.metrics import paired_interval as interval
 
 
 def ratio(rates: Dict[str, List[float]], ours: str, theirs: str) -> str:
@@ -17,14 +19,3 @@ def ratio(rates: Dict[str, List[float]], ours: str, theirs: str) -> str:
     return (f"{medians:.3f} (ratio of medians), {statistics.median(pairs):.3f} (median of "
             f"paired rounds; 95% CI of their geometric mean {low:.3f}..{high:.3f})")
 
-
-def interval(ratios: List[float]):
-    """95% CI of the geometric mean of paired ratios (t on the log ratios)."""
-    from scipy import stats
-
-    logs = [math.log(r) for r in ratios]
-    if len(logs) < 2:
-        return ratios[0], ratios[0]
-    half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    mean = statistics.mean(logs)
-    return math.exp(mean - half), math.exp(mean + half)

@@ -4,25 +4,31 @@ Cell, with its verdict and lead) and the map (a WinnerMap), and how its rows and
 columns are named and ordered. The text table (winner_table) and the chart
 (commbench.plots.winner_map) both read these.
 
-The lead is the first's margin over the next. It is clear only where both have an
-interval and the intervals do not overlap; where they overlap the cell is "too close to
-call", and where either is a single run trained to accuracy (no range) the lead has no
-interval and the cell says so. A cell where no strategy reached the target says that
-too: ties and misses are shown, never hidden.
+The lead is the first's margin over the next. It is clear where both have an
+interval and the intervals do not overlap. Runs trained to accuracy at the same seeds
+are also compared seed by seed (the seed draws the task itself, so its spread is not the
+strategies'): the lead is clear "paired by seed" where the 95% CI of the geometric mean
+of the next's time over the first's, at the seeds where both reached the target, stays
+above 1. Elsewhere the cell is "too close to call"; where either is a single run trained
+to accuracy (no range) the lead has no interval and the cell says so. A cell where no
+strategy reached the target says that too: ties and misses are shown, never hidden.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from commbench import units
+from commbench.result.metrics import paired_interval
 from commbench.job import straggler
 from commbench.errors import UsageError
 from commbench.simulate.answer import RESOLUTION
 
-CLEAR, TOO_CLOSE, SINGLE, ALONE, NONE = ("clear", "too close to call", "single runs",
-                                         "the only one to reach it", "none reached it")
+CLEAR, PAIRED, TOO_CLOSE, SINGLE, ALONE, NONE = (
+    "clear", "clear paired by seed", "too close to call", "single runs",
+    "the only one to reach it", "none reached it")
 SHARED_MEMORY = "shared memory"
 PROJECTED_COLUMN = " (projected)"  # a network's name in a column of projections
 
@@ -31,13 +37,15 @@ class Entry(NamedTuple):
     """One strategy in a cell: its figure, its interval (None: none to give) and the
     bytes each of its workers sent (per step for speed, to the target for accuracy);
     family: the strategy whatever the layout of machines it ran on (one colour in the
-    chart across the columns), "" for the label."""
+    chart across the columns), "" for the label; by_seed: (seed, figure) of each run
+    that has one, where every run's seed is its own (else empty: nothing to pair)."""
 
     label: str
     value: float
     interval: Optional[Tuple[float, float]]
     sent: Optional[float]
     family: str = ""
+    by_seed: Tuple[Tuple[int, float], ...] = ()
 
     @property
     def strategy(self) -> str:
@@ -60,8 +68,9 @@ class Kind:
 
 ACCURACY = Kind("accuracy", True, "s", "First to the target (time to target by MLPerf "
                 "Training's rule; the lead is clear where the runs' min-max ranges do not "
-                "overlap)", "Bytes each worker of the first sent to the target (median)",
-                ALONE)
+                "overlap, or where, paired by seed, the 95% CI of the next's time over the "
+                "first's stays above 1)",
+                "Bytes each worker of the first sent to the target (median)", ALONE)
 SPEED = Kind("speed", False, "img/s", "Most images per second over all workers (the lead "
              "is clear where the 95% intervals do not overlap)",
              "Bytes each worker of the first sent per step", "the only one measured")
@@ -98,7 +107,26 @@ class Cell:
         (low, high), (other_low, other_high) = first.interval, second.interval
         apart = high < other_low if self.kind.lower_is_better else low > other_high
         wide = abs(first.value - second.value) >= self.kind.resolution * second.value
-        return CLEAR if apart and wide else TOO_CLOSE
+        if apart and wide:
+            return CLEAR
+        paired = self.paired
+        return PAIRED if paired and paired[1] > 1.0 and wide else TOO_CLOSE
+
+    @property
+    def paired(self) -> Optional[Tuple[float, float, float, int]]:
+        """The next's figure over the first's (lower is better; the first's over the
+        next's else) at the seeds both have: (geometric mean, its 95% CI low and high,
+        seeds); None below 2 shared seeds."""
+        if len(self.ranked) < 2:
+            return None
+        first, second = (dict(e.by_seed) for e in self.ranked[:2])
+        seeds = sorted(set(first) & set(second))
+        if len(seeds) < 2 or any(first[s] <= 0 or second[s] <= 0 for s in seeds):
+            return None
+        ratios = [second[s] / first[s] if self.kind.lower_is_better else first[s] / second[s]
+                  for s in seeds]
+        low, high = paired_interval(ratios)
+        return math.sqrt(low * high), low, high, len(seeds)
 
     @property
     def lead(self) -> Optional[float]:
@@ -127,6 +155,10 @@ class Cell:
         if self.verdict == TOO_CLOSE:
             return source + [f"{TOO_CLOSE}:", first, f"~ {second} ({lead})"]
         single = ["(single runs: no interval)"] if self.verdict == SINGLE else []
+        if self.verdict == PAIRED:
+            mean, low, high, seeds = self.paired
+            single = [f"(paired by seed: {mean:.2f}x, 95% CI {low:.2f}-{high:.2f}x, "
+                      f"{seeds} seeds)"]
         return source + [first, f"by {lead} over", second] + single
 
     def text(self) -> str:

@@ -6,7 +6,8 @@ commbench.analysis.winner_cells'; the projected columns and maps winner_projecti
 
 - Runs trained to accuracy: the strategy first to the target. A row's repeats are
   combined by MLPerf Training's rule (commbench.analysis.time_to_target); its interval is
-  the range (min to max) of its runs' times, and only runs that reached the target count.
+  the range (min to max) of its runs' times, and only runs that reached the target count;
+  each run's time by its seed, for the comparison paired by seed.
 - Speed runs: the strategy that moved the most images per second over all workers; its
   interval is the 95% CI of its total (over the repeats, or over one run's iterations).
 """
@@ -61,7 +62,11 @@ def accuracy_entry(row) -> Optional[Entry]:
     if time is None:
         return None
     spread = ttt.spread(row.times()) if row.reached >= 2 else None
-    return Entry(row.series.label(), time, spread, row.median_of("sent"), family_of(row))
+    seeds = [r.seed for r in row.runs]
+    by_seed = () if None in seeds or len(set(seeds)) < len(seeds) else tuple(
+        (r.seed, r.time) for r in row.runs if r.reached and r.time is not None)
+    return Entry(row.series.label(), time, spread, row.median_of("sent"), family_of(row),
+                 by_seed)
 
 
 def speed_entry(point) -> Optional[Entry]:

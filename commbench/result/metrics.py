@@ -258,6 +258,19 @@ def paired_ratio(ours, theirs) -> float:
     return float(np.median(np.asarray(ours, dtype=float) / np.asarray(theirs, dtype=float)))
 
 
+def paired_interval(ratios: Sequence[float]) -> Tuple[float, float]:
+    """95% CI of the geometric mean of paired ratios (Student's t on the log ratios):
+    each pair ran under the same conditions (a round of an A/B run, or a seed that both
+    strategies trained on), so what differs between pairs cancels out of each ratio."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    if logs.size < 2:
+        return float(ratios[0]), float(ratios[0])
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, logs.size - 1) * logs.std(ddof=1) / math.sqrt(logs.size)
+    return float(math.exp(logs.mean() - half)), float(math.exp(logs.mean() + half))
+
+
 def algbw(nbytes: float, seconds: float) -> float:
     """Algorithm bandwidth in bytes/s: the buffer's size over the time of one call."""
     return nbytes / seconds
