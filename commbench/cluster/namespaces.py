@@ -193,6 +193,26 @@ def _end_processes_in(ns: str) -> None:
         time.sleep(1)
 
 
+def cut_off() -> List[str]:
+    """The machines of the emulated clusters up on this host whose NIC is down: cut off the
+    network by --fail (commbench.faults.fail_inject.cut_link); none where this process
+    may not look."""
+    try:
+        namespaces = existing_netns()
+    except (UsageError, OSError):
+        return []
+    found = []
+    for cluster in clusters():
+        for i in range(cluster.machines):
+            if cluster.netns(i) not in namespaces:
+                continue
+            shown = tool("ip", "-n", cluster.netns(i), "-j", "link", "show", "dev",
+                         cluster.nic, check=False)
+            if shown.returncode == 0 and "UP" not in json.loads(shown.stdout)[0]["flags"]:
+                found.append(cluster.machine(i))
+    return found
+
+
 def status(cluster: Cluster) -> Dict[str, bool]:
     """Which of the cluster's pieces exist."""
     links, namespaces = existing_links(), existing_netns()

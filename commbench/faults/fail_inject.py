@@ -1,13 +1,17 @@
 """Firing the failures of --fail (commbench.faults.fail_schedule) on the rank they name: the
 job hands each training step to `Injector.around`, and before the step that an event
 names (or the first one after its time) the rank says so in one line and kills or stops
-itself with a real signal, so that its peers and the launcher meet a real failure.
+itself with a real signal, or takes its emulated machine's link down, so that its peers
+and the launcher meet a real failure.
 
 With no recovery policy, a killed rank ends the job within seconds, through the
 launcher, as any lost rank does (commbench.job.failure); a stopped one is ended by its
-peers' --timeout. Under --recovery restart the launcher then starts the job again
-(commbench.faults.restart), which is told of each event before it fires, so that the
-restarted job never fires it again. The line says the failure was injected, so that
+peers' --timeout; a cut machine by mpirun, which loses its daemon there, or by the
+peers' --timeout, whichever comes first (commbench.launch.lost_machine); its link comes back after
++REJOIN or, without one, once the rank's process has ended (cut_link). Under
+--recovery restart the launcher then starts the job again (commbench.faults.restart),
+which is told of each event before it fires, so that the restarted job never fires it
+again. The line says the failure was injected, so that
 nobody hunts for a bug, and when, on the wall clock, so that the time to its detection
 can be read off the launcher's end."""
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
@@ -31,10 +36,11 @@ class Injector:
 
     def __init__(self, events: Sequence[FailEvent], rank: int, spec: str, timeout: float,
                  clock: Callable[[], float] = time.monotonic,
-                 die: Callable[[int], None] = lambda sig: os.kill(os.getpid(), sig)) -> None:
+                 die: Callable[[int], None] = lambda sig: os.kill(os.getpid(), sig),
+                 cut: Callable[[FailEvent], None] = lambda event: cut_link(event)) -> None:
         self.mine = [e for e in events if e.rank == rank]
         self.rank, self.spec, self.timeout = rank, spec, timeout
-        self.clock, self.die = clock, die
+        self.clock, self.die, self.cut = clock, die, cut
         self.steps = 0
         self.began: Optional[float] = None
         # Under --recovery restart (commbench.faults.restart): told of each event as it
@@ -80,22 +86,53 @@ class Injector:
             self.record(event, self.steps - 1)
         print(f"commbench: error: rank {self.rank}: {self.line(event, elapsed)}",
               file=sys.stderr, flush=True)
-        self.die(SIGNALS[event.kind])
+        if event.kind == "cut":
+            self.cut(event)
+        else:
+            self.die(SIGNALS[event.kind])
 
     def line(self, event: FailEvent, elapsed: float) -> str:
         """What the rank says as it fails: that --fail did it, at which step and when."""
         at = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
-        ends = ("the others go on without it" if self.survived else
-                "the launcher starts the job again" if self.record is not None else
-                "the job ends")
-        what = (f"kills itself (SIGKILL); {ends} now" if event.kind == "kill" else
-                "stops itself (SIGSTOP) and answers no one; "
-                + (f"after --timeout ({self.timeout:g} s) the others go on without it"
-                   if self.survived else "the others end the job after "
-                   f"--timeout ({self.timeout:g} s)"
-                   + (" and the launcher starts it again" if self.record is not None else "")))
-        return (f"failure injected by --fail ({event}), not a bug: it {what}; at step "
-                f"{self.steps}, {elapsed:.2f} s into training, {at} UTC")
+        return (f"failure injected by --fail ({event}), not a bug: it {self.what(event)}; at "
+                f"step {self.steps}, {elapsed:.2f} s into training, {at} UTC")
+
+    def what(self, event: FailEvent) -> str:
+        """What the rank does, and what follows."""
+        restarts = " and the launcher starts it again" if self.record is not None else ""
+        if event.kind == "kill":
+            ends = ("the others go on without it" if self.survived else
+                    "the launcher starts the job again" if self.record is not None else
+                    "the job ends")
+            return f"kills itself (SIGKILL); {ends} now"
+        if event.kind == "cut":
+            back = (f"; its link comes back {event.rejoin:g} s later" if event.rejoin else
+                    "; its link comes back when this process has ended")
+            return ("takes its machine's link down: alive, but nothing on the machine is "
+                    "reachable; the job ends when mpirun loses its daemon there or after "
+                    f"--timeout ({self.timeout:g} s){restarts}{back}")
+        if self.survived:
+            return (f"stops itself (SIGSTOP) and answers no one; after --timeout "
+                    f"({self.timeout:g} s) the others go on without it")
+        return (f"stops itself (SIGSTOP) and answers no one; the others end the job after "
+                f"--timeout ({self.timeout:g} s){restarts}")
+
+
+def cut_link(event: FailEvent) -> None:
+    """This rank's machine off its emulated network: its NIC down in the machine's network
+    namespace, where this process runs (commbench.cluster). A shell in a session of its
+    own takes it up again after +REJOIN or, without one, once this process has ended
+    (the job is over with it), so that the machine is whole for the next job."""
+    from commbench.result.environment import emulated_network
+
+    nic = str((emulated_network() or {}).get("nic"))
+    wait = (f"sleep {event.rejoin:g}" if event.rejoin is not None else
+            f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 0.2; done")
+    subprocess.Popen(["sh", "-c", f'{wait}; exec ip link set dev "$0" up', nic],
+                     start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(["ip", "link", "set", "dev", nic, "down"], check=True,
+                   stdin=subprocess.DEVNULL, capture_output=True)
 
 
 def injector(spec: str, world_size: int, rank: int, timeout: float) -> Injector:
@@ -106,7 +143,7 @@ def injector(spec: str, world_size: int, rank: int, timeout: float) -> Injector:
 def describe(spec: str, world_size: int) -> str:
     """How the console names the schedule: `rank 1 killed at step 4, rank 2 stopped
     after 45 s`."""
-    done = {"kill": "killed", "stop": "stopped"}
+    done = {"kill": "killed", "stop": "stopped", "cut": "cut off (its machine's link)"}
     return ", ".join(f"rank {e.rank} {done[e.kind]} "
                      + (f"at step {e.step}" if e.step is not None else f"after {e.seconds:g} s")
                      for e in schedule(spec, world_size))

@@ -1,15 +1,19 @@
-"""Failures on purpose: `--fail SPEC`, the schedule of ranks that kill or stop themselves
-in the middle of a run, so that what a failure costs can be measured (issue 56).
+"""Failures on purpose: `--fail SPEC`, the schedule of ranks that kill or stop themselves,
+or cut their machine off the network, in the middle of a run, so that what a failure
+costs can be measured (issue 56).
 
 A SPEC is either explicit events, comma-separated, each `RANK@WHEN[:KIND][+REJOIN]`:
 WHEN is `stepN` (as the rank's Nth training step begins, warm-up included, counted from
 1) or a duration such as `45s` (once that much time has passed since the rank's first
-training step); KIND is `kill` (SIGKILL, the default) or `stop` (SIGSTOP: alive but
-silent); REJOIN is a duration after which the rank starts again. Or it is a seeded random
-schedule, `mtbf=60s,seed=1[,kind=stop][,rejoin=10s]`, expanded into the same events: every
-rank but rank 0 (which writes the result) fails once, in an order and at times drawn from
-the seed, the times between failures exponential with the given mean, each failed rank
-starting again `rejoin` after its failure where that is given. The expansion depends
+training step); KIND is `kill` (SIGKILL, the default), `stop` (SIGSTOP: alive but
+silent) or `cut` (on an emulated cluster's machine, its link taken down: the rank, and
+every process on its machine, alive but unreachable, until the rank's process ends);
+REJOIN is a duration after which the rank starts again (a cut: its link comes back).
+Or it is a seeded random schedule, `mtbf=60s,seed=1[,kind=stop][,rejoin=10s]`, expanded
+into the same events: every rank but rank 0 (which writes the result) fails once, in an
+order and at times drawn from the seed, the times between failures exponential with the
+given mean, each failed rank starting again `rejoin` after its failure where that is
+given. The expansion depends
 on the spec and the world size alone, so that every strategy meets the same schedule.
 
 Nothing here touches a process: commbench.faults.fail_inject fires the events.
@@ -26,7 +30,7 @@ from commbench.config.flags import accepting, flag
 from commbench.config.sections import Section
 from commbench.errors import UsageError
 
-KINDS = ("kill", "stop")
+KINDS = ("kill", "stop", "cut")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _SECONDS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _EVENT = re.compile(r"(?P<rank>\d+)@(?:step(?P<step>\d+)|(?P<after>[\d.]+[a-z]+))"
@@ -130,7 +134,7 @@ def _event(text: str) -> FailEvent:
 
 
 @accepting("none, RANK@WHEN[:KIND][+REJOIN] events, comma-separated (WHEN: stepN or a "
-           "duration such as 45s; KIND: kill or stop; e.g. 1@step200 or 2@45s:stop), or "
+           "duration such as 45s; KIND: kill, stop or cut; e.g. 1@step200 or 2@45s:stop), or "
            "mtbf=DURATION,seed=N[,kind=KIND][,rejoin=DURATION]")
 def spec(text: str) -> str:
     """The flag's check: the SPEC written the one way results record it."""
@@ -146,7 +150,8 @@ class FailureFlags(Section):
 
     fail: str = flag(
         "none", "failures on purpose: ranks that kill (SIGKILL) or stop (SIGSTOP) themselves "
-        "mid-run, RANK@WHEN[:KIND][+REJOIN] events (e.g. 1@step200, 2@45s:stop) or a seeded "
+        "or, on an emulated cluster, cut their machine's link (cut) mid-run, "
+        "RANK@WHEN[:KIND][+REJOIN] events (e.g. 1@step200, 2@45s:stop) or a seeded "
         "random schedule mtbf=60s,seed=1 (commbench.faults.fail_schedule); without a recovery "
         "policy a failure ends the job", spec, "SPEC")
 
@@ -157,6 +162,15 @@ def schedule(text: str, world_size: int) -> Tuple[FailEvent, ...]:
     if parsed is None:
         return ()
     return parsed.expand(world_size) if isinstance(parsed, RandomSchedule) else parsed
+
+
+def first_of_kind(text: str, kind: str) -> Optional[Union[FailEvent, RandomSchedule]]:
+    """The first event of a SPEC of this kind, or its random schedule where that is of it
+    (whatever the world size); None where there is none."""
+    parsed = parse(text)
+    if isinstance(parsed, RandomSchedule):
+        return parsed if parsed.kind == kind else None
+    return next((e for e in parsed or () if e.kind == kind), None)
 
 
 def check(text: str, world_size: Optional[int], who: str = "this job",

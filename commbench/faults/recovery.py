@@ -148,6 +148,32 @@ def check_gossip(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> Non
                          "python -m commbench ...")
 
 
+def check_cut(config: "RunConfig", world_size: int) -> None:
+    """What a cut (--fail ...:cut) needs: an emulated machine whose link this rank may take
+    down, and a policy that outlives it (none, or restart: the link comes back after
+    +REJOIN, or when the cut rank's process has ended, commbench.faults.fail_inject)."""
+    from commbench.result.environment import emulated_network
+
+    cut = fail_schedule.first_of_kind(config.fail, "cut")
+    if cut is None:
+        return
+    if config.recovery in ("gossip", "torchft"):
+        why = {"gossip": "Open MPI ends the job when it loses the cut machine's daemon, so "
+                         "the survivors could not go on",
+               "torchft": "a replica group cut off is not restarted by `commbench torchft`, "
+                          "which starts again only a group that ended"}[config.recovery]
+        raise UsageError(f"argument --fail: {cut} under --recovery {config.recovery}: {why}; "
+                         "kill or stop the rank instead")
+    if not (emulated_network() or {}).get("nic"):
+        raise UsageError(f"argument --fail: {cut} takes the rank's machine off the network, "
+                         "which commbench does only on an emulated cluster's machines "
+                         "(commbench sweep --emulate, or mpirun on those of `commbench cluster "
+                         "up`); here kill or stop the rank")
+    if os.geteuid() != 0:
+        raise UsageError(f"argument --fail: {cut} takes a network interface down, which needs "
+                         "root, as the emulated cluster did")
+
+
 def after_failure(policy: str) -> str:
     """What the console says the job does after each failure of --fail."""
     return {"restart": "the job restarts from its newest checkpoint after each (--recovery "

@@ -5,7 +5,8 @@ the restarts of `--recovery restart` (commbench.faults.recovery), whose jobs res
 their newest checkpoint.
 
 A refused request (exit status 2, commbench's one-line usage errors) is not run again:
-it would be refused again. The launcher's environment says that a supervisor restarts
+it would be refused again. Before a restart, a machine of an emulated cluster that
+--fail cut off the network is waited for: the launcher could not reach it. The launcher's environment says that a supervisor restarts
 it (so that `commbench run --recovery restart` accepts it) and, from the second attempt
 on, when the supervisor saw the previous attempt end: the failure's detection."""
 
@@ -20,6 +21,11 @@ import time
 from commbench.config.flags import positive_int
 from commbench.errors import UsageError
 from commbench.faults.recovery import DETECTED, SUPERVISED
+
+# How long a restart waits for a machine cut off the network to come back, and how often
+# it looks: a cut without +REJOIN comes back once the cut rank ends, after its --timeout.
+MACHINES_PATIENCE = 600.0
+POLL_SECONDS = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,4 +55,23 @@ def main(args: argparse.Namespace) -> int:
         print(f"commbench supervise: the job ended with exit status {code}; starting it "
               f"again ({attempt + 1} of {args.restarts} restarts)", file=sys.stderr,
               flush=True)
+        wait_for_machines()
     return code
+
+
+def wait_for_machines(patience: float = MACHINES_PATIENCE) -> None:
+    """Before the job starts again, the machines of an emulated cluster that --fail cut off
+    the network back on it (after the cut's +REJOIN, or once the cut rank's process has
+    ended): the launcher could not reach them. At most `patience` seconds."""
+    from commbench.cluster.namespaces import cut_off
+
+    deadline, said = time.time() + patience, False
+    while time.time() < deadline:
+        away = cut_off()
+        if not away:
+            return
+        if not said:
+            print(f"commbench supervise: waiting for {', '.join(away)} to be back on the "
+                  "network (cut off by --fail)", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(POLL_SECONDS)

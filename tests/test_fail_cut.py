@@ -1,0 +1,136 @@
+"""`--fail RANK@WHEN:cut` (commbench.faults.fail_inject.cut_link): a rank takes its
+emulated machine's link down. Refused in one line where there is no such link or the
+policy could not outlive it; on an emulated cluster (root), mpirun ends the job naming
+the machine, and `commbench supervise` waits for the machine to be back before the
+restarted job resumes from its checkpoint; the link is up again after either."""
+
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from cli_helpers import commbench
+from commbench.config.run_config import RunConfig
+from commbench.errors import UsageError
+from commbench.faults import fail_inject, fail_schedule, recovery
+from launchers import BIN, PYTHON, kill_tree, launcher_env, only_result
+from test_lost_machine import BOUND, TIMEOUT, cluster  # noqa: F401 (the fixture)
+from test_recovery import RESTART, TINY, TORCHRUN
+
+EMULATED = '{"cluster": "cb", "nic": "cb-br", "link": "1gbit"}'
+
+
+def test_a_cut_is_a_kind_of_failure_of_events_and_random_schedules():
+    (event,) = fail_schedule.parse("1@step3:cut+5s")
+    assert (event.kind, event.rejoin, str(event)) == ("cut", 5.0, "1@step3:cut+5s")
+    assert fail_schedule.parse("mtbf=60s,seed=1,kind=cut").kind == "cut"
+    assert fail_inject.describe("1@step3:cut", 2) == \
+        "rank 1 cut off (its machine's link) at step 3"
+    assert fail_schedule.first_of_kind("1@step3,2@step4:cut", "cut").rank == 2
+    assert fail_schedule.first_of_kind("1@step3:stop", "cut") is None
+
+
+def test_a_cut_takes_the_link_down_instead_of_a_signal():
+    done = []
+    injector = fail_inject.Injector(fail_schedule.schedule("0@step2:cut", 1), 0,
+                                    "0@step2:cut", 10.0, die=lambda sig: done.append(sig),
+                                    cut=lambda event: done.append(str(event)))
+    for _ in range(3):
+        injector.before_step()
+    assert done == ["0@step2:cut"]
+    assert "takes its machine's link down" in injector.what(fail_schedule.parse(
+        "0@step2:cut")[0])
+
+
+@pytest.mark.parametrize("policy, env, message", [
+    ("none", {}, "argument --fail: 1@step3:cut takes the rank's machine off the network, "
+     "which commbench does only on an emulated cluster's machines"),
+    ("gossip", {"COMMBENCH_EMULATED_NETWORK": EMULATED}, "argument --fail: 1@step3:cut "
+     "under --recovery gossip: Open MPI ends the job when it loses the cut machine's "
+     "daemon"),
+    ("torchft", {"COMMBENCH_EMULATED_NETWORK": EMULATED}, "argument --fail: 1@step3:cut "
+     "under --recovery torchft: a replica group cut off is not restarted"),
+])
+def test_a_cut_where_there_is_no_link_or_the_policy_could_not_outlive_it_is_refused(
+        policy, env, message, monkeypatch):
+    monkeypatch.delenv("COMMBENCH_EMULATED_NETWORK", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    config = RunConfig(fail="1@step3:cut", recovery=policy)
+    with pytest.raises(UsageError, match="^" + re.escape(message)):
+        recovery.check_cut(config, 4)
+    monkeypatch.setenv("COMMBENCH_EMULATED_NETWORK", EMULATED)
+    if policy == "none" and os.geteuid() == 0:
+        recovery.check_cut(config, 4)  # on an emulated machine, as root: accepted
+
+
+def test_a_run_refuses_a_cut_off_an_emulated_cluster_in_one_line(tmp_path):
+    done = commbench("run", *TINY, "--fail", "1@step3:cut", "--results-dir", tmp_path,
+                     env=TORCHRUN)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("commbench: error: argument --fail: 1@step3:cut takes the "
+                               "rank's machine off the network")
+
+
+def nic_up(c, machine: int) -> bool:
+    shown = subprocess.run(["ip", "-n", c.netns(machine), "-br", "link", "show", "dev", c.nic],
+                           capture_output=True, text=True, check=True).stdout
+    return " UP " in f" {shown} "
+
+
+def on_cluster(c, command, timeout):
+    """`command` on the host with the cluster's ssh first on PATH, as a user launches."""
+    env = launcher_env({"PATH": f"{c.bin}:{BIN}:{os.environ['PATH']}"})
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, err = proc.communicate()
+        pytest.fail(f"{command[0]} still running after {timeout} s:\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+MPIRUN = ["mpirun", "-np", "2", "--bind-to", "none"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_a_cut_machine_ends_the_job_naming_it_and_comes_back_after(cluster, tmp_path):  # noqa: F811
+    started = time.monotonic()
+    code, _, err = on_cluster(cluster, [*MPIRUN, "-H", cluster.hosts, PYTHON, "-m",
+                                        "commbench", *TINY, "--fail", "1@step3:cut",
+                                        "--timeout", str(TIMEOUT), "--results-dir",
+                                        str(tmp_path)], 240)
+    assert code != 0, err[-3000:]
+    assert "failure injected by --fail (1@step3:cut)" in err
+    assert f"machine {cluster.machine(1)} was lost" in err, err[-3000:]
+    assert time.monotonic() - started < 120 + BOUND
+    assert not list(tmp_path.glob("*.json"))
+    deadline = time.monotonic() + 60  # the cut rank ends after its own --timeout
+    while not nic_up(cluster, 1):
+        assert time.monotonic() < deadline, "the cut machine's link stayed down"
+        time.sleep(0.5)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(400)
+def test_a_restart_waits_for_the_cut_machine_and_resumes_from_its_checkpoint(
+        cluster, tmp_path):  # noqa: F811
+    code, out, err = on_cluster(cluster, [
+        PYTHON, "-m", "commbench", "supervise", "--restarts", "1", "--", *MPIRUN, "-H",
+        cluster.hosts, PYTHON, "-m", "commbench", *TINY, *RESTART, "--fail", "1@step6:cut",
+        "--timeout", str(TIMEOUT), "--results-dir", str(tmp_path)], 360)
+    assert code == 0, err[-3000:]
+    assert f"commbench supervise: waiting for {cluster.machine(1)} to be back on the " \
+        "network (cut off by --fail)" in err
+    assert "Resumed from checkpoint " in out and "(step 3)" in out
+    [cost] = only_result(tmp_path)["recovery"]["costs"]
+    assert cost["event"] == "1@step6:cut" and cost["resumed_from_step"] == 3
+    # found lost by mpirun (its daemon's keepalive) or by the peer's --timeout, first
+    assert TIMEOUT <= cost["detection_seconds"] < BOUND, cost
+    assert nic_up(cluster, 1)
