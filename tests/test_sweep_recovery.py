@@ -71,6 +71,19 @@ def test_a_restarting_job_on_an_emulated_cluster_runs_its_mpirun_under_a_supervi
     assert job[:9] == [*COMMBENCH, "supervise", "--restarts", "1", "--", MPIRUN, "-H"]
 
 
+def test_a_cut_runs_on_an_emulated_cluster_and_is_skipped_with_runs_reason_elsewhere(
+        tmp_path):
+    needs_dcp()
+    jobs, _, done = planned(tmp_path, "--emulate", "2x1", *RESTART, "--fail", "1@step4:cut")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (job,) = jobs
+    assert job[:6] == [*COMMBENCH, "supervise", "--restarts", "1"]
+    _, comments, done = planned(tmp_path, "--np", "2", *RESTART, "--fail", "1@step4:cut")
+    assert done.returncode == 1
+    assert comments[-1].startswith("# skipped: allreduce on 2: argument --fail: 1@step4:cut "
+                                   "takes the rank's machine off the network")
+
+
 def test_a_restart_that_could_not_resume_is_still_skipped_with_runs_reason(tmp_path):
     # the supervisor the sweep adds answers "nothing would start it again", not this
     _, comments, done = planned(tmp_path, "--np", "2", "--dist-optimizer", "local_sgd",

@@ -6,9 +6,10 @@ their newest checkpoint.
 
 A refused request (exit status 2, commbench's one-line usage errors) is not run again:
 it would be refused again. Before a restart, a machine of an emulated cluster that
---fail cut off the network is waited for: the launcher could not reach it. The launcher's environment says that a supervisor restarts
-it (so that `commbench run --recovery restart` accepts it) and, from the second attempt
-on, when the supervisor saw the previous attempt end: the failure's detection."""
+--fail cut off the network is waited for: the launcher could not reach it. The
+launcher's environment says that a supervisor restarts it (so that `commbench run
+--recovery restart` accepts it) and, from the second attempt on, when the supervisor
+saw the previous attempt end: the failure's detection."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ on purpose"), and each job checked as `commbench run` would check it under that 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from typing import Dict, Iterator, List, Optional
@@ -98,13 +99,17 @@ def _torchft_refusal(job_flags: List[str], launch, launcher: str) -> Optional[st
 def _launcher_environment(config, launcher: str, workers: int) -> Dict[str, str]:
     """What the restarting job's launcher tells its ranks: how often it starts them again
     (commbench.faults.recovery.check reads it), or that `commbench gossip` starts a
-    rejoining rank again (check_gossip)."""
+    rejoining rank again (check_gossip), and that they run on an emulated cluster's
+    machines (Cluster.machine_environment: a --fail cut takes their NIC down)."""
+    told = {"COMMBENCH_EMULATED_NETWORK": json.dumps({"nic": "the cluster's"})} \
+        if launcher == EMULATED else {}
     if _rejoins_under_gossip(config, launcher, workers):
-        return {GOSSIP_SUPERVISED: "1"}
+        return {**told, GOSSIP_SUPERVISED: "1"}
     if config.recovery != "restart":
-        return {}
+        return told
     allowed = str(restarts(config, workers))
-    return {"TORCHELASTIC_MAX_RESTARTS" if launcher == "torchrun" else SUPERVISED: allowed}
+    return {**told,
+            "TORCHELASTIC_MAX_RESTARTS" if launcher == "torchrun" else SUPERVISED: allowed}
 
 
 @contextlib.contextmanager
