@@ -1,8 +1,9 @@
 """`--fail RANK@WHEN:cut` (commbench.faults.fail_inject.cut_link): a rank takes its
 emulated machine's link down. Refused in one line where there is no such link or the
 policy could not outlive it; on an emulated cluster (root), mpirun ends the job naming
-the machine, and `commbench supervise` waits for the machine to be back before the
-restarted job resumes from its checkpoint; the link is up again after either."""
+the machine, `commbench supervise` waits for the machine to be back before the
+restarted job resumes from its checkpoint, and torchft's quorum goes on without a cut
+replica group, which heals from its peer once its link is back."""
 
 import os
 import re
@@ -18,6 +19,8 @@ from commbench.faults import fail_inject, fail_schedule, recovery
 from launchers import BIN, PYTHON, kill_tree, launcher_env, only_result
 from test_lost_machine import BOUND, TIMEOUT, cluster  # noqa: F401 (the fixture)
 from test_recovery import RESTART, TINY, TORCHRUN
+from test_torchft import needs_torchft
+from test_training_to_accuracy import TINY_TASK
 
 EMULATED = '{"cluster": "cb", "nic": "cb-br", "link": "1gbit"}'
 
@@ -50,8 +53,8 @@ def test_a_cut_takes_the_link_down_instead_of_a_signal():
     ("gossip", {"COMMBENCH_EMULATED_NETWORK": EMULATED}, "argument --fail: 1@step3:cut "
      "under --recovery gossip: Open MPI ends the job when it loses the cut machine's "
      "daemon"),
-    ("torchft", {"COMMBENCH_EMULATED_NETWORK": EMULATED}, "argument --fail: 1@step3:cut "
-     "under --recovery torchft: a replica group cut off is not restarted"),
+    ("torchft", {}, "argument --fail: 1@step3:cut takes the rank's machine off the network, "
+     "which commbench does only on an emulated cluster's machines"),
 ])
 def test_a_cut_where_there_is_no_link_or_the_policy_could_not_outlive_it_is_refused(
         policy, env, message, monkeypatch):
@@ -62,7 +65,7 @@ def test_a_cut_where_there_is_no_link_or_the_policy_could_not_outlive_it_is_refu
     with pytest.raises(UsageError, match="^" + re.escape(message)):
         recovery.check_cut(config, 4)
     monkeypatch.setenv("COMMBENCH_EMULATED_NETWORK", EMULATED)
-    if policy == "none" and os.geteuid() == 0:
+    if policy != "gossip" and os.geteuid() == 0:
         recovery.check_cut(config, 4)  # on an emulated machine, as root: accepted
 
 
@@ -133,4 +136,28 @@ def test_a_restart_waits_for_the_cut_machine_and_resumes_from_its_checkpoint(
     assert cost["event"] == "1@step6:cut" and cost["resumed_from_step"] == 3
     # found lost by mpirun (its daemon's keepalive) or by the peer's --timeout, first
     assert TIMEOUT <= cost["detection_seconds"] < BOUND, cost
+    assert nic_up(cluster, 1)
+
+
+@needs_torchft
+@pytest.mark.mpi
+@pytest.mark.timeout(420)
+def test_a_cut_replica_group_is_left_out_of_the_quorum_and_heals_once_back(
+        cluster, tmp_path):  # noqa: F811
+    code, out, err = on_cluster(cluster, [
+        PYTHON, "-m", "commbench", "torchft", "-n", "2", "--cluster", cluster.name, "--",
+        *TINY_TASK, "--max-epochs", "12", "--eval-every", "100", "--timeout", "30",
+        "--fail", "1@step5:cut+5s", "--results-dir", str(tmp_path)], 360)
+    assert code == 0, err[-3000:]
+    assert "failure injected by --fail (1@step5:cut+5s)" in err
+    doc = only_result(tmp_path)
+    [cost] = doc["recovery"]["costs"]
+    assert cost["event"] == "1@step5:cut+5s" and cost["steps_with_fewer_groups"] > 0
+    # back in the quorum once its link was: the same process, healed from group 0
+    assert 5 < cost["rejoin_seconds"] < 120, cost
+    assert re.search(rf"::ffff:{re.escape(cluster.address(1))} .* \"GET /checkpoint/[1-9]",
+                     err), err[-3000:]
+    digest = doc["recovery"]["final_parameters_sha256"]
+    assert (f"commbench torchft: the 2 replica groups ended at step 60 with the same "
+            f"parameters (sha256 {digest[:16]})") in out
     assert nic_up(cluster, 1)

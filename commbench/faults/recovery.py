@@ -150,20 +150,19 @@ def check_gossip(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> Non
 
 def check_cut(config: "RunConfig", world_size: int) -> None:
     """What a cut (--fail ...:cut) needs: an emulated machine whose link this rank may take
-    down, and a policy that outlives it (none, or restart: the link comes back after
-    +REJOIN, or when the cut rank's process has ended, commbench.faults.fail_inject)."""
+    down (a replica group's: `commbench torchft --cluster`), and a policy that outlives
+    it: none, restart or torchft (the link comes back after +REJOIN, or when the cut
+    rank's process has ended, commbench.faults.fail_inject)."""
     from commbench.result.environment import emulated_network
 
     cut = fail_schedule.first_of_kind(config.fail, "cut")
     if cut is None:
         return
-    if config.recovery in ("gossip", "torchft"):
-        why = {"gossip": "Open MPI ends the job when it loses the cut machine's daemon, so "
-                         "the survivors could not go on",
-               "torchft": "a replica group cut off is not restarted by `commbench torchft`, "
-                          "which starts again only a group that ended"}[config.recovery]
-        raise UsageError(f"argument --fail: {cut} under --recovery {config.recovery}: {why}; "
-                         "kill or stop the rank instead")
+    if config.recovery == "gossip":
+        raise UsageError(f"argument --fail: {cut} under --recovery gossip: Open MPI ends the "
+                         "job when it loses the cut machine's daemon, --enable-recovery or "
+                         "not, so the survivors could not go on; kill or stop the rank "
+                         "instead")
     if not (emulated_network() or {}).get("nic"):
         raise UsageError(f"argument --fail: {cut} takes the rank's machine off the network, "
                          "which commbench does only on an emulated cluster's machines "

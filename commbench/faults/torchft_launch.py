@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     flags = args.group_flags[1:] if args.group_flags[:1] == ["--"] else list(args.group_flags)
     flags = replica_flags(flags)
-    config = checked(flags, args.replica_groups)
+    config = checked(flags, args.replica_groups, on_cluster=args.cluster is not None)
     place = torchft_machines.placement(args.cluster, args.replica_groups, args.lighthouse)
     # SIGTERM ends the command through its finally blocks: no group, no lighthouse left.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -87,9 +88,11 @@ def replica_flags(flags: List[str]) -> List[str]:
     return flags if given else [*flags, "--recovery", "torchft"]
 
 
-def checked(flags: List[str], groups: int):
+def checked(flags: List[str], groups: int, on_cluster: bool = False):
     """The run's configuration, refused in one line (here, before any group starts) as
-    each group would refuse it, and a run of one group, which no peer could heal."""
+    each group would refuse it, and a run of one group, which no peer could heal. Groups
+    on a cluster's machines are told so (Placement.environment: a --fail cut takes their
+    NIC down)."""
     from commbench.job.run_checks import validate
     from commbench.launch.detect import detect_launch
 
@@ -97,6 +100,8 @@ def checked(flags: List[str], groups: int):
         raise UsageError("torchft: -n 1 leaves no peer to recover from; run 2 or more")
     config = run_config(flags, "torchft")
     env = group_env(0, groups, "http://localhost:1", "", 0, 1)
+    if on_cluster:
+        env["COMMBENCH_EMULATED_NETWORK"] = json.dumps({"nic": "the cluster's"})
     saved = dict(os.environ)
     os.environ.update(env)
     try:

@@ -90,7 +90,7 @@ def _torchft_refusal(job_flags: List[str], launch, launcher: str) -> Optional[st
     if launcher == EMULATED and launch.local_size != 1:
         return ONE_PER_MACHINE
     try:
-        checked(job_flags, launch.world_size)
+        checked(job_flags, launch.world_size, on_cluster=launcher == EMULATED)
     except UsageError as e:
         return str(e)
     return None
