@@ -16,7 +16,7 @@ from cli_helpers import commbench
 from commbench.config.run_config import RunConfig
 from commbench.errors import UsageError
 from commbench.faults import fail_inject, fail_schedule, recovery
-from launchers import BIN, PYTHON, kill_tree, launcher_env, only_result
+from launchers import BIN, PYTHON, only_result, run
 from test_lost_machine import BOUND, TIMEOUT, cluster  # noqa: F401 (the fixture)
 from test_recovery import RESTART, TINY, TORCHRUN
 from test_torchft import needs_torchft
@@ -86,16 +86,8 @@ def nic_up(c, machine: int) -> bool:
 
 def on_cluster(c, command, timeout):
     """`command` on the host with the cluster's ssh first on PATH, as a user launches."""
-    env = launcher_env({"PATH": f"{c.bin}:{BIN}:{os.environ['PATH']}"})
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        out, err = proc.communicate()
-        pytest.fail(f"{command[0]} still running after {timeout} s:\n{err[-3000:]}")
-    return proc.returncode, out, err
+    done = run(command, timeout, env={"PATH": f"{c.bin}:{BIN}:{os.environ['PATH']}"})
+    return done.returncode, done.stdout, done.stderr
 
 
 MPIRUN = ["mpirun", "-np", "2", "--bind-to", "none"]

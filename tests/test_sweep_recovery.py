@@ -62,22 +62,18 @@ def test_a_restarting_torchrun_job_gets_max_restarts_on_torchruns_line(tmp_path)
                         "--nproc-per-node", "2", "--max-restarts", "1", "-m", "commbench"]
 
 
+@pytest.mark.parametrize("fail", ["1@step4", "1@step4:cut"])
 def test_a_restarting_job_on_an_emulated_cluster_runs_its_mpirun_under_a_supervisor(
-        tmp_path):
+        tmp_path, fail):
     needs_dcp()
-    jobs, _, done = planned(tmp_path, "--emulate", "2x1", *RESTART, "--fail", "1@step4")
+    jobs, _, done = planned(tmp_path, "--emulate", "2x1", *RESTART, "--fail", fail)
     assert done.returncode == 0, done.stdout + done.stderr
     (job,) = jobs
     assert job[:9] == [*COMMBENCH, "supervise", "--restarts", "1", "--", MPIRUN, "-H"]
 
 
-def test_a_cut_runs_on_an_emulated_cluster_and_is_skipped_with_runs_reason_elsewhere(
-        tmp_path):
+def test_a_cut_off_an_emulated_cluster_is_skipped_with_runs_reason(tmp_path):
     needs_dcp()
-    jobs, _, done = planned(tmp_path, "--emulate", "2x1", *RESTART, "--fail", "1@step4:cut")
-    assert done.returncode == 0, done.stdout + done.stderr
-    (job,) = jobs
-    assert job[:6] == [*COMMBENCH, "supervise", "--restarts", "1"]
     _, comments, done = planned(tmp_path, "--np", "2", *RESTART, "--fail", "1@step4:cut")
     assert done.returncode == 1
     assert comments[-1].startswith("# skipped: allreduce on 2: argument --fail: 1@step4:cut "
