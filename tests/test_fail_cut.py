@@ -43,8 +43,11 @@ def test_a_cut_takes_the_link_down_instead_of_a_signal():
     for _ in range(3):
         injector.before_step()
     assert done == ["0@step2:cut"]
-    assert "takes its machine's link down" in injector.what(fail_schedule.parse(
-        "0@step2:cut")[0])
+    (event,) = fail_schedule.parse("0@step2:cut")
+    assert "takes its machine's link down" in injector.what(event)
+    assert "the job ends when mpirun loses its daemon there" in injector.what(event)
+    injector.survived = True  # gossip's and torchft's: the others go on
+    assert "the others go on without it once they find it lost" in injector.what(event)
 
 
 @pytest.mark.parametrize("policy, env, message", [
@@ -55,18 +58,24 @@ def test_a_cut_takes_the_link_down_instead_of_a_signal():
      "daemon"),
     ("torchft", {}, "argument --fail: 1@step3:cut takes the rank's machine off the network, "
      "which commbench does only on an emulated cluster's machines"),
+    ("none", {"COMMBENCH_EMULATED_NETWORK": EMULATED, "uid": 1000}, "argument --fail: "
+     "1@step3:cut takes a network interface down, which needs root"),
+    ("torchft", {"COMMBENCH_EMULATED_NETWORK": EMULATED}, "argument --fail: 1@step3:cut "
+     "under --recovery torchft needs +REJOIN (rejoin= in a random schedule)"),
 ])
 def test_a_cut_where_there_is_no_link_or_the_policy_could_not_outlive_it_is_refused(
         policy, env, message, monkeypatch):
     monkeypatch.delenv("COMMBENCH_EMULATED_NETWORK", raising=False)
+    monkeypatch.setattr(os, "geteuid", lambda: env.get("uid", 0))
     for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    config = RunConfig(fail="1@step3:cut", recovery=policy)
+        if name != "uid":
+            monkeypatch.setenv(name, value)
     with pytest.raises(UsageError, match="^" + re.escape(message)):
-        recovery.check_cut(config, 4)
+        recovery.check_cut(RunConfig(fail="1@step3:cut", recovery=policy))
     monkeypatch.setenv("COMMBENCH_EMULATED_NETWORK", EMULATED)
-    if policy != "gossip" and os.geteuid() == 0:
-        recovery.check_cut(config, 4)  # on an emulated machine, as root: accepted
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    if policy != "gossip":  # on an emulated machine, as root, with the link back: accepted
+        recovery.check_cut(RunConfig(fail="1@step3:cut+5s", recovery=policy))
 
 
 def test_a_run_refuses_a_cut_off_an_emulated_cluster_in_one_line(tmp_path):

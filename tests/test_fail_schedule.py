@@ -33,7 +33,7 @@ def test_the_flag_reads_events_and_random_schedules(text, parsed, written):
 @pytest.mark.parametrize("value", ["", "1", "1@", "@step3", "1@step0", "1@step", "1@45",
                                    "1@45x", "1@0s", "-1@step3", "1@step3:hang", "1@step3+",
                                    "1@step3+10", "1@step3,", "mtbf=60s", "seed=1",
-                                   "mtbf=0s,seed=1", "mtbf=60s,seed=x", "mtbf=60s,seed=1,kind=cut",
+                                   "mtbf=0s,seed=1", "mtbf=60s,seed=x", "mtbf=60s,seed=1,kind=melt",
                                    "mtbf=60s,seed=1,rate=2",
                                    "mtbf=60s,seed=1,rejoin=0s", "mtbf=60s,seed=1,rejoin=x"])
 def test_bad_specs_are_refused_in_one_line(value):

@@ -5,6 +5,7 @@ that its supervisor starts again, which records its recovery."""
 
 import copy
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -64,8 +65,9 @@ def test_a_restarting_torchrun_job_gets_max_restarts_on_torchruns_line(tmp_path)
 
 @pytest.mark.parametrize("fail", ["1@step4", "1@step4:cut"])
 def test_a_restarting_job_on_an_emulated_cluster_runs_its_mpirun_under_a_supervisor(
-        tmp_path, fail):
+        tmp_path, fail, monkeypatch):
     needs_dcp()
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # a cut needs root, as the cluster does
     jobs, _, done = planned(tmp_path, "--emulate", "2x1", *RESTART, "--fail", fail)
     assert done.returncode == 0, done.stdout + done.stderr
     (job,) = jobs

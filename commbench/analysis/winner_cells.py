@@ -30,6 +30,7 @@ CLEAR, PAIRED, TOO_CLOSE, SINGLE, ALONE, NONE = (
     "clear", "clear paired by seed", "too close to call", "single runs",
     "the only one to reach it", "none reached it")
 SHARED_MEMORY = "shared memory"
+PAIRED_SEEDS = 3  # the fewest seeds a lead paired by seed rests on, as MLPerf's rule asks
 PROJECTED_COLUMN = " (projected)"  # a network's name in a column of projections
 
 
@@ -37,15 +38,16 @@ class Entry(NamedTuple):
     """One strategy in a cell: its figure, its interval (None: none to give) and the
     bytes each of its workers sent (per step for speed, to the target for accuracy);
     family: the strategy whatever the layout of machines it ran on (one colour in the
-    chart across the columns), "" for the label; by_seed: (seed, figure) of each run
-    that has one, where every run's seed is its own (else empty: nothing to pair)."""
+    chart across the columns), "" for the label; by_seed: (seed, figure) of each run,
+    None where it has none (not reached), where every run's seed is its own (else empty:
+    nothing to pair)."""
 
     label: str
     value: float
     interval: Optional[Tuple[float, float]]
     sent: Optional[float]
     family: str = ""
-    by_seed: Tuple[Tuple[int, float], ...] = ()
+    by_seed: Tuple[Tuple[int, Optional[float]], ...] = ()
 
     @property
     def strategy(self) -> str:
@@ -115,13 +117,17 @@ class Cell:
     @property
     def paired(self) -> Optional[Tuple[float, float, float, int]]:
         """The next's figure over the first's (lower is better; the first's over the
-        next's else) at the seeds both have: (geometric mean, its 95% CI low and high,
-        seeds); None below 2 shared seeds."""
+        next's else) at the seeds where both have one: (geometric mean, its 95% CI low
+        and high, seeds); None below PAIRED_SEEDS such seeds, or where the next has a
+        figure at a seed where the first has none (it did better there)."""
         if len(self.ranked) < 2:
             return None
         first, second = (dict(e.by_seed) for e in self.ranked[:2])
-        seeds = sorted(set(first) & set(second))
-        if len(seeds) < 2 or any(first[s] <= 0 or second[s] <= 0 for s in seeds):
+        if any(first[s] is None and second[s] is not None for s in set(first) & set(second)):
+            return None
+        seeds = sorted(s for s in set(first) & set(second)
+                       if first[s] is not None and second[s] is not None)
+        if len(seeds) < PAIRED_SEEDS or any(first[s] <= 0 or second[s] <= 0 for s in seeds):
             return None
         ratios = [second[s] / first[s] if self.kind.lower_is_better else first[s] / second[s]
                   for s in seeds]

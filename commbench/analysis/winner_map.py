@@ -64,7 +64,7 @@ def accuracy_entry(row) -> Optional[Entry]:
     spread = ttt.spread(row.times()) if row.reached >= 2 else None
     seeds = [r.seed for r in row.runs]
     by_seed = () if None in seeds or len(set(seeds)) < len(seeds) else tuple(
-        (r.seed, r.time) for r in row.runs if r.reached and r.time is not None)
+        (r.seed, r.time if r.reached else None) for r in row.runs)
     return Entry(row.series.label(), time, spread, row.median_of("sent"), family_of(row),
                  by_seed)
 

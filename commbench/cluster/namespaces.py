@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 from commbench import units
 from commbench.cluster.host import check_privileges, existing_links, existing_netns, tool
@@ -42,6 +42,11 @@ from commbench.errors import UsageError
 NETNS_ETC = Path("/etc/netns")
 SUBNETS = ipaddress.ip_network("10.213.0.0/16")  # one /24 per cluster
 NAME = re.compile(r"[a-z][a-z0-9]{0,7}$")  # NAME-m249 fits an interface name (15)
+# How long a launch waits for a machine cut off by --fail to come back, and how often it
+# looks: a cut without +REJOIN comes back once the cut rank has ended (at most its
+# --timeout, 300 s by default, and a pause).
+MACHINES_PATIENCE = 600.0
+POLL_SECONDS = 0.5
 
 
 def free_subnet() -> str:
@@ -193,10 +198,10 @@ def _end_processes_in(ns: str) -> None:
         time.sleep(1)
 
 
-def cut_off() -> List[str]:
-    """The machines of the emulated clusters up on this host whose NIC is down: cut off the
-    network by --fail (commbench.faults.fail_inject.cut_link); none where this process
-    may not look."""
+def cut_off(machines: Optional[Set[str]] = None) -> List[str]:
+    """The machines of the emulated clusters up on this host (of `machines` alone, where
+    given) whose NIC is down: cut off the network by --fail
+    (commbench.faults.fail_inject.cut_link); none where this process may not look."""
     try:
         namespaces = existing_netns()
     except (UsageError, OSError):
@@ -204,13 +209,40 @@ def cut_off() -> List[str]:
     found = []
     for cluster in clusters():
         for i in range(cluster.machines):
-            if cluster.netns(i) not in namespaces:
+            name = cluster.machine(i)
+            if cluster.netns(i) not in namespaces or machines is not None \
+                    and name not in machines:
                 continue
             shown = tool("ip", "-n", cluster.netns(i), "-j", "link", "show", "dev",
                          cluster.nic, check=False)
-            if shown.returncode == 0 and "UP" not in json.loads(shown.stdout)[0]["flags"]:
-                found.append(cluster.machine(i))
+            try:
+                up = "UP" in json.loads(shown.stdout)[0]["flags"]
+            except (ValueError, IndexError, KeyError):
+                continue  # gone meanwhile: nothing to wait for
+            if not up:
+                found.append(name)
     return found
+
+
+def wait_for_machines(who: str, machines: Optional[Set[str]] = None,
+                      patience: float = MACHINES_PATIENCE) -> None:
+    """Until the machines --fail cut off the network (of `machines`, where given) are back
+    on it, at most `patience` seconds: a launcher could not reach them. Their link comes
+    back after the cut's +REJOIN, or once the cut rank's process has ended."""
+    deadline, said = time.monotonic() + patience, False
+    while True:
+        away = cut_off(machines)
+        if not away:
+            return
+        if time.monotonic() >= deadline:
+            print(f"{who}: {', '.join(away)} still cut off the network after {patience:.0f} "
+                  "s; going on without waiting", file=sys.stderr, flush=True)
+            return
+        if not said:
+            print(f"{who}: waiting for {', '.join(away)} to be back on the network (cut off "
+                  "by --fail)", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(POLL_SECONDS)
 
 
 def status(cluster: Cluster) -> Dict[str, bool]:

@@ -37,6 +37,7 @@ class Injector:
     def __init__(self, events: Sequence[FailEvent], rank: int, spec: str, timeout: float,
                  clock: Callable[[], float] = time.monotonic,
                  die: Callable[[int], None] = lambda sig: os.kill(os.getpid(), sig),
+                 # a lambda: cut_link is defined below the class
                  cut: Callable[[FailEvent], None] = lambda event: cut_link(event)) -> None:
         self.mine = [e for e in events if e.rank == rank]
         self.rank, self.spec, self.timeout = rank, spec, timeout
@@ -46,7 +47,7 @@ class Injector:
         # Under --recovery restart (commbench.faults.restart): told of each event as it
         # fires, before the rank dies, so that the job started again never fires it.
         self.record: Optional[Callable[[FailEvent, int], None]] = None
-        # Under --recovery gossip (commbench.faults.gossip_recovery): the others go on.
+        # Under --recovery gossip and torchft: the others go on without it.
         self.survived = False
 
     def forget(self, fired: Sequence[FailEvent]) -> None:
@@ -108,9 +109,11 @@ class Injector:
         if event.kind == "cut":
             back = (f"; its link comes back {event.rejoin:g} s later" if event.rejoin else
                     "; its link comes back when this process has ended")
-            return ("takes its machine's link down: alive, but nothing on the machine is "
-                    "reachable; the job ends when mpirun loses its daemon there or after "
-                    f"--timeout ({self.timeout:g} s){restarts}{back}")
+            found = ("the others go on without it once they find it lost" if self.survived
+                     else "the job ends when mpirun loses its daemon there or after "
+                     f"--timeout ({self.timeout:g} s){restarts}")
+            return f"takes its machine's link down: alive, but nothing on the machine is " \
+                f"reachable; {found}{back}"
         if self.survived:
             return (f"stops itself (SIGSTOP) and answers no one; after --timeout "
                     f"({self.timeout:g} s) the others go on without it")
@@ -126,7 +129,7 @@ def cut_link(event: FailEvent) -> None:
     from commbench.result.environment import emulated_network
 
     nic = str((emulated_network() or {}).get("nic"))
-    wait = (f"sleep {event.rejoin:g}" if event.rejoin is not None else
+    wait = (f"sleep {event.rejoin:.3f}" if event.rejoin is not None else
             f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 0.2; done")
     subprocess.Popen(["sh", "-c", f'{wait}; exec ip link set dev "$0" up', nic],
                      start_new_session=True, stdin=subprocess.DEVNULL,

@@ -148,11 +148,11 @@ def check_gossip(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> Non
                          "python -m commbench ...")
 
 
-def check_cut(config: "RunConfig", world_size: int) -> None:
+def check_cut(config: "RunConfig") -> None:
     """What a cut (--fail ...:cut) needs: an emulated machine whose link this rank may take
     down (a replica group's: `commbench torchft --cluster`), and a policy that outlives
-    it: none, restart or torchft (the link comes back after +REJOIN, or when the cut
-    rank's process has ended, commbench.faults.fail_inject)."""
+    it: none, restart, or torchft with +REJOIN (the link comes back after +REJOIN, or
+    when the cut rank's process has ended, commbench.faults.fail_inject)."""
     from commbench.result.environment import emulated_network
 
     cut = fail_schedule.first_of_kind(config.fail, "cut")
@@ -171,6 +171,15 @@ def check_cut(config: "RunConfig", world_size: int) -> None:
     if os.geteuid() != 0:
         raise UsageError(f"argument --fail: {cut} takes a network interface down, which needs "
                          "root, as the emulated cluster did")
+    parsed = fail_schedule.parse(config.fail)
+    cuts = [parsed] if isinstance(parsed, fail_schedule.RandomSchedule) else \
+        [e for e in parsed if e.kind == "cut"]
+    forever = next((c for c in cuts if c.rejoin is None), None)
+    if config.recovery == "torchft" and forever is not None:
+        raise UsageError(f"argument --fail: {forever} under --recovery torchft needs +REJOIN "
+                         "(rejoin= in a random schedule): the cut group rejoins the quorum "
+                         "once its link is back, which without it is only when its process "
+                         "has ended")
 
 
 def after_failure(policy: str) -> str:

@@ -18,15 +18,12 @@ import os
 import subprocess
 import sys
 import time
+from typing import List, Optional, Set
 
+from commbench.cluster.namespaces import wait_for_machines
 from commbench.config.flags import positive_int
 from commbench.errors import UsageError
 from commbench.faults.recovery import DETECTED, SUPERVISED
-
-# How long a restart waits for a machine cut off the network to come back, and how often
-# it looks: a cut without +REJOIN comes back once the cut rank ends, after its --timeout.
-MACHINES_PATIENCE = 600.0
-POLL_SECONDS = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,23 +53,15 @@ def main(args: argparse.Namespace) -> int:
         print(f"commbench supervise: the job ended with exit status {code}; starting it "
               f"again ({attempt + 1} of {args.restarts} restarts)", file=sys.stderr,
               flush=True)
-        wait_for_machines()
+        wait_for_machines("commbench supervise", hosts(command))
     return code
 
 
-def wait_for_machines(patience: float = MACHINES_PATIENCE) -> None:
-    """Before the job starts again, the machines of an emulated cluster that --fail cut off
-    the network back on it (after the cut's +REJOIN, or once the cut rank's process has
-    ended): the launcher could not reach them. At most `patience` seconds."""
-    from commbench.cluster.namespaces import cut_off
+def hosts(command: List[str]) -> Optional[Set[str]]:
+    """The machines an MPI launcher's command names (-H, --host), without their slots;
+    None where it names none."""
+    for flag, value in zip(command, command[1:]):
+        if flag in ("-H", "--host"):
+            return {host.split(":")[0] for host in value.split(",")}
+    return None
 
-    deadline, said = time.time() + patience, False
-    while time.time() < deadline:
-        away = cut_off()
-        if not away:
-            return
-        if not said:
-            print(f"commbench supervise: waiting for {', '.join(away)} to be back on the "
-                  "network (cut off by --fail)", file=sys.stderr, flush=True)
-            said = True
-        time.sleep(POLL_SECONDS)

@@ -198,7 +198,7 @@ class Replica(Recovery):
         here; a group that joins late takes up its peers' step as it heals."""
         mine = [e for e in self.events if e.rank == self.group]
         fails.forget(mine[:int(os.environ.get(STARTS, "0"))])
-        fails.record = self.fired
+        fails.record, fails.survived = self.fired, True  # the quorum goes on
         self._taken = time.perf_counter()  # the loop's wall clock starts now
         return self.start
 

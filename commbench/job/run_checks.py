@@ -41,7 +41,7 @@ def validate(config: RunConfig, launch: LaunchInfo):
                             restarts=config.recovery == "restart",
                             rejoins=config.recovery == "gossip")
     recovery.check(config, launch, strategy_cls)
-    recovery.check_cut(config, launch.world_size)
+    recovery.check_cut(config)
     if config.recovery == "torchft":
         torchft_group.check(config, launch, strategy_cls)
     task = batches.parse(config.data, config.seed, config.augment)

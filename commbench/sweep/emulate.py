@@ -30,7 +30,9 @@ def run_emulated(jobs: List[Job], timeout: float, env: Dict[str, str], name: str
               f"(if this sweep is killed: commbench cluster down --name {name})", flush=True)
         try:
             cluster = namespaces.up(name, shape[0], shape[1], link, link_of)
+            # a machine a job's --fail cut off comes back only once its rank has ended
             run_jobs([j for j in jobs if j.link == link], timeout,
-                     {**env, "PATH": f"{cluster.bin}{os.pathsep}{env.get('PATH', '')}"})
+                     {**env, "PATH": f"{cluster.bin}{os.pathsep}{env.get('PATH', '')}"},
+                     lambda: namespaces.wait_for_machines("commbench sweep"))
         finally:
             namespaces.down(name)

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 from commbench.result.store import RECEIPT
 from commbench.sweep.plan import Job, shell_line
@@ -33,10 +33,12 @@ def job_environment(quick: bool = False) -> Dict[str, str]:
     return env
 
 
-def run_jobs(jobs: List[Job], timeout: float, env: Dict[str, str]) -> None:
+def run_jobs(jobs: List[Job], timeout: float, env: Dict[str, str],
+             before_each: Callable[[], None] = lambda: None) -> None:
     runnable = [j for j in jobs if not j.skip_reason]  # the rest are listed by the sweep
     start = time.monotonic()
     for index, job in enumerate(runnable, 1):
+        before_each()
         again = f" (repeat {job.repeat})" if job.repeat > 1 else ""
         print(f"[{index}/{len(runnable)}] {job.strategy} on {job.workers} worker(s){again}: "
               f"{shell_line(job.command)}", flush=True)
