@@ -74,8 +74,52 @@ def test_a_cut_where_there_is_no_link_or_the_policy_could_not_outlive_it_is_refu
         recovery.check_cut(RunConfig(fail="1@step3:cut", recovery=policy))
     monkeypatch.setenv("COMMBENCH_EMULATED_NETWORK", EMULATED)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    if policy != "gossip":  # on an emulated machine, as root, with the link back: accepted
-        recovery.check_cut(RunConfig(fail="1@step3:cut+5s", recovery=policy))
+    if policy != "gossip":  # on an emulated machine, as root (torchft: the link back)
+        fail = "1@step3:cut+5s" if policy == "torchft" else "1@step3:cut"
+        recovery.check_cut(RunConfig(fail=fail, recovery=policy))
+
+
+def test_a_restart_waits_for_the_machines_its_launcher_names_and_says_when_it_gives_up(
+        monkeypatch, capsys):
+    from commbench.cluster import namespaces
+    from commbench.faults.supervise import hosts
+
+    assert hosts(["mpirun", "-H", "cb-m0:2,cb-m1:2", "-np", "4"]) == {"cb-m0", "cb-m1"}
+    assert hosts(["mpirun", "--host=cb-m0,cb-m2", "-host", "cb-m3"]) == {"cb-m0", "cb-m2",
+                                                                          "cb-m3"}
+    assert hosts(["mpiexec", "-n", "4", "python"]) is None
+    looks = []
+    away = iter([["cb-m1"], ["cb-m1"], []])
+    monkeypatch.setattr(namespaces, "cut_off", lambda machines: looks.append(machines)
+                        or next(away))
+    monkeypatch.setattr(namespaces, "POLL_SECONDS", 0.01)
+    namespaces.wait_for_machines("commbench supervise", {"cb-m1"})
+    assert looks == [{"cb-m1"}] * 3
+    assert capsys.readouterr().err == ("commbench supervise: waiting for cb-m1 to be back on "
+                                       "the network (cut off by --fail)\n")
+    monkeypatch.setattr(namespaces, "cut_off", lambda machines: ["cb-m1"])
+    namespaces.wait_for_machines("commbench sweep", None, patience=0.05)
+    assert capsys.readouterr().err.endswith("commbench sweep: cb-m1 still cut off the network "
+                                            "after 0 s; going on without waiting\n")
+
+
+def test_cut_off_says_nothing_where_it_cannot_look(monkeypatch):
+    from commbench.cluster import namespaces
+    from commbench.cluster.state import Cluster
+    from commbench.errors import UsageError as Refused
+
+    def no_ip():
+        raise Refused("`ip` not found")
+
+    monkeypatch.setattr(namespaces, "existing_netns", no_ip)
+    assert namespaces.cut_off() == []
+    # a cluster on record whose machines are gone, or whose NIC cannot be read: nothing
+    monkeypatch.setattr(namespaces, "existing_netns", lambda: {"cb-m1"})
+    monkeypatch.setattr(namespaces, "clusters", lambda: [Cluster("cb", 2, 1, "1gbit",
+                                                                 "10.213.9.0/24")])
+    monkeypatch.setattr(namespaces, "tool", lambda *argv, check: subprocess.CompletedProcess(
+        argv, 1, "", "Cannot open network namespace"))
+    assert namespaces.cut_off({"cb-m1"}) == [] and namespaces.cut_off({"10.213.9.2"}) == []
 
 
 def test_a_run_refuses_a_cut_off_an_emulated_cluster_in_one_line(tmp_path):

@@ -43,8 +43,8 @@ NETNS_ETC = Path("/etc/netns")
 SUBNETS = ipaddress.ip_network("10.213.0.0/16")  # one /24 per cluster
 NAME = re.compile(r"[a-z][a-z0-9]{0,7}$")  # NAME-m249 fits an interface name (15)
 # How long a launch waits for a machine cut off by --fail to come back, and how often it
-# looks: a cut without +REJOIN comes back once the cut rank has ended (at most its
-# --timeout, 300 s by default, and a pause).
+# looks: a cut without +REJOIN comes back once the cut rank has ended (at the latest
+# after its --timeout, 300 s by default).
 MACHINES_PATIENCE = 600.0
 POLL_SECONDS = 0.5
 
@@ -200,14 +200,17 @@ def _end_processes_in(ns: str) -> None:
 
 def cut_off(machines: Optional[Set[str]] = None) -> List[str]:
     """The machines of the emulated clusters up on this host (of `machines` alone, where
-    given) whose NIC is down: cut off the network by --fail
+    given and any of them is one) whose NIC is down: cut off the network by --fail
     (commbench.faults.fail_inject.cut_link); none where this process may not look."""
     try:
         namespaces = existing_netns()
     except (UsageError, OSError):
         return []
-    found = []
-    for cluster in clusters():
+    found, made = [], clusters()
+    if machines is not None and not machines & {c.machine(i) for c in made
+                                                for i in range(c.machines)}:
+        machines = None  # named otherwise (addresses): every machine
+    for cluster in made:
         for i in range(cluster.machines):
             name = cluster.machine(i)
             if cluster.netns(i) not in namespaces or machines is not None \

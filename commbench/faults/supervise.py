@@ -58,10 +58,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def hosts(command: List[str]) -> Optional[Set[str]]:
-    """The machines an MPI launcher's command names (-H, --host), without their slots;
-    None where it names none."""
-    for flag, value in zip(command, command[1:]):
-        if flag in ("-H", "--host"):
-            return {host.split(":")[0] for host in value.split(",")}
-    return None
+    """The machines an MPI launcher's command names (-H, -host, --host, --host=...),
+    without their slots; None where it names none."""
+    named = [value for flag, value in zip(command, command[1:])
+             if flag in ("-H", "-host", "--host")]
+    named += [arg.split("=", 1)[1] for arg in command if arg.startswith("--host=")]
+    found = {host.split(":")[0] for value in named for host in value.split(",")}
+    return found or None
 

@@ -33,6 +33,7 @@ def run_emulated(jobs: List[Job], timeout: float, env: Dict[str, str], name: str
             # a machine a job's --fail cut off comes back only once its rank has ended
             run_jobs([j for j in jobs if j.link == link], timeout,
                      {**env, "PATH": f"{cluster.bin}{os.pathsep}{env.get('PATH', '')}"},
-                     lambda: namespaces.wait_for_machines("commbench sweep"))
+                     lambda: namespaces.wait_for_machines(
+                         "commbench sweep", {cluster.machine(i) for i in range(shape[0])}))
         finally:
             namespaces.down(name)
