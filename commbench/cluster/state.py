@@ -21,6 +21,8 @@ from commbench import units
 from commbench.cluster import shaping
 from commbench.errors import UsageError
 
+# Where a process on a machine finds what results record of the emulated network.
+EMULATED_NETWORK = "COMMBENCH_EMULATED_NETWORK"
 STATE_ROOT = Path(os.environ.get("COMMBENCH_CLUSTER_STATE", "/run/commbench/clusters"))
 HOST_OCTET = 254
 
@@ -93,7 +95,7 @@ class Cluster:
         """What a process on a machine is told beside the caller's environment: what
         results record as the emulated network (and how ranks know they share the
         host's cores with every other machine), and the machine's NIC for gloo."""
-        return {"GLOO_SOCKET_IFNAME": self.nic, "COMMBENCH_EMULATED_NETWORK": json.dumps(
+        return {"GLOO_SOCKET_IFNAME": self.nic, EMULATED_NETWORK: json.dumps(
             dict(self.describe(), host=socket.gethostname()))}
 
     def link_at(self, i: int) -> str:
@@ -113,6 +115,12 @@ class Cluster:
                                       (units.rate_bits(self.link_at(i))
                                        for i in range(self.machines))),
                 "latency": "none added (host's own; netem is not used)"}
+
+
+def as_on_a_machine() -> Dict[str, str]:
+    """What a check made on the host (a sweep's, `commbench torchft`'s) is told to judge a
+    job as its ranks on a cluster's machines will: that they run on one, with a NIC."""
+    return {EMULATED_NETWORK: json.dumps({"nic": "the cluster's"})}
 
 
 MACHINE_RATE = re.compile(r"m(\d+)=(.+)$")

@@ -7,11 +7,11 @@ and the launcher meet a real failure.
 With no recovery policy, a killed rank ends the job within seconds, through the
 launcher, as any lost rank does (commbench.job.failure); a stopped one is ended by its
 peers' --timeout; a cut machine by mpirun, which loses its daemon there, or by the
-peers' --timeout, whichever comes first (commbench.launch.lost_machine); its link comes back after
-+REJOIN or, without one, once the rank's process has ended (cut_link). Under
---recovery restart the launcher then starts the job again (commbench.faults.restart),
-which is told of each event before it fires, so that the restarted job never fires it
-again. The line says the failure was injected, so that
+peers' --timeout, whichever comes first (commbench.launch.lost_machine); its link comes
+back after +REJOIN or, without one, once the rank's process has ended (cut_link).
+Under --recovery restart the launcher then starts the job again
+(commbench.faults.restart), which is told of each event before it fires, so that the
+restarted job never fires it again. The line says the failure was injected, so that
 nobody hunts for a bug, and when, on the wall clock, so that the time to its detection
 can be read off the launcher's end."""
 

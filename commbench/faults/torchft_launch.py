@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -35,7 +34,7 @@ from urllib.parse import urlsplit
 
 from commbench.config.flags import OneLineParser, positive_int
 from commbench.errors import UsageError
-from commbench.cluster.state import Cluster
+from commbench.cluster.state import Cluster, as_on_a_machine
 from commbench.faults import torchft_group, torchft_machines
 from commbench.faults.fail_schedule import FailEvent, schedule
 
@@ -101,7 +100,7 @@ def checked(flags: List[str], groups: int, on_cluster: bool = False):
     config = run_config(flags, "torchft")
     env = group_env(0, groups, "http://localhost:1", "", 0, 1)
     if on_cluster:
-        env["COMMBENCH_EMULATED_NETWORK"] = json.dumps({"nic": "the cluster's"})
+        env.update(as_on_a_machine())
     saved = dict(os.environ)
     os.environ.update(env)
     try:

@@ -19,7 +19,6 @@ on purpose"), and each job checked as `commbench run` would check it under that 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from typing import Dict, Iterator, List, Optional
@@ -101,8 +100,9 @@ def _launcher_environment(config, launcher: str, workers: int) -> Dict[str, str]
     (commbench.faults.recovery.check reads it), or that `commbench gossip` starts a
     rejoining rank again (check_gossip), and that they run on an emulated cluster's
     machines (Cluster.machine_environment: a --fail cut takes their NIC down)."""
-    told = {"COMMBENCH_EMULATED_NETWORK": json.dumps({"nic": "the cluster's"})} \
-        if launcher == EMULATED else {}
+    from commbench.cluster.state import as_on_a_machine
+
+    told = as_on_a_machine() if launcher == EMULATED else {}
     if _rejoins_under_gossip(config, launcher, workers):
         return {**told, GOSSIP_SUPERVISED: "1"}
     if config.recovery != "restart":
