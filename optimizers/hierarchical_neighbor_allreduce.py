@@ -7,6 +7,7 @@ back inside its machine. One step: X' = (W_M kron J_L/L) X.
 
 Machines are the launcher's, or simulated with --machine-size N; they must all hold
 the same number of ranks. AWC (default) or ATC (--atc-style), as neighbor_allreduce.
+Under --recovery gossip the survivors' step is commbench.faults.gossip_machines'.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class HierarchicalNeighborAllreduce(NeighborAllreduce):
 
         if self.ctx.machine_size == 1:  # machines of one rank: plain neighbor averaging
             return super().build_mixer(buffers)
+        if self.gossip is not None:  # survivors go on around a lost rank
+            from commbench.faults.gossip_machines import SurvivingMachines
+
+            return SurvivingMachines(buffers, self.schedule, self.ctx.machine_size, self.gossip)
         transport = self.transport_for(buffers)
         nbytes = sum(b.numel() * b.element_size() for b in buffers)
         inside = self.inside_machines(transport, nbytes)

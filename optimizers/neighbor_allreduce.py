@@ -85,6 +85,8 @@ class NeighborAllreduce(MixingStrategy):
         from commbench.topology import build_topology
 
         ctx = self.ctx
+        size, machines = self.gossip.machines() if self.gossip else (ctx.machine_size,
+                                                                     ctx.num_machines)
         return {
             **super().facts(),
             "fp16": self.codec.kind == "fp16",
@@ -93,8 +95,10 @@ class NeighborAllreduce(MixingStrategy):
             "transport_reason": transport_reason(self.config.cpu_transport, self.transport, ctx),
             **small_message_facts(self.small_messages),
             "message_bytes": CHUNK_BYTES[self.transport],  # None: one per buffer and peer
-            "spectral_gap": build_topology(self.config.topology, self.nodes()).spectral_gap,
-            "machine_size": ctx.machine_size,
-            "num_machines": ctx.num_machines,
+            # the nodes as the job started (gossip's survivors renumber the context)
+            "spectral_gap": build_topology(self.config.topology,
+                                           self.schedule.size).spectral_gap,
+            "machine_size": size,  # as the job started
+            "num_machines": machines,
             "simulated_machines": ctx.simulated_machines,
         }

@@ -29,7 +29,8 @@ MPIEXEC = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}
 
 @pytest.mark.parametrize("args, message", [
     (["--dist-optimizer", "allreduce"], "argument --recovery: gossip needs a strategy that "
-     "averages with neighbors, --dist-optimizer neighbor_allreduce; allreduce cannot go on "
+     "averages with neighbors, --dist-optimizer neighbor_allreduce or "
+     "hierarchical_neighbor_allreduce; allreduce cannot go on "
      "around a lost rank"),
     (["--cpu-transport", "mpi"], "argument --recovery: gossip's survivors wait on each "
      "message through gloo"),

@@ -7,6 +7,7 @@ started again after its +REJOIN, a death nothing explains ends the job); the lig
 started and shut down, a given one that does not answer refused; what is refused in one
 line, before any group starts."""
 
+import contextlib
 import copy
 import importlib.util
 import re
@@ -178,6 +179,22 @@ def connects(address: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def lighthouse_of_one(monkeypatch, tmp_path, store_port: int, *host: str):
+    """torchft's lighthouse started here for group 0 of 2, whose environment is set
+    before the lighthouse starts: its threads read the environment as they log (getenv),
+    and a variable set meanwhile can free what they read (a segmentation fault in the
+    fast tier, one run in three)."""
+    port = torchft_launch.free_port()
+    address = f"http://{socket.gethostname()}:{port}"  # as the lighthouse names itself
+    for name, value in torchft_launch.group_env(0, 2, address, str(tmp_path), 0, store_port,
+                                                *host).items():
+        monkeypatch.setenv(name, value)
+    with torchft_launch.lighthouse(None, port=port) as served:
+        assert served == address
+        yield address
+
+
 @needs_torchft
 def test_the_lighthouse_is_started_for_the_run_and_shut_down_after_it():
     with torchft_launch.lighthouse(None) as address:
@@ -253,10 +270,7 @@ def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_st
     from commbench.faults.restart import Progress
 
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    with torchft_launch.lighthouse(None) as address:
-        for name, value in torchft_launch.group_env(0, 2, address, str(tmp_path), 0,
-                                                    store.port).items():
-            monkeypatch.setenv(name, value)
+    with lighthouse_of_one(monkeypatch, tmp_path, store.port):
         replica = torchft_group.Replica(RunConfig(timeout=30.0),
                                         SimpleNamespace(rank=0, world_size=1), print, 8,
                                         SimpleNamespace(name="allreduce"))
@@ -305,10 +319,7 @@ def quorum_of_one(tmp_path, monkeypatch):
 
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     made = []
-    with torchft_launch.lighthouse(None) as address:
-        for name, value in torchft_launch.group_env(0, 2, address, str(tmp_path), 0,
-                                                    store.port).items():
-            monkeypatch.setenv(name, value)
+    with lighthouse_of_one(monkeypatch, tmp_path, store.port):
 
         def make(strategy):
             made.append(torchft_group.Replica(RunConfig(timeout=30.0),

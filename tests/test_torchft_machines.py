@@ -23,7 +23,7 @@ from commbench.cluster.state import Cluster
 from commbench.faults import torchft_group, torchft_launch, torchft_machines
 from launchers import PYTHON, kill_tree, only_result, run
 from test_cluster import privileged_or_skip
-from test_torchft import TINY, connects, needs_torchft
+from test_torchft import TINY, connects, lighthouse_of_one, needs_torchft
 from test_training_to_accuracy import TINY_TASK
 
 CLUSTER = Cluster("tq", machines=3, slots=1, link="100mbit", subnet="10.213.250.0/24")
@@ -78,10 +78,7 @@ def test_every_address_a_groups_manager_gives_its_peers_is_its_machines(tmp_path
     from commbench.config.run_config import RunConfig
 
     here = "127.0.0.2"  # on the loopback, as a machine's address is on its NIC
-    with torchft_launch.lighthouse(None) as address:
-        for key, value in torchft_launch.group_env(0, 2, address, str(tmp_path), 0,
-                                                   torchft_launch.free_port(), here).items():
-            monkeypatch.setenv(key, value)
+    with lighthouse_of_one(monkeypatch, tmp_path, torchft_launch.free_port(), here):
         replica = torchft_group.Replica(RunConfig(timeout=30.0),
                                         SimpleNamespace(rank=0, world_size=1), print, 8,
                                         SimpleNamespace(name="allreduce"))

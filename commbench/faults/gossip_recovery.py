@@ -1,5 +1,6 @@
 """`--recovery gossip` (issue 56): neighbor_allreduce's survivors go on around a lost
-rank. Each neighbor exchange (commbench.faults.gossip_exchange) waits through
+rank (hierarchical_neighbor_allreduce's through commbench.faults.gossip_machines' step).
+Each neighbor exchange (commbench.faults.gossip_exchange) waits through
 commbench.faults.gossip_survival (one Work per peer, heartbeats in the store), and before
 each evaluation the survivors gather in the store; they meet where a loss is found, then
 - the job's process group is made again among the survivors alone, renumbered in rank
@@ -100,6 +101,12 @@ class Gossip(Recovery):
             next_batch()
         self.start = Progress(met.resume_step, record["training_seconds"],
                               record["wall_seconds"], record["curve"])
+
+    def machines(self) -> Tuple[int, int]:
+        """(ranks per machine, machines) as the job started; the survivors' context may
+        hold machines of unequal sizes."""
+        size = self.as_started["machine_size"]
+        return size, (self.started // size if size else len(set(self.as_started["hostnames"])))
 
     def _fired(self, event, steps: int) -> None:
         self.store.set(f"{PREFIX}/fired/{self.me}", json.dumps(

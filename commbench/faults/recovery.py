@@ -5,8 +5,8 @@ fails the launcher starts every rank again — torchrun's elastic agent (`torchr
 --max-restarts N`) or, under an MPI launcher, `commbench supervise` — and training
 resumes from the newest complete checkpoint of this job (commbench.faults.restart).
 `torchft` (commbench.faults.torchft_group): survivors go on in torchft's quorum.
-`gossip` (commbench.faults.gossip_recovery): neighbor_allreduce's survivors mix around
-a lost rank and go on.
+`gossip` (commbench.faults.gossip_recovery): neighbor_allreduce's (and the hierarchical
+one's) survivors mix around a lost rank and go on.
 
 A job's checkpoints live in a directory named for its identity, the digest of its flags
 (the output locations aside) and world size, so that a run never resumes another run's
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional
 
-from commbench.config.compression import parse as compression
+from commbench.config.compression import of as sent_as, parse as compression
 from commbench.config.flags import flag, one_of, positive_int
 from commbench.config.sections import Section
 from commbench.errors import UsageError
@@ -35,6 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from commbench.launch.detect import LaunchInfo
 
 POLICIES = ("none", "restart", "torchft", "gossip")
+# The strategies whose survivors mix around a lost rank under --recovery gossip.
+GOSSIPING = ("neighbor_allreduce", "hierarchical_neighbor_allreduce")
 CHECKPOINT_EVERY = 20
 # Set by `commbench supervise` for the launcher it runs (commbench.faults.supervise): the
 # restarts it allows, and when it saw the last attempt end (the failure's detection).
@@ -124,10 +126,14 @@ def check_gossip(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> Non
     """What --recovery gossip needs: neighbor averaging over gloo, under an MPI launcher
     that keeps the others running (the mpirun front adds --enable-recovery), and a
     schedule that leaves rank 0, which serves the store the survivors meet in."""
-    if strategy_cls.name != "neighbor_allreduce":
+    if strategy_cls.name not in GOSSIPING:
         raise UsageError(f"argument --recovery: gossip needs a strategy that averages with "
-                         f"neighbors, --dist-optimizer neighbor_allreduce; {strategy_cls.name} "
-                         "cannot go on around a lost rank")
+                         f"neighbors, --dist-optimizer {' or '.join(GOSSIPING)}; "
+                         f"{strategy_cls.name} cannot go on around a lost rank")
+    if strategy_cls.name == GOSSIPING[1] and sent_as(config).on:
+        raise UsageError(f"argument --compression: {GOSSIPING[1]}'s survivors send their "
+                         f"parameters at full precision; pass --compression none (or "
+                         f"{GOSSIPING[0]})")
     if config.cpu_transport != "gloo":
         raise UsageError("argument --recovery: gossip's survivors wait on each message "
                          "through gloo (an MPI message to a lost rank ends the job): pass "

@@ -126,9 +126,13 @@ def run_config(flags: List[str], policy: str):
 
 
 @contextlib.contextmanager
-def lighthouse(given: Optional[str], cluster: Optional[Cluster] = None) -> Iterator[str]:
+def lighthouse(given: Optional[str], cluster: Optional[Cluster] = None,
+               port: int = 0) -> Iterator[str]:
     """The lighthouse's address: the one given, once it answers, or one started for the
-    run (here, or on the cluster's machine 0) and shut down when the block ends."""
+    run (here, on `port` or one the system picks, or on the cluster's machine 0) and shut
+    down when the block ends. One started here runs threads that read the environment
+    (getenv, as they log): nothing may set a variable while it runs, which could free
+    what they read."""
     if given is not None:
         answers(given)
         yield given
@@ -143,7 +147,7 @@ def lighthouse(given: Optional[str], cluster: Optional[Cluster] = None) -> Itera
     # binding's 100 ms join timeout: with it, on a loaded machine, the group healing in
     # one step comes late to the next quorum, is left out of it and heals again, and so
     # on (docs/run.md, "torchft's quorum").
-    server = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=60000,
+    server = LighthouseServer(bind=f"[::]:{port}", min_replicas=1, join_timeout_ms=60000,
                               quorum_tick_ms=100, heartbeat_timeout_ms=5000)
     try:
         yield server.address()

@@ -27,6 +27,13 @@ Survivors keep their order: row and column k of the result is the k-th surviving
 When a lost rank is admitted again (`--fail ...+REJOIN`), the members mix along the
 matrix of the ranks still lost, computed afresh from the full W: the full W itself once
 all are back, so W stays doubly stochastic at every step.
+
+Hierarchical averaging (machines as nodes) loses ranks, not machines: its survivors'
+matrix is the bypass of the ranks' own, W_M kron J_L/L (`survivors_machines`). Every
+bypass keeps the ranks of a machine alike (rows and columns), so the result is again
+an average inside each machine, mixed between machines, and broadcast back, with the
+machine weights scaled by how many ranks each machine has left: a machine of fewer
+survivors counts for fewer, and the survivors' mean stays the mean of all of them.
 """
 
 from __future__ import annotations
@@ -87,6 +94,31 @@ def survivors_schedule(schedule: Schedule, lost: Iterable[int]) -> Schedule:
     kept = surviving_ranks(schedule.size, lost)
     return Schedule(schedule.name, len(kept), schedule.kind, schedule.period,
                     lambda phase: survivors_weights(schedule.at(phase).weights, lost))
+
+
+def survivors_machines(machine_weights: np.ndarray, machine_size: int,
+                       lost: Iterable[int]) -> Tuple[List[List[int]], np.ndarray]:
+    """(the surviving ranks of each machine with any left, their machines' mixing matrix
+    M) of hierarchical averaging along `machine_weights` (W_M) over machines of
+    `machine_size` ranks (rank r on machine r // machine_size), with `lost` gone. One
+    step: each machine's leader takes M[a, b] of machine b's average; then every
+    survivor holds its machine's row of the ranks' survivors' matrix (the bypass of W_M
+    kron J_L/L), so rows of M sum to one and sum_a n_a M[a, b] = n_b (n: survivors per
+    machine), which keeps the survivors' mean."""
+    size = machine_size
+    ranks = np.kron(np.asarray(machine_weights, dtype=np.float64), np.full((size, size), 1 / size))
+    kept = surviving_ranks(ranks.shape[0], lost)
+    for rank in sorted(set(range(ranks.shape[0])) - set(kept), reverse=True):
+        ranks = _bypassed(ranks, rank)
+    machines: List[List[int]] = []
+    for rank in kept:
+        if machines and machines[-1][0] // size == rank // size:
+            machines[-1].append(rank)
+        else:
+            machines.append([rank])
+    first = [kept.index(members[0]) for members in machines]
+    counts = np.array([len(members) for members in machines], dtype=np.float64)
+    return machines, ranks[np.ix_(first, first)] * counts
 
 
 def _self_looped(w: np.ndarray) -> np.ndarray:
