@@ -83,14 +83,10 @@ class Strategy:
     # an outer optimizer, a schedule's position) is refused.
     restartable: ClassVar[bool] = False
 
-    # Set where another engine carries this run's exchange out of commbench's sight
-    # (torchft's, under --recovery torchft): what it put on the wire is then not known.
-    carried_elsewhere = False
-
     @property
     def sees_wire(self) -> bool:
         """Whether the recorded pieces tell what this run put on the wire."""
-        return type(self).records_split and not self.carried_elsewhere
+        return type(self).records_split
     # The strategy sections whose flags this strategy reads (see the module's doc).
     sections: ClassVar[Tuple[Type[Section], ...]] = ()
     # The --compression kinds the strategy can send (commbench.config.compression.KINDS);

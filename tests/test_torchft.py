@@ -290,10 +290,44 @@ def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_st
                 model.weight.zero_()
             replica.load(served)  # as a group that heals from it would
             assert torch.equal(model.weight, trained)
+            skipped = []
+            replica.skip = lambda: skipped.append(1)
             assert replica.healed() == Progress(1, 0.5, 0.75, [], [2.0])
+            # its shard on to the peer's position: the peer's 1 step and this one drawn
+            assert (replica.drawn, len(skipped)) == (2, 1)
             assert replica.healed() is None  # taken up once
         finally:
             replica.manager.shutdown(wait=True)  # its threads gone before the lighthouse
+
+
+def test_what_torchft_is_handed_to_allreduce_is_counted_as_its_ring_sends_it():
+    import torch
+
+    from commbench.timing import spans, wire
+
+    class Manager:
+        failed = False
+
+        def allreduce(self, tensor):
+            return "work"
+
+        def errored(self):
+            return self.failed
+
+    class Quorum:
+        def size(self):
+            return 3
+
+    manager = Manager()
+    handed = torchft_exchange.counted(manager.allreduce, Quorum())
+    with spans.Recorder().measured_step() as recorder:
+        assert handed(torch.zeros(300)) == "work"
+        manager.failed = True  # torchft sends nothing once errored
+        handed(torch.zeros(300))
+    [span] = recorder.events
+    assert (span.kind, span.nbytes) == ("handed", 1200)
+    assert wire.Sent(span.sent, span.messages) == wire.ring_allreduce(1200, 3) == (1600, 4)
+    assert handed(torch.zeros(8)) == "work"  # outside a measured step: nothing recorded
 
 
 def test_local_sgd_and_diloco_map_their_flags_onto_torchfts_classes():
@@ -435,7 +469,15 @@ def test_a_killed_group_is_started_again_heals_from_its_peer_and_both_reach_the_
     assert recovery["policy"] == "torchft" and recovery["replica_groups"] == 2
     # goodput's wall clock covers the loop's, within the job's life
     assert doc["summary"]["wall_seconds"] <= recovery["wall_seconds"] < took
-    assert doc["summary"]["wire"] is None  # torchft's allreduce: its bytes are not seen
+    # each step's gradients through gloo's ring over the quorum's two groups: one copy
+    # of them a step; nothing in the steps group 0 took alone
+    wire = doc["summary"]["wire"]
+    assert 0 < wire["communicating_steps"] < 1 and wire["messages_per_step"] > 0
+    from commbench.job.models import build_model
+
+    gradients = 4 * sum(p.numel() for p in build_model("resnet18", 10).parameters())
+    assert gradients <= wire["bytes_per_communicating_step"] < 1.01 * gradients
+    assert doc["curve"][-1]["bytes_sent"] > 0
     [cost] = recovery["costs"]
     assert cost["event"] == "1@step20:kill+8s" and cost["failed_after_step"] == 19
     assert 0 <= cost["detection_seconds"] <= cost["recovery_seconds"] < 60

@@ -47,6 +47,12 @@ class SurvivingExchange(NeighborExchange):
         super().finish()
         self.gossip.exchanged()
 
+    def wire(self):
+        """This step's sends; none in a step skipped before the one the survivors resume at."""
+        from commbench.timing.wire import NOTHING
+
+        return NOTHING if self.step < self.resume else super().wire()
+
     def peers(self) -> None:
         """Every rank: the timeline's pieces from before a loss would name peers in the
         numbering of a group that is gone."""

@@ -181,6 +181,8 @@ class SurvivingMachines:
     def wire(self) -> Sent:
         """This step's sends: a leader's average to each out-neighbor machine and its
         result to each of its machine's ranks; any other rank its parameters, once."""
+        if self.step < self.resume:
+            return NOTHING  # skipped: the survivors resume after it
         plan = self.round(self.step)
         nbytes, count = self.piece_bytes(), len(self.buffers)
         if not self.leads(plan):

@@ -17,13 +17,18 @@ with no quorum and no outer step of commbench's own.
 
 Either periodic strategy averages the parameters alone: BatchNorm's running statistics,
 which commbench's own local_sgd and diloco average at each meeting, stay each group's
-own (a group that heals takes its peer's)."""
+own (a group that heals takes its peer's).
+
+What each class hands torchft's Manager to allreduce is counted as it is handed
+(`counted`): its bytes, and what gloo's ring over the quorum's groups puts on the wire
+(commbench.timing.wire), as commbench's own allreduce is counted."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from commbench.config.compression import parse as compression
 from commbench.errors import UsageError
 from commbench.job.stop_rule import EVAL_EVERY
 
@@ -55,6 +60,12 @@ def check(config, strategy_cls) -> None:
     if strategy_cls.name not in STRATEGIES:
         raise UsageError(f"argument --recovery: torchft carries {', '.join(STRATEGIES)} here "
                          f"(torchft's {', '.join(WHOSE.values())}), not {strategy_cls.name}")
+    if compression(config.compression).on:
+        raise UsageError("argument --recovery: torchft's allreduce sends the gradients as they "
+                         "are: leave --compression out")
+    if config.cpu_transport == "mpi":
+        raise UsageError("argument --cpu-transport: torchft's process group is gloo's: leave "
+                         "--cpu-transport mpi out")
     if strategy_cls.name == "allreduce":
         return
     options = strategy_cls.options_of(config)
@@ -75,6 +86,24 @@ def check(config, strategy_cls) -> None:
         raise UsageError(f"argument --eval-every: under --recovery torchft the replica groups "
                          f"of {strategy_cls.name} hold the same parameters only after a sync: "
                          f"evaluate every multiple of --average-every {every}")
+
+
+def counted(allreduce: Callable[..., Any], quorum) -> Callable[..., Any]:
+    """The Manager's `allreduce`, each tensor recorded as handed to it, with what the ring
+    allreduce of it over the `quorum`'s process group (its groups, healing ones included,
+    which send zeros) puts on the wire; nothing once the Manager errored (it sends none)."""
+    from commbench.timing import spans, wire
+
+    def handed(tensor, *args, **kwargs):
+        work = allreduce(tensor, *args, **kwargs)  # the quorum formed first
+        if spans.recording() and not allreduce.__self__.errored():
+            nbytes = tensor.numel() * tensor.element_size()
+            at = spans.now()
+            spans.record("handed", at, at, "handed to torchft", nbytes,
+                         sent=wire.ring_allreduce(nbytes, quorum.size()))
+        return work
+
+    return handed
 
 
 def wrap(manager, model, optimizer, strategy) -> Callable[[Any, Any], Any]:

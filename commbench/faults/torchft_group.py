@@ -23,12 +23,10 @@ import dataclasses
 import json
 import os
 import time
-from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from commbench.config.compression import parse as compression
 from commbench.errors import UsageError
 from commbench.faults import checkpoint, fail_schedule, torchft_costs, torchft_exchange
 from commbench.faults.recovery_hook import Progress, Recovery
@@ -73,12 +71,6 @@ def check(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> None:
                          "of its own, which `commbench torchft -n N -- RUN FLAGS` starts "
                          "(a launcher's ranks share one job, which a lost rank ends)")
     torchft_exchange.check(config, strategy_cls)
-    if compression(config.compression).on:
-        raise UsageError("argument --recovery: torchft's allreduce sends the gradients as they "
-                         "are: leave --compression out")
-    if config.cpu_transport == "mpi":
-        raise UsageError("argument --cpu-transport: torchft's process group is gloo's: leave "
-                         "--cpu-transport mpi out")
     groups = int(os.environ[GROUPS])
     fail_schedule.check(config.fail, groups, f"this job of {groups} replica groups",
                         restarts=True)
@@ -103,7 +95,6 @@ class Replica(Recovery):
         self.group, self.groups = identity(ctx.rank, ctx.world_size)
         self.config, self.say, self.samples_per_step = config, say, samples_per_step
         self.strategy, self.exchange = strategy, torchft_exchange.of(strategy)
-        strategy.carried_elsewhere = True  # torchft's allreduce: its bytes are not seen
         self.records = Path(os.environ[RECORDS])
         self.events = list(fail_schedule.schedule(config.fail, self.groups))
         super().__init__()
@@ -115,6 +106,7 @@ class Replica(Recovery):
         self.manager = None
         self.trained: Tuple[Any, Any] = (None, None)  # the model and optimizer it serves
         self._healed: Optional[Progress] = None
+        self.drawn, self.skip = 0, lambda: None  # batches drawn; how to draw one unused
         self._quorum: Optional[bool] = None  # whether this step's sync committed; None: none
 
     def wrap(self, model, optimizer):
@@ -133,8 +125,9 @@ class Replica(Recovery):
         self.store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
         # Synchronous quorum: a group that heals loads its peer's state as the quorum
         # forms, so that the step (or the sync) it then takes is the quorum's.
-        self.manager = Manager(ProcessGroupGloo(timeout=patience), self.load, self.state,
-                               min_replica_size=1, use_async_quorum=False, timeout=patience,
+        quorum = ProcessGroupGloo(timeout=patience)
+        self.manager = Manager(quorum, self.load, self.state, min_replica_size=1,
+                               use_async_quorum=False, timeout=patience,
                                quorum_timeout=patience, rank=0, world_size=1,
                                store_addr=host, store_port=self.store.port, hostname=host,
                                checkpoint_transport=checkpoint_transport(host, patience),
@@ -142,10 +135,11 @@ class Replica(Recovery):
         # Every torchft class ends its quorum's step with should_commit: the one place
         # that sees each, whichever class asked for the quorum.
         self.manager.should_commit = self._logged(self.manager.should_commit)
+        self.manager.allreduce = torchft_exchange.counted(self.manager.allreduce, quorum)
         step = torchft_exchange.wrap(self.manager, model, optimizer, self.strategy)
 
         def stepped(images, labels):
-            self._quorum = None
+            self._quorum, self.drawn = None, self.drawn + 1
             began = time.perf_counter()
             loss = step(images, labels)
             if self._healed is not None:  # the peer's clock, on to this step's end
@@ -183,7 +177,7 @@ class Replica(Recovery):
         carries tensors and strings)."""
         model, optimizer = self.trained
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "progress": json.dumps(asdict(self.progress))}
+                "progress": json.dumps(dataclasses.asdict(self.progress))}
 
     def load(self, found: Dict[str, Any]) -> None:
         """A peer's state, as this group heals; the loop takes up its progress."""
@@ -195,10 +189,12 @@ class Replica(Recovery):
     def begin(self, fails, model, optimizer, skip: Callable[[], Any]) -> Progress:
         """Started again after a failure: this group's events that fired before are not
         fired again; each one that fires is recorded first. Training starts at step 0
-        here; a group that joins late takes up its peers' step as it heals."""
+        here; a group that joins late takes up its peers' step as it heals, and skips its
+        shard to that step (`healed`)."""
         mine = [e for e in self.events if e.rank == self.group]
         fails.forget(mine[:int(os.environ.get(STARTS, "0"))])
         fails.record, fails.survived = self.fired, True  # the quorum goes on
+        self.skip = skip
         self._taken = time.perf_counter()  # the loop's wall clock starts now
         return self.start
 
@@ -214,6 +210,9 @@ class Replica(Recovery):
         """Where training stood at the peer this group just healed from, or after a sync
         that undid its steps (once); or None."""
         found, self._healed = self._healed, None
+        while found is not None and self.drawn <= found.steps:  # its shard, to the quorum's
+            self.skip()  # position (one batch per step, this one's drawn), as a restart's
+            self.drawn += 1
         return found
 
     def committed(self) -> bool:
