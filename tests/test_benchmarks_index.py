@@ -182,6 +182,24 @@ def test_a_study_s_workload_brings_its_own_flags_and_defaults(monkeypatch):
         STUDY.options("failure_recovery", spec, ["--workload", "lm"])
 
 
+def test_the_language_model_studies_share_one_task_whose_defaults_an_option_overrides(
+        monkeypatch):
+    ran = []
+    monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)
+    monkeypatch.setattr(STUDY, "parity", lambda *args: None)
+    task = ("--model lm-tiny --seq-len 16 --batch-size 4 --data "
+            "language:vocab={},order=1,samples=16000 --max-epochs 1 --warmup-epochs 0.05 ")
+    for argv in (["lm_winner_map", "--links", "shm"], ["diloco_regime", "--seeds", "1"],
+                 ["failure_recovery", "--workload", "lm", "--rates", "none",
+                  "--contenders", "gossip"]):
+        ran.clear()
+        STUDY.main(argv)
+        assert task.format(64) in shlex.join(ran[0][1:]), argv
+    ran.clear()
+    STUDY.main(["diloco_regime", "--seeds", "1", "--vocab", "32"])
+    assert task.format(32) in shlex.join(ran[0][1:])
+
+
 def test_the_diloco_regime_study_gives_every_contender_the_same_steps(monkeypatch, capsys):
     ran, tables = [], []
     monkeypatch.setattr(STUDY, "run_to_its_end", ran.append)

@@ -22,9 +22,10 @@ Two kinds:
   totals side by side and the ranking of strategies at each worker count.
 
 In the flags "{option}" is the option's value ("{X_slug}" the for_each value X with
-":" made "-"), {"path": [...]} the parts joined as a path, and {"choice": OPTION} the
+":" made "-"), {"path": [...]} the parts joined as a path, {"choice": OPTION} the
 flags of the option's chosen value (an option with `choices`: each value's `flags`,
-and under `sets` the values it gives options left at their null default)."""
+and under `sets` the values it gives options left at their null default), and
+{"task": NAME} the flags of a workload several studies share (tasks/NAME.json)."""
 
 import argparse
 import json
@@ -36,6 +37,7 @@ from itertools import combinations
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+TASKS = HERE / "tasks"  # workloads several studies share, flags only
 
 
 def specs():
@@ -63,14 +65,18 @@ def options(name: str, spec: dict, argv):
 
 
 def flags(template, values, spec: dict) -> list:
-    """A spec's flag list with every "{option}" filled in, every {"path": parts} joined
-    and every {"choice": option} made the chosen value's flags."""
+    """A spec's flag list with every "{option}" filled in, every {"path": parts} joined,
+    every {"choice": option} made the chosen value's flags and every {"task": NAME} the
+    flags of tasks/NAME.json (its `defaults` for options the study does not have)."""
     made = []
     for token in template:
         if isinstance(token, dict) and "choice" in token:
             option = token["choice"]
             chosen = spec["options"][option]["choices"][values[option]]
             made += flags(chosen["flags"], values, spec)
+        elif isinstance(token, dict) and "task" in token:
+            task = json.loads((TASKS / f"{token['task']}.json").read_text())
+            made += flags(task["flags"], {**task["defaults"], **values}, spec)
         elif isinstance(token, dict):
             made.append(str(Path(*(p.format(**values) for p in token["path"]))))
         else:
