@@ -291,10 +291,10 @@ def test_a_group_in_a_quorum_of_its_own_commits_its_steps_and_serves_where_it_st
             replica.load(served)  # as a group that heals from it would
             assert torch.equal(model.weight, trained)
             skipped = []
-            replica.skip = lambda: skipped.append(1)
+            replica.skip, replica.drawn = lambda: skipped.append(1), 0  # as started again
             assert replica.healed() == Progress(1, 0.5, 0.75, [], [2.0])
-            # its shard on to the peer's position: the peer's 1 step and this one drawn
-            assert (replica.drawn, len(skipped)) == (2, 1)
+            # its shard on to its peer's position: the one batch the peer drew
+            assert (served["drawn"], replica.drawn, len(skipped)) == ("1", 1, 1)
             assert replica.healed() is None  # taken up once
         finally:
             replica.manager.shutdown(wait=True)  # its threads gone before the lighthouse
@@ -398,7 +398,7 @@ def test_diloco_syncs_every_h_steps_and_serves_its_outer_optimizer_and_last_sync
     assert (outer["lr"], outer["momentum"], outer["nesterov"]) == (0.5, 0.8, True)
     assert fragment["outer_optimizer"]["state"]  # its momentum, which a healing group takes
     assert torch.equal(fragment["original_parameters"]["weight"], model.weight)
-    assert set(served["default"]) == {"model", "optimizer", "progress"}
+    assert set(served["default"]) == {"model", "optimizer", "progress", "drawn"}
 
 
 @needs_torchft

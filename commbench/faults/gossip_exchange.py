@@ -14,7 +14,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from commbench.faults.gossip_recovery import Gossip
 
 
-class SurvivingExchange(NeighborExchange):
+class Gathering:
+    """What gossip's mixers (this one and commbench.faults.gossip_machines') do between
+    steps; `gossip` and `step` are theirs."""
+
+    def gather(self, why: str = "evaluation") -> None:
+        """Before the evaluation's collectives or an admission: every member here, or a
+        loss met."""
+        met = self.gossip.gathered(self.step - 1, why)
+        if met is not None:
+            self.mix_among(met)
+
+
+class SurvivingExchange(Gathering, NeighborExchange):
     """A neighbor exchange over gloo whose wait a lost peer cannot hang: each message
     is its own Work, waited on through gossip_survival.waited; on a loss the survivors
     meet (Gossip.lost) and mix along their own schedule from the exchange they agreed
@@ -57,13 +69,6 @@ class SurvivingExchange(NeighborExchange):
         """Every rank: the timeline's pieces from before a loss would name peers in the
         numbering of a group that is gone."""
         return None
-
-    def gather(self, why: str = "evaluation") -> None:
-        """Before the evaluation's collectives or an admission: every member here, or a
-        loss met."""
-        met = self.gossip.gathered(self.step - 1, why)
-        if met is not None:
-            self.mix_among(met)
 
     def mix_among(self, met: Meeting) -> None:
         """Mix among the members `met` settled, from its resume step: along the

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple
 
-from commbench.faults.gossip_exchange import posted
+from commbench.faults.gossip_exchange import Gathering, posted
 from commbench.faults.gossip_survival import Meeting, waited
 from commbench.timing import wire
 from commbench.timing.wire import NOTHING, Sent
@@ -42,7 +42,7 @@ class Round(NamedTuple):
     destinations: Tuple[int, ...]  # the leader of each out-neighbor machine
 
 
-class SurvivingMachines:
+class SurvivingMachines(Gathering):
     """The mixer of hierarchical_neighbor_allreduce under --recovery gossip, machines of
     `machine_size` ranks (rank r on machine r // machine_size) along the machines'
     `schedule`; one step per start/finish, as the other mixers."""
@@ -159,13 +159,6 @@ class SurvivingMachines:
             return self._received[slot, k]
         return [self._received[slot, j] for j in range(len(self.buffers))]
 
-    def gather(self, why: str = "evaluation") -> None:
-        """Before the evaluation's collectives or an admission: every member here, or a
-        loss met."""
-        met = self.gossip.gathered(self.step - 1, why)
-        if met is not None:
-            self.mix_among(met)
-
     def mix_among(self, met: Meeting) -> None:
         """Mix among the members `met` settled, from its resume step, with the ranks still
         lost bypassed (none once all are back)."""
@@ -191,4 +184,5 @@ class SurvivingMachines:
         return wire.to_each(nbytes, peers, count) if peers else NOTHING
 
     def moves_alone(self) -> bool:
-        return True
+        """Only the first round is posted in start(); the others begin in finish()."""
+        return False

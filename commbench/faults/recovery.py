@@ -130,7 +130,8 @@ def check_gossip(config: "RunConfig", launch: "LaunchInfo", strategy_cls) -> Non
         raise UsageError(f"argument --recovery: gossip needs a strategy that averages with "
                          f"neighbors, --dist-optimizer {' or '.join(GOSSIPING)}; "
                          f"{strategy_cls.name} cannot go on around a lost rank")
-    if strategy_cls.name == GOSSIPING[1] and sent_as(config).on:
+    machines_of = config.machine_size or launch.local_size
+    if strategy_cls.name == GOSSIPING[1] and sent_as(config).on and machines_of > 1:
         raise UsageError(f"argument --compression: {GOSSIPING[1]}'s survivors send their "
                          f"parameters at full precision; pass --compression none (or "
                          f"{GOSSIPING[0]})")

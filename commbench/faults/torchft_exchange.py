@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from commbench.config.compression import parse as compression
+from commbench.config.compression import of as compression
 from commbench.errors import UsageError
 from commbench.job.stop_rule import EVAL_EVERY
 
@@ -60,7 +60,7 @@ def check(config, strategy_cls) -> None:
     if strategy_cls.name not in STRATEGIES:
         raise UsageError(f"argument --recovery: torchft carries {', '.join(STRATEGIES)} here "
                          f"(torchft's {', '.join(WHOSE.values())}), not {strategy_cls.name}")
-    if compression(config.compression).on:
+    if compression(config).on:
         raise UsageError("argument --recovery: torchft's allreduce sends the gradients as they "
                          "are: leave --compression out")
     if config.cpu_transport == "mpi":

@@ -106,7 +106,7 @@ class Replica(Recovery):
         self.manager = None
         self.trained: Tuple[Any, Any] = (None, None)  # the model and optimizer it serves
         self._healed: Optional[Progress] = None
-        self.drawn, self.skip = 0, lambda: None  # batches drawn; how to draw one unused
+        self.drawn, self.behind, self.skip = 0, 0, lambda: None  # batches drawn: `healed`
         self._quorum: Optional[bool] = None  # whether this step's sync committed; None: none
 
     def wrap(self, model, optimizer):
@@ -171,13 +171,13 @@ class Replica(Recovery):
                         self.synced.curve, self.synced.losses)
 
     def state(self) -> Dict[str, Any]:
-        """What a peer that heals from this group loads (beside what torchft's DiLoCo
-        serves of its own: its outer optimizer and the last sync's parameters): the
-        model, the optimizer and where training stood (as text: torchft's transport
-        carries tensors and strings)."""
+        """What a peer that heals from this group loads (beside DiLoCo's own outer optimizer
+        and last sync's parameters): the model, the optimizer, where training stood and
+        its shard's position (as text: torchft's transport carries tensors and strings)."""
         model, optimizer = self.trained
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "progress": json.dumps(dataclasses.asdict(self.progress))}
+                "progress": json.dumps(dataclasses.asdict(self.progress)),
+                "drawn": str(self.drawn)}  # its shard's position: a batch a step taken
 
     def load(self, found: Dict[str, Any]) -> None:
         """A peer's state, as this group heals; the loop takes up its progress."""
@@ -185,12 +185,13 @@ class Replica(Recovery):
         model.load_state_dict(found["model"])
         optimizer.load_state_dict(found["optimizer"])
         self._healed = Progress(**json.loads(found["progress"]))
+        self.behind = int(found["drawn"])  # where `healed` skips this group's shard to
 
     def begin(self, fails, model, optimizer, skip: Callable[[], Any]) -> Progress:
         """Started again after a failure: this group's events that fired before are not
         fired again; each one that fires is recorded first. Training starts at step 0
         here; a group that joins late takes up its peers' step as it heals, and skips its
-        shard to that step (`healed`)."""
+        shard to its peer's position (`healed`)."""
         mine = [e for e in self.events if e.rank == self.group]
         fails.forget(mine[:int(os.environ.get(STARTS, "0"))])
         fails.record, fails.survived = self.fired, True  # the quorum goes on
@@ -210,9 +211,9 @@ class Replica(Recovery):
         """Where training stood at the peer this group just healed from, or after a sync
         that undid its steps (once); or None."""
         found, self._healed = self._healed, None
-        while found is not None and self.drawn <= found.steps:  # its shard, to the quorum's
-            self.skip()  # position (one batch per step, this one's drawn), as a restart's
-            self.drawn += 1
+        for _ in range(self.behind - self.drawn):  # to its peer's position in its shard
+            self.skip()
+        self.drawn, self.behind = max(self.drawn, self.behind), 0
         return found
 
     def committed(self) -> bool:
