@@ -184,25 +184,32 @@ def test_a_restart_waits_for_the_cut_machine_and_resumes_from_its_checkpoint(
     assert nic_up(cluster, 1)
 
 
+# Longer than the lighthouse's 5 s heartbeat timeout (commbench.faults.torchft_launch) by
+# a margin a loaded box keeps: a shorter cut is only a stall, TCP resends once it is over.
+CUT = "1@step5:cut+10s"
+
+
 @needs_torchft
 @pytest.mark.mpi
 @pytest.mark.timeout(420)
 def test_a_cut_replica_group_is_left_out_of_the_quorum_and_heals_once_back(
         cluster, tmp_path):  # noqa: F811
+    # 30 epochs: alone, group 0 goes twice as fast; it trains on past the cut's end long
+    # enough for the healed group to rejoin before the job is over.
     code, out, err = on_cluster(cluster, [
         PYTHON, "-m", "commbench", "torchft", "-n", "2", "--cluster", cluster.name, "--",
-        *TINY_TASK, "--max-epochs", "12", "--eval-every", "100", "--timeout", "30",
-        "--fail", "1@step5:cut+5s", "--results-dir", str(tmp_path)], 360)
+        *TINY_TASK, "--max-epochs", "30", "--eval-every", "1000", "--timeout", "30",
+        "--fail", CUT, "--results-dir", str(tmp_path)], 360)
     assert code == 0, err[-3000:]
-    assert "failure injected by --fail (1@step5:cut+5s)" in err
+    assert f"failure injected by --fail ({CUT})" in err
     doc = only_result(tmp_path)
     [cost] = doc["recovery"]["costs"]
-    assert cost["event"] == "1@step5:cut+5s" and cost["steps_with_fewer_groups"] > 0
+    assert cost["event"] == CUT and cost["steps_with_fewer_groups"] > 0, cost
     # back in the quorum once its link was: the same process, healed from group 0
-    assert 5 < cost["rejoin_seconds"] < 120, cost
+    assert cost["rejoin_seconds"] is not None and 10 < cost["rejoin_seconds"] < 120, cost
     assert re.search(rf"::ffff:{re.escape(cluster.address(1))} .* \"GET /checkpoint/[1-9]",
                      err), err[-3000:]
     digest = doc["recovery"]["final_parameters_sha256"]
-    assert (f"commbench torchft: the 2 replica groups ended at step 60 with the same "
+    assert (f"commbench torchft: the 2 replica groups ended at step 150 with the same "
             f"parameters (sha256 {digest[:16]})") in out
     assert nic_up(cluster, 1)
