@@ -61,7 +61,7 @@ def figure(group: "AccuracyGroup") -> "Figure":
 
     from commbench.plots.scaling import MARKERS
 
-    fig = Figure(figsize=(8.0, 5.0), layout="constrained")
+    fig = Figure(figsize=(8.0, 6.0), layout="constrained")
     ax = fig.subplots()
     found = contenders(group)
     for i, ((series, workers, policy, rejoin), points) in enumerate(found.items()):
@@ -80,15 +80,17 @@ def figure(group: "AccuracyGroup") -> "Figure":
         for rate, row, time in drawn:
             left = workers_left(row)
             if left is not None and left < workers:
-                ax.annotate(f"{left} of {workers} left", (rate, time), xytext=(0, 7),
-                            textcoords="offset points", ha="center", fontsize=7.5,
-                            color=line.get_color())
+                # below its point: the shrinking contender is usually the lowest line
+                ax.annotate(f"{left} of {workers} left", (rate, time), xytext=(0, -9),
+                            textcoords="offset points", ha="center", va="top",
+                            fontsize=7.5, color=line.get_color())
     ax.set_xlabel("failures per hour (--fail mtbf=...: 3600 / MTBF)", fontsize=8)
     ax.set_ylabel("wall time to target (s), failures and recoveries included", fontsize=8)
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, frameon=False)
+    # under the axes: a contender's line may cross any corner of them
+    ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     title = "Time to target as failures come more often"
     fewest = min(len(row.runs) for points in found.values() for _, row in points)
     if fewest < 3:

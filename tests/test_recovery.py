@@ -136,6 +136,27 @@ def test_a_checkpoint_reads_back_and_a_cut_short_or_damaged_one_is_ignored_with_
         optimizer.state_dict()["state"][0]["momentum_buffer"])
 
 
+def test_a_rank_that_ends_the_job_records_when_it_noticed(tmp_path, monkeypatch, capsys):
+    from commbench.job import failure
+
+    monkeypatch.setattr(failure, "on_failure", None)
+    monkeypatch.setattr(failure, "launcher_first", lambda error: 0.0)
+    monkeypatch.setattr(failure, "_abort", lambda code: None)
+    config = RunConfig(fail="1@step6", recovery="restart", checkpoint_dir=str(tmp_path))
+    job = restart.Restart(config, SimpleNamespace(world_size=2, rank=1), print)
+    failure.describe_and_abort(RuntimeError("peer gone"))  # no job directory yet: no record
+    job.dir.mkdir(parents=True)
+    before = time.time()
+    for _ in range(2):
+        failure.describe_and_abort(RuntimeError("Connection closed by peer"))
+    noticed = restart.read(job.dir / "noticed-1.record")
+    assert len(noticed) == 2 and before <= noticed[0] <= noticed[1] <= time.time()
+    assert capsys.readouterr().err.count("commbench: error: ") == 3
+    job.fired(job.events[0], 5)  # the failing rank's own notices are not a survivor's
+    failure.describe_and_abort(RuntimeError("Connection closed by peer"))
+    assert restart.read(job.dir / "noticed-1.record") == noticed
+
+
 def test_what_a_failure_cost_is_read_from_its_records(tmp_path):
     config = RunConfig(fail="1@step6,1@step9", recovery="restart", checkpoint_every=3,
                        checkpoint_dir=str(tmp_path), batch_size=32)
@@ -146,18 +167,43 @@ def test_what_a_failure_cost_is_read_from_its_records(tmp_path):
                            print).samples_per_step == 4 * 16 * 2
     job.dir.mkdir(parents=True)
     now = time.time()
-    restart.write(job.dir / "starts.record", [now - 100, now - 50])
+    # the second attempt failed again (event 1) before its first step: the third
+    # recovered from both
+    restart.write(job.dir / "starts.record", [now - 100, now - 50, now - 30])
     restart.write(job.dir / "fired-0.record", {"event": "1@step6:kill", "rank": 1, "steps": 5,
                                                "at": now - 60})
-    restart.write(job.dir / "recovered-0.record", {"detected": now - 59.5,
-                                                   "resumed_from": 3, "recovered": now - 45})
+    restart.write(job.dir / "fired-1.record", {"event": "1@step9:kill", "rank": 1, "steps": 3,
+                                               "at": now - 45})
+    for index in range(2):
+        restart.write(job.dir / f"recovered-{index}.record", {
+            "detected": now - 30, "resumed_from": 3, "recovered": now - 25})
+    # detected when the first survivor noticed it, not before it fired nor after the first
+    # restart after it
+    restart.write(job.dir / "noticed-0.record", [now - 70, now - 59.5])
+    restart.write(job.dir / "noticed-1.record", [now - 59.9])  # the failing rank's own
+    restart.write(job.dir / "noticed-2.record", [now - 58, now - 40])
+    first = {"event": "1@step6:kill", "rank": 1, "failed_after_step": 5, "failed_at": now - 60,
+             "detection_seconds": pytest.approx(0.5), "restart_seconds": pytest.approx(10),
+             "recovery_seconds": pytest.approx(35), "resumed_from_step": 3, "steps_lost": 2,
+             "samples_lost": 128}
+    second = {"event": "1@step9:kill", "rank": 1, "failed_after_step": 3, "failed_at": now - 45,
+              "detection_seconds": pytest.approx(5), "restart_seconds": pytest.approx(15),
+              "recovery_seconds": pytest.approx(20), "resumed_from_step": 3, "steps_lost": 0,
+              "samples_lost": 0}
+    assert [job._cost(0), job._cost(1)] == [first, second]
+    assert restart.cost_lines({"costs": [job._cost(0)], "restarts": 1, "goodput": 1.0,
+                               "wall_seconds": 1.0}, None, "images")[0] == (
+        "Failure 1@step6:kill: detected after 0.5 s, its launcher ended it after 10.0 s, "
+        "first complete step 35.0 s after it; resumed from step 3, 2 steps (128 images) "
+        "redone")
+    # where no survivor noticed it before the launcher ended them: the restart
+    for noticed in job.dir.glob("noticed-*"):
+        noticed.unlink()
     facts = job.facts({"steps": 10, "reached": True}, tiny_model(1)[0])
-    assert facts["costs"] == [{
-        "event": "1@step6:kill", "rank": 1, "failed_after_step": 5, "failed_at": now - 60,
-        "detection_seconds": pytest.approx(0.5), "recovery_seconds": pytest.approx(15),
-        "resumed_from_step": 3, "steps_lost": 2, "samples_lost": 128}]
+    assert facts["costs"] == [{**first, "detection_seconds": pytest.approx(10)},
+                              {**second, "detection_seconds": pytest.approx(15)}]
     # from the first start, however long the test itself took (a loaded box)
-    assert facts["restarts"] == 1 and 100 <= facts["wall_seconds"] <= time.time() - now + 100
+    assert facts["restarts"] == 2 and 100 <= facts["wall_seconds"] <= time.time() - now + 100
     assert facts["goodput"] == pytest.approx(640 / facts["wall_seconds"])
     assert facts["wall_time_to_target"] == facts["wall_seconds"]
     assert not job.dir.exists()  # retired: the same command run again starts afresh
@@ -303,6 +349,7 @@ def check_recovered(done, results, reference, launcher, event="1@step6:kill",
     assert cost["failed_after_step"] == 5 and cost["resumed_from_step"] == 3
     assert cost["steps_lost"] == 2 and cost["samples_lost"] == 2 * 64
     assert detected[0] <= cost["detection_seconds"] < detected[1], cost
+    assert cost["detection_seconds"] <= cost["restart_seconds"], cost
     assert cost["detection_seconds"] < cost["recovery_seconds"] < 180, cost
     assert recovery["goodput"] < reference["summary"]["img_sec"]
     assert doc["summary"]["steps"] == 10 and len(doc["curve"]) == 2

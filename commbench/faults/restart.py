@@ -7,15 +7,19 @@ atomically, that outlive the processes a failure ends:
 - `fired-I.record`: event I of the --fail schedule fired: its rank, the steps it had
   completed, when, the bytes it had put on the wire since the job first started
   (written by the failing rank before it dies, so that no attempt fires it again);
-- `recovered-I.record`: the attempt that recovered from it: when the failure was
-  detected (the launcher started the job again), the step it resumed from, when its
-  first complete step ended (rank 0).
+- `noticed-R.record`: when rank R found something broken and ended the job (a peer's
+  connection gone, or --timeout spent waiting for it), each time it did;
+- `recovered-I.record`: the attempt that recovered from it: when the launcher started
+  the job again, the step it resumed from, when its first complete step ended (rank 0).
+A failure was detected when the first survivor noticed it or, where none did before the
+launcher ended them, when the launcher started the job again.
 Records are not .json: `report` reads every .json under --results-dir."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -23,6 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from commbench.faults import checkpoint, fail_schedule, recovery
 from commbench.faults.recovery_hook import Progress, Recovery, goodput_line
+from commbench.job import failure
 
 RECORD = ".record"
 
@@ -65,13 +70,25 @@ class Restart(Recovery):
         self.progress = Progress()  # where this attempt stands, after its last step
         self.pending: List[int] = []  # the fired events this attempt recovers from
         self.detected = float(os.environ.get(recovery.DETECTED) or started_at())
+        self.failing = False  # this rank fired an event: its notices are not a survivor's
+        self.noting = threading.Lock()  # the --timeout guard's thread notices too
+        failure.on_failure = self.noticed
 
     def fired(self, event: fail_schedule.FailEvent, steps: int) -> None:
         """The failing rank, before it dies: event fired after `steps` complete steps."""
-        index = self.events.index(event)
+        index, self.failing = self.events.index(event), True
         write(self.dir / f"fired-{index}{RECORD}", {
             "event": str(event), "rank": event.rank, "steps": steps, "at": time.time(),
             "bytes_sent": self.progress.bytes_sent})
+
+    def noticed(self) -> None:
+        """This rank, as it ends the job on finding something broken. Not the failing
+        rank: on a cut machine, a write to a shared directory could hang its exit."""
+        if self.failing:
+            return
+        path = self.dir / f"noticed-{self.rank}{RECORD}"
+        with self.noting:
+            write(path, (read(path) or []) + [time.time()])
 
     def begin(self, fails, model, optimizer, skip: Callable[[], Any]) -> Progress:
         """Every rank: the newest complete checkpoint of this job loaded (rank 0 chooses),
@@ -154,9 +171,17 @@ class Restart(Recovery):
         if fired is None or recovered is None:
             return None
         lost = max(0, fired["steps"] - recovered["resumed_from"])
+        # the first start after the failure: an attempt that failed before its first
+        # step recovers from two events, and started after both
+        starts = read(self.dir / f"starts{RECORD}") or []
+        restarted = min((t for t in starts if t > fired["at"]), default=recovered["detected"])
+        noticed = [t for path in self.dir.glob(f"noticed-*{RECORD}")
+                   if path.name != f"noticed-{fired['rank']}{RECORD}"  # survivors only
+                   for t in read(path) or [] if fired["at"] <= t <= restarted]
         return {"event": fired["event"], "rank": fired["rank"],
                 "failed_after_step": fired["steps"], "failed_at": fired["at"],
-                "detection_seconds": recovered["detected"] - fired["at"],
+                "detection_seconds": min(noticed, default=restarted) - fired["at"],
+                "restart_seconds": restarted - fired["at"],
                 "recovery_seconds": recovered["recovered"] - fired["at"],
                 "resumed_from_step": recovered["resumed_from"],
                 "steps_lost": lost, "samples_lost": lost * self.samples_per_step}
@@ -168,10 +193,18 @@ class Restart(Recovery):
 
 def cost_lines(facts: Dict[str, Any], rate: Optional[float], unit: str) -> List[str]:
     """What rank 0 prints of it, after the outcome."""
-    said = [f"Failure {c['event']}: detected after {c['detection_seconds']:.1f} s, first "
-            f"complete step {c['recovery_seconds']:.1f} s after it; resumed from step "
-            f"{c['resumed_from_step']}, {c['steps_lost']} steps ({c['samples_lost']} "
-            f"{unit}) redone" for c in facts["costs"]]
+    said = [f"Failure {c['event']}: detected after {c['detection_seconds']:.1f} s, "
+            f"{_restarted(c)}first complete step {c['recovery_seconds']:.1f} s after it; "
+            f"resumed from step {c['resumed_from_step']}, {c['steps_lost']} steps "
+            f"({c['samples_lost']} {unit}) redone" for c in facts["costs"]]
     restarts = f"{facts['restarts']} restart{'s' if facts['restarts'] != 1 else ''}"
     return said + [goodput_line(facts, rate, unit, f" from the first start, {restarts} "
                                 "included")]
+
+
+def _restarted(cost: Dict[str, Any]) -> str:
+    """When the launcher started the job again, where that was later than the detection
+    (a cut machine's daemon, given up by mpirun only after its keepalive)."""
+    restart = cost.get("restart_seconds")
+    return ("" if restart is None or restart - cost["detection_seconds"] < 0.05 else
+            f"its launcher ended it after {restart:.1f} s, ")

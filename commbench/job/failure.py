@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Dict, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
 from commbench.launch.lost_machine import launcher_first
 
@@ -27,10 +27,19 @@ from commbench.launch.lost_machine import launcher_first
 ROLL_CALL_GRACE = 10.0
 
 
+# Called as a rank finds something broken, before the job ends: a recovery policy that
+# restarts the job records when its survivors knew of a failure (commbench.faults.restart),
+# which can be well before the launcher restarts it. One policy a process: the newest.
+on_failure: Optional[Callable[[], None]] = None
+
+
 def describe_and_abort(error: BaseException) -> None:
     from commbench.launch.detect import who
 
     print(f"commbench: error: {who()}: {what_failed(error)}", file=sys.stderr, flush=True)
+    if on_failure is not None:
+        with contextlib.suppress(Exception):
+            on_failure()
     if os.environ.get("COMMBENCH_DEBUG"):
         traceback.print_exception(type(error), error, error.__traceback__)
     time.sleep(launcher_first(error))

@@ -1,9 +1,10 @@
 """The failures of --fail and their recoveries on the `--timeline` (issue 56): each failure
 an instant on a track of the failing rank's (or replica group's) own, and on that track
 its costs as spans from the moment it fired: the recovery (to the end of the first
-complete step after it), the detection (to when the job noticed it: the launcher started
-it again, or the survivors' first step after it ended) and, where the failing worker
-came back (torchft's quorum, gossip's admission), the rejoin. They come from what the
+complete step after it), the detection (to when the survivors knew of it: the first to
+end the job, or the launcher that did, or the survivors' first step after it ended)
+and, where the failing worker came back (torchft's quorum, gossip's admission), the
+rejoin. They come from what the
 result records of each failure (`recovery.costs`: seconds after `failed_at`, the wall
 clock when it fired), put on rank 0's clock of the spans; nothing more is recorded
 while the job runs."""
