@@ -4,10 +4,9 @@ its costs as spans from the moment it fired: the recovery (to the end of the fir
 complete step after it), the detection (to when the survivors knew of it: the first to
 end the job, or the launcher that did, or the survivors' first step after it ended)
 and, where the failing worker came back (torchft's quorum, gossip's admission), the
-rejoin. They come from what the
-result records of each failure (`recovery.costs`: seconds after `failed_at`, the wall
-clock when it fired), put on rank 0's clock of the spans; nothing more is recorded
-while the job runs."""
+rejoin. They come from what the result records of each failure (`recovery.costs`:
+seconds after `failed_at`, the wall clock when it fired), put on rank 0's clock of the
+spans; nothing more is recorded while the job runs."""
 
 from __future__ import annotations
 
