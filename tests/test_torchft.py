@@ -387,7 +387,8 @@ def test_diloco_syncs_every_h_steps_and_serves_its_outer_optimizer_and_last_sync
     replica = quorum_of_one(diloco)
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
-    assert all(steps(replica, model, torch.optim.SGD(model.parameters(), lr=0.1), 4))
+    taken = steps(replica, model, torch.optim.SGD(model.parameters(), lr=0.1), 6)
+    assert all(next(taken) for _ in range(4))
     # One quorum step per sync, after the 2nd and the 4th step: each a meeting.
     assert [(s.step, s.participants, s.committed) for s in replica.log] == [
         (1, 1, True), (2, 1, True)]
@@ -399,6 +400,10 @@ def test_diloco_syncs_every_h_steps_and_serves_its_outer_optimizer_and_last_sync
     assert fragment["outer_optimizer"]["state"]  # its momentum, which a healing group takes
     assert torch.equal(fragment["original_parameters"]["weight"], model.weight)
     assert set(served["default"]) == {"model", "optimizer", "progress", "drawn"}
+    # Healed from a peer 5 syncs along (a group started late): the quorum's syncs counted.
+    replica.manager.load_state_dict({"step": 5, "batches_committed": 5})
+    assert all(taken)
+    assert diloco.meetings == 6 == replica.manager.current_step()
 
 
 @needs_torchft

@@ -158,7 +158,9 @@ class Replica(Recovery):
             self.log.append(StepRecord(time.time(), self.manager.current_step(),
                                        self.manager.num_participants(), committed))
             if committed and self.exchange.meets:
-                self.strategy.meetings += 1  # recorded as the strategy's own meetings are
+                # The quorum's count, which a group that healed took up from its peer (a
+                # group started late heals from one that synced without it).
+                self.strategy.meetings = self.manager.current_step()
             return committed
 
         return logged
