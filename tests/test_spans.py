@@ -187,6 +187,14 @@ def test_a_failure_and_its_recovery_are_spans_of_their_own_on_the_failing_ranks_
                                            if e["name"] == "process_name"]
     assert [e["name"] for e in alone if e.get("cat") == "failure"][1] == \
         "rejoin: training with the others again"
+    # a restart's: detected by a survivor, the job started again by its launcher after
+    restarted = failure_track.from_costs([dict(costs[0], restart_seconds=0.9)], -1000.0)
+    spans = [(e["name"], e["dur"]) for e in trace_events(
+        events, [0.0, 0.0], ["rank 0", "rank 1"], failures=restarted) if e.get("ph") == "X"
+        and e.get("cat") == "failure"]
+    assert spans == [("recovery: to the first complete step after it", 1.25e6),
+                     ("restart: the launcher started the job again", 0.9e6),
+                     ("detection", 0.5e6)]
 
 
 def test_the_timeline_file_holds_the_failures_whose_costs_the_result_records(tmp_path):

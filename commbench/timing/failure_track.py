@@ -2,11 +2,12 @@
 an instant on a track of the failing rank's (or replica group's) own, and on that track
 its costs as spans from the moment it fired: the recovery (to the end of the first
 complete step after it), the detection (to when the survivors knew of it: the first to
-end the job, or the launcher that did, or the survivors' first step after it ended)
-and, where the failing worker came back (torchft's quorum, gossip's admission), the
-rejoin. They come from what the result records of each failure (`recovery.costs`:
-seconds after `failed_at`, the wall clock when it fired), put on rank 0's clock of the
-spans; nothing more is recorded while the job runs."""
+end the job, or the launcher that did, or the survivors' first step after it ended),
+under --recovery restart the restart (to the launcher's start of the job again) and,
+where the failing worker came back (torchft's quorum, gossip's admission), the rejoin.
+They come from what the result records of each failure (`recovery.costs`: seconds after
+`failed_at`, the wall clock when it fired), put on rank 0's clock of the spans; nothing
+more is recorded while the job runs."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ TRACK, TID = "failures and recoveries", 500
 # (span name, cost field): a failure's spans, each from the moment it fired.
 SPANS = (("recovery: to the first complete step after it", "recovery_seconds"),
          ("detection", "detection_seconds"),
-         ("rejoin: training with the others again", "rejoin_seconds"))
+         ("rejoin: training with the others again", "rejoin_seconds"),
+         ("restart: the launcher started the job again", "restart_seconds"))
 
 
 @dataclass(frozen=True)
