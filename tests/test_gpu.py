@@ -83,6 +83,28 @@ def test_a_timeline_on_one_gpu_holds_the_kernels_and_the_split_adds_up(tmp_path)
 
 
 @one_gpu
+def test_a_language_model_on_one_gpu_trains_in_bf16_and_records_its_mfu(tmp_path):
+    from commbench.job import peak_flops
+
+    done = torchrun(1, ["-m", "commbench", "--dist-optimizer=allreduce", "--model", "lm-tiny",
+                        "--seq-len", "64", "--batch-size", "8", "--num-iters", "3",
+                        "--results-dir", str(tmp_path)], timeout=240,
+                    env={"HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (doc,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    on_the_gpu(doc)
+    summary = doc["summary"]
+    assert doc["config"]["amp"] == ("bf16" if torch.cuda.is_bf16_supported() else "off")
+    peak = peak_flops.peak(torch.cuda.get_device_name(0))
+    if peak is None:  # a GPU without a datasheet peak here: said, not guessed
+        assert summary["mfu"] is None and "MFU: not known" in done.stdout
+    else:
+        assert summary["mfu"] == pytest.approx(summary["flops_per_token"] * summary[
+            "img_sec_per_worker"]["mean"] / peak) and 0 < summary["mfu"] < 1
+        assert re.search(r"MFU: [\d.]+% of the GPU's dense bf16 peak", done.stdout)
+
+
+@one_gpu
 def test_training_to_accuracy_on_one_gpu_evaluates_on_the_gpu(tmp_path):
     (doc,) = launch("torchrun", ["--dist-optimizer=neighbor_allreduce", "--model", "resnet18",
                                  "--image-size", "32", "--batch-size", "32",

@@ -82,6 +82,28 @@ def test_flops_per_token_is_6n_plus_attention():
     assert flops_per_token("gpt2-small", n, 1024) == 6 * n + 12 * 12 * 768 * 1024
 
 
+def test_mfu_is_the_model_flops_over_the_datasheet_peak_of_a_gpu_it_knows():
+    from commbench.job import peak_flops
+    from commbench.job.console import mfu_words
+
+    assert peak_flops.peak("NVIDIA H100 80GB HBM3") == 989e12  # SXM
+    assert peak_flops.peak("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops.peak("NVIDIA A100-SXM4-80GB") == 312e12
+    assert peak_flops.peak("NVIDIA L40") == 181e12  # not the L4's, nor the L40S's
+    assert peak_flops.peak("NVIDIA RTX A1000") is None  # not an A100
+    assert peak_flops.peak("Tesla T4") is None and peak_flops.peak(None) is None
+    # gpt2-small's 6N + attention at 1024 tokens, 100k tokens/sec on each of two H100s
+    assert peak_flops.mfu(8.5e8, 1e5, ["NVIDIA H100 80GB HBM3"] * 2) == pytest.approx(
+        8.5e13 / 989e12)
+    # a rank on a GPU without a known peak, or two peaks in one job: none
+    assert peak_flops.mfu(8.5e8, 1e5, ["NVIDIA H100 80GB HBM3", "Tesla T4"]) is None
+    assert peak_flops.mfu(8.5e8, 1e5, ["NVIDIA H100 PCIe", "NVIDIA H100 NVL"]) is None
+    assert peak_flops.mfu(8.5e8, 1e5, [None]) is None  # a CPU
+    assert mfu_words(0.4123) == "MFU: 41.2% of the GPU's dense bf16 peak"
+    assert "NOT TO BE TRUSTED" in mfu_words(1.3)
+    assert mfu_words(None).startswith("MFU: not known")
+
+
 def test_list_shows_each_language_model_with_its_parameters():
     needs_transformers()
     done = commbench("list")

@@ -158,16 +158,15 @@ class Replica(Recovery):
             self.log.append(StepRecord(time.time(), self.manager.current_step(),
                                        self.manager.num_participants(), committed))
             if committed and self.exchange.meets:
-                # The quorum's count, which a group that healed took up from its peer (a
-                # group started late heals from one that synced without it).
+                # the quorum's count: a group that heals takes up its peer's
                 self.strategy.meetings = self.manager.current_step()
             return committed
 
         return logged
 
     def _undone(self) -> Progress:
-        """Where training stands once a sync that was not committed has put the
-        parameters back to the last committed one's: its steps undone, its time spent."""
+        """Where training stands once an uncommitted sync put the parameters back to the
+        last committed one's: its steps undone, its time spent."""
         wall = self.progress.wall_seconds + time.perf_counter() - self._taken
         return Progress(self.synced.steps, self.progress.training_seconds, wall,
                         self.synced.curve, self.synced.losses)
@@ -204,8 +203,7 @@ class Replica(Recovery):
     def fired(self, event: fail_schedule.FailEvent, steps: int) -> None:
         """The failing group, before it dies: its event, after how many steps (its own,
         and the quorum's step number), when."""
-        index = self.events.index(event)
-        write(fired_record(self.records, index), {
+        write(fired_record(self.records, self.events.index(event)), {
             "event": str(event), "rank": event.rank, "steps": steps, "at": time.time(),
             "quorum_step": self.manager.current_step()})
 

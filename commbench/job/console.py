@@ -90,13 +90,22 @@ def print_summary(say: Printer, summary: Dict[str, Any], ctx) -> None:
         say(f"Compute-only: {summary['compute_only_img_sec_per_worker']:.1f} {rate} per "
             f"{kind}; in-job scaling efficiency {efficiency}; communication overhead {overhead}")
     if "flops_per_token" in summary:
-        say(f"FLOPs per token: {summary['flops_per_token']:.4g} (6N + attention); MFU: not "
-            "known (commbench knows no device's peak FLOPs)")
+        say(f"FLOPs per token: {summary['flops_per_token']:.4g} (6N + attention); "
+            + mfu_words(summary.get("mfu")))
     for flag in metrics.trust_flags(summary):
         say(f"NOT TO BE TRUSTED ({flag}): {metrics.FLAGS[flag]}")
     if summary.get("diverged"):
         say(f"{diverged_line(summary['diverged'])}; the {rate} above were measured all the "
             "same")
+
+
+def mfu_words(mfu: Optional[float]) -> str:
+    """The run's MFU (commbench.job.peak_flops), or why there is none."""
+    if mfu is None:
+        return "MFU: not known (no datasheet peak for this device: a CPU, or a GPU not listed)"
+    if mfu > 1:
+        return f"MFU: {mfu:.1%}, above 100%: NOT TO BE TRUSTED (the peak or the count is wrong)"
+    return f"MFU: {mfu:.1%} of the GPU's dense bf16 peak"
 
 
 def diverged_line(diverged: Dict[str, int]) -> str:

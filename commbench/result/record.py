@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, TypeVar, Union
 
-from commbench.job import straggler
+from commbench.job import peak_flops, straggler
 from commbench.result import metrics, store
 from commbench.timing import failure_track, gpu_kernels, spans, trace_file, wire
 from commbench.timing.clock_alignment import clock_offsets
@@ -144,7 +144,12 @@ class Speed:
         samples["step_split"] = split
         samples["clock_offsets"] = clocks
         doc = speed_document(config, ctx, strategy, samples, machine)
-        doc["summary"].update(self.model_facts)
+        summary = doc["summary"]
+        summary.update(self.model_facts)
+        if "flops_per_token" in summary:  # every rank's GPU: None on a CPU
+            summary["mfu"] = peak_flops.mfu(summary["flops_per_token"],
+                                            summary["img_sec_per_worker"]["mean"],
+                                            (machine or {}).get("gpus") or [None])
         doc["data"] = self.data_facts
         if self.recipe:  # an image model's speed recipe is the benchmarks' (its flags)
             doc["recipe"] = self.recipe
