@@ -84,6 +84,7 @@ def test_a_timeline_on_one_gpu_holds_the_kernels_and_the_split_adds_up(tmp_path)
 
 @one_gpu
 def test_a_language_model_on_one_gpu_trains_in_bf16_and_records_its_mfu(tmp_path):
+    pytest.importorskip("transformers", reason="the language models need the lm extra")
     from commbench.job import peak_flops
 
     done = torchrun(1, ["-m", "commbench", "--dist-optimizer=allreduce", "--model", "lm-tiny",

@@ -88,6 +88,7 @@ def test_mfu_is_the_model_flops_over_the_datasheet_peak_of_a_gpu_it_knows():
 
     assert peak_flops.peak("NVIDIA H100 80GB HBM3") == 989e12  # SXM
     assert peak_flops.peak("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops.peak("NVIDIA H200 NVL") == 835e12 and peak_flops.peak("NVIDIA H200") == 989e12
     assert peak_flops.peak("NVIDIA A100-SXM4-80GB") == 312e12
     assert peak_flops.peak("NVIDIA L40") == 181e12  # not the L4's, nor the L40S's
     assert peak_flops.peak("NVIDIA RTX A1000") is None  # not an A100

@@ -157,8 +157,7 @@ class Replica(Recovery):
             self._quorum = committed
             self.log.append(StepRecord(time.time(), self.manager.current_step(),
                                        self.manager.num_participants(), committed))
-            if committed and self.exchange.meets:
-                # the quorum's count: a group that heals takes up its peer's
+            if self.exchange.meets:  # the quorum's count: a group that heals takes it up
                 self.strategy.meetings = self.manager.current_step()
             return committed
 

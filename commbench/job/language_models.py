@@ -117,8 +117,8 @@ def parameter_counts(model) -> Dict[str, int]:
 
 def facts(name: str, model, seq_len: int) -> Dict[str, Any]:
     """What a speed run's summary records of a language model ({} for an image model):
-    its parameters and FLOPs per token, counted here where it is built. MFU stays None:
-    commbench knows no device's peak FLOPs, and an invented peak would be worse."""
+    its parameters and FLOPs per token, counted here where it is built. MFU, which needs
+    the throughput, is the result's (commbench.job.peak_flops): None until then."""
     if not is_language_model(name):
         return {}
     counts = parameter_counts(model)

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 # the first match wins, so the more specific names come first.
 PEAKS = (
     ("B200", 2.25e15),
+    ("H200 NVL", 835e12),
     ("H200", 989e12),
     ("GH200", 989e12),
     ("H100 NVL", 835e12),

@@ -26,7 +26,7 @@ Schema (version 1), a `run` result:
                       the throughputs and bytes_per_image count, "images" or a
                       language model's "tokens" (absent in older files: images); a
                       language model's run adds parameters, flops_per_token and mfu
-                      (null: no device's peak is known)
+                      (null on a CPU or a GPU whose peak is not known)
     recipe            a language model's run only: its AdamW recipe
                       (commbench.job.language_recipe.LanguageRecipe's fields)
 
