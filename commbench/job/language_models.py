@@ -117,14 +117,13 @@ def parameter_counts(model) -> Dict[str, int]:
 
 def facts(name: str, model, seq_len: int) -> Dict[str, Any]:
     """What a speed run's summary records of a language model ({} for an image model):
-    its parameters and FLOPs per token, counted here where it is built. MFU, which needs
-    the throughput, is the result's (commbench.job.peak_flops): None until then."""
+    its parameters and FLOPs per token, counted here where it is built (MFU, which needs
+    the throughput, is added with it: commbench.job.peak_flops)."""
     if not is_language_model(name):
         return {}
     counts = parameter_counts(model)
     return {"parameters": counts["parameters"],
-            "flops_per_token": flops_per_token(name, counts["non_embedding"], seq_len),
-            "mfu": None}
+            "flops_per_token": flops_per_token(name, counts["non_embedding"], seq_len)}
 
 
 def flops_per_token(name: str, non_embedding: int, seq_len: int) -> int:
